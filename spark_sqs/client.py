@@ -1,0 +1,156 @@
+"""boto3 SQS client construction, queue resolution and AWS error classification.
+
+Runs on: driver and executors. Clients are created lazily in each process (they do not pickle);
+retries of throttling, 5xx and network errors are botocore's, configured through
+``Config(retries=...)``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    NoCredentialsError,
+    PartialCredentialsError,
+)
+from botocore.exceptions import (
+    ConnectionError as BotoConnectionError,
+)
+
+from .errors import QueueNotFoundError, SqsAccessError, SqsSourceError, TransientSqsError
+from .options import SqsOptions
+
+logger = logging.getLogger(__name__)
+
+_QUEUE_MISSING = {
+    "AWS.SimpleQueueService.NonExistentQueue",
+    "QueueDoesNotExist",
+    "NonExistentQueue",
+}
+_ACCESS = {
+    "AccessDenied",
+    "AccessDeniedException",
+    "InvalidClientTokenId",
+    "UnrecognizedClientException",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "InvalidSecurity",
+    "IncompleteSignature",
+    "MissingAuthenticationToken",
+    "KMS.AccessDeniedException",
+}
+_TRANSIENT = {
+    "Throttling",
+    "ThrottlingException",
+    "RequestThrottled",
+    "RequestThrottledException",
+    "TooManyRequestsException",
+    "ServiceUnavailable",
+    "InternalError",
+    "InternalFailure",
+    "KmsThrottled",
+    "KMS.ThrottlingException",
+    "AWS.SimpleQueueService.RequestThrottled",
+}
+
+
+def make_client(options: SqsOptions, *, max_pool_connections: int = 16) -> Any:
+    """A new SQS client for this process."""
+    config = Config(
+        region_name=options.region,
+        retries={"mode": "standard", "max_attempts": 5},
+        connect_timeout=10,
+        # A long poll holds the connection for waitTimeSeconds; leave room for the response.
+        read_timeout=options.wait_time_seconds + 20,
+        max_pool_connections=max_pool_connections,
+        user_agent_extra="spark-sqs",
+    )
+    kwargs: dict[str, Any] = {"config": config}
+    if options.endpoint_url:
+        kwargs["endpoint_url"] = options.endpoint_url
+    creds = options.credentials
+    if creds is not None:
+        session = boto3.session.Session(
+            aws_access_key_id=creds.access_key_id,
+            aws_secret_access_key=creds.secret_access_key,
+            aws_session_token=creds.session_token,
+            region_name=options.region,
+        )
+    else:
+        session = boto3.session.Session(region_name=options.region)
+    return session.client("sqs", **kwargs)
+
+
+def error_code(exc: BaseException) -> str:
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code", ""))
+    return type(exc).__name__
+
+
+def classify(exc: BaseException, action: str, resource: str) -> SqsSourceError:
+    """Turn a botocore failure into a spark-sqs error that says what to do."""
+    if isinstance(exc, SqsSourceError):
+        return exc
+    code = error_code(exc)
+    if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+        return SqsAccessError(
+            f"No AWS credentials found for SQS {action} on {resource}. Fix: configure the "
+            "default credential chain (instance profile, AWS_ACCESS_KEY_ID/"
+            "AWS_SECRET_ACCESS_KEY, ~/.aws) or set the 'awsAccessKeyId' and "
+            "'awsSecretAccessKey' options"
+        )
+    if code in _QUEUE_MISSING:
+        return QueueNotFoundError(
+            f"SQS queue {resource} does not exist (or these credentials cannot see it) "
+            f"[{action}: {code}]. Fix: check 'queueUrl'/'queueName', 'region' and "
+            "'queueOwnerAccountId', or create the queue"
+        )
+    if code in _ACCESS:
+        return SqsAccessError(
+            f"AWS rejected SQS {action} on {resource} [{code}]. Fix: check the credentials "
+            f"and allow 'sqs:{action}' on the queue in the IAM policy (see conf/iam-policy.json)"
+        )
+    if isinstance(exc, ClientError):
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        if code in _TRANSIENT or (isinstance(status, int) and status >= 500):
+            return TransientSqsError(f"SQS {action} on {resource} failed transiently [{code}]")
+        return SqsSourceError(f"SQS {action} on {resource} failed [{code}]: {_message(exc)}")
+    if isinstance(exc, (BotoConnectionError, BotoCoreError, OSError)):
+        return TransientSqsError(
+            f"SQS {action} on {resource} failed with a network error [{type(exc).__name__}]"
+        )
+    return SqsSourceError(f"SQS {action} on {resource} failed: {type(exc).__name__}: {exc}")
+
+
+def _message(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Message", ""))[:300]
+
+
+def resolve_queue_url(client: Any, options: SqsOptions) -> str:
+    """The queue URL, checked to exist and to be readable with these credentials."""
+    if options.queue_url:
+        url = options.queue_url
+    else:
+        kwargs: dict[str, Any] = {"QueueName": options.queue_name}
+        if options.queue_owner_account_id:
+            kwargs["QueueOwnerAWSAccountId"] = options.queue_owner_account_id
+        try:
+            url = client.get_queue_url(**kwargs)["QueueUrl"]
+        except Exception as exc:
+            raise classify(exc, "GetQueueUrl", repr(options.queue_name)) from None
+    return url
+
+
+def queue_attributes(client: Any, queue_url: str, names: list[str]) -> dict[str, str]:
+    try:
+        return client.get_queue_attributes(QueueUrl=queue_url, AttributeNames=names).get(
+            "Attributes", {}
+        )
+    except Exception as exc:
+        raise classify(exc, "GetQueueAttributes", queue_url) from None

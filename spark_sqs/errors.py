@@ -1,0 +1,70 @@
+"""Error classes of the SQS source. Runs on: driver and executors.
+
+Every error says what went wrong and how to fix it. ``retriable`` tells callers whether trying
+again later can succeed (throttling, 5xx, network) or a person must act (bad option, missing
+queue, denied access). All errors survive pickling, because executor-side errors cross process
+boundaries inside Spark task failures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SqsSourceError(Exception):
+    """Base class of all errors raised by spark-sqs."""
+
+    retriable: bool = False
+
+    def __init__(self, message: str, *, retriable: bool | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if retriable is not None:
+            self.retriable = retriable
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keyword-only arguments are lost by the default Exception pickling.
+        return (_rebuild, (type(self), self.message, self.retriable))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _rebuild(cls: type[SqsSourceError], message: str, retriable: bool) -> SqsSourceError:
+    err = cls.__new__(cls)
+    SqsSourceError.__init__(err, message, retriable=retriable)
+    return err
+
+
+class InvalidOptionError(SqsSourceError, ValueError):
+    """An option is unknown, malformed, out of range or conflicts with another option."""
+
+    @classmethod
+    def for_option(cls, key: str, value: object, problem: str, fix: str) -> InvalidOptionError:
+        shown = "<redacted>" if _is_secret(key) else repr(value)
+        return cls(f"Invalid SQS source option '{key}' = {shown}: {problem}. Fix: {fix}")
+
+
+class QueueNotFoundError(SqsSourceError):
+    """The queue named by the options does not exist (or is not visible to these credentials)."""
+
+
+class SqsAccessError(SqsSourceError):
+    """AWS rejected the credentials or denied an action."""
+
+
+class JournalError(SqsSourceError):
+    """The journal under ``journalLocation`` cannot be read or written."""
+
+
+class TransientSqsError(SqsSourceError):
+    """An AWS call failed in a way that may succeed when retried."""
+
+    retriable = True
+
+
+_SECRET_KEYS = {"awsaccesskeyid", "awssecretaccesskey", "awssessiontoken"}
+
+
+def _is_secret(key: str) -> bool:
+    return key.lower() in _SECRET_KEYS

@@ -1,0 +1,311 @@
+"""The durable record of what each receiver got. Runs on: driver and executors.
+
+Layout under ``journalLocation``::
+
+    _meta.json                       queue the journal belongs to
+    _state.json                      highest batch planned, highest batch acknowledged
+    batches/<batch>/<receiver>.arrow messages one receiver got for one batch (Arrow IPC file)
+
+A receiver writes its entry before ``read()`` yields a row; a replay of the batch reads the entry
+back. Entries are written whole or not at all (local: temp file, fsync, rename; object stores:
+a single PUT), and an existing entry is never overwritten, so a retried task sees exactly what the
+first attempt journaled. The driver removes a batch's entries once its messages are deleted.
+
+Entries hold receipt handles, so local files are created readable by the owner only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from .errors import JournalError
+from .options import SqsOptions
+from .schema import RECEIPT_HANDLE as RECEIPT
+
+logger = logging.getLogger(__name__)
+
+_ENTRY = re.compile(r"^(\d{5})\.arrow$")
+_BATCH = re.compile(r"^\d{12}$")
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class JournalState:
+    planned_batch: int = 0
+    acked_batch: int = 0
+
+
+class Journal:
+    """Reads and writes journal entries; cheap to pickle (the filesystem is opened lazily)."""
+
+    def __init__(self, location: str, options: SqsOptions | None = None) -> None:
+        self.location = location
+        self._options = options
+        self._fs: pafs.FileSystem | None = None
+        self._root = ""
+        self._local = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_fs"] = None
+        return state
+
+    # -- filesystem ---------------------------------------------------------------------------
+
+    def _filesystem(self) -> pafs.FileSystem:
+        if self._fs is None:
+            self._fs, self._root, self._local = _open(self.location, self._options)
+        return self._fs
+
+    def _path(self, *parts: str) -> str:
+        self._filesystem()
+        return "/".join([self._root.rstrip("/"), *parts]) if self._root else "/".join(parts)
+
+    @staticmethod
+    def batch_dir(batch: int) -> str:
+        return f"batches/{batch:012d}"
+
+    @staticmethod
+    def entry_name(receiver: int) -> str:
+        return f"{receiver:05d}.arrow"
+
+    # -- entries ------------------------------------------------------------------------------
+
+    def read_entry(self, batch: int, receiver: int) -> pa.Table | None:
+        path = self._path(self.batch_dir(batch), self.entry_name(receiver))
+        data = self._read_bytes(path)
+        if data is None:
+            return None
+        try:
+            return pa.ipc.open_file(pa.BufferReader(data)).read_all()
+        except pa.ArrowInvalid as exc:
+            raise JournalError(
+                f"Journal entry {path} is corrupt ({exc}). It was written by an interrupted "
+                "writer on a store without atomic writes. Fix: move it away; its messages "
+                "reappear in SQS after their visibility timeout"
+            ) from None
+
+    def read_handles(self, batch: int, receiver: int) -> list[tuple[str, str]]:
+        """(message id, receipt handle) pairs of an entry, without reading bodies."""
+        path = self._path(self.batch_dir(batch), self.entry_name(receiver))
+        fs = self._filesystem()
+        try:
+            with fs.open_input_file(path) as source:
+                schema = pa.ipc.open_file(source).schema
+                wanted = [schema.get_field_index("messageId"), schema.get_field_index(RECEIPT)]
+                options = pa.ipc.IpcReadOptions(included_fields=wanted)
+                table = pa.ipc.open_file(source, options=options).read_all()
+        except FileNotFoundError:
+            return []
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise JournalError(f"Cannot read journal file {path}: {exc}") from None
+        return list(
+            zip(
+                table.column("messageId").to_pylist(),
+                table.column(RECEIPT).to_pylist(),
+                strict=True,
+            )
+        )
+
+    def batch_handles(self, batch: int) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        for receiver in self.receivers(batch):
+            out.extend(self.read_handles(batch, receiver))
+        return out
+
+    def write_entry(self, batch: int, receiver: int, table: pa.Table) -> bool:
+        """Write an entry; returns False (and writes nothing) if one already exists."""
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        path = self._path(self.batch_dir(batch), self.entry_name(receiver))
+        return self._write_bytes(path, sink.getvalue().to_pybytes(), overwrite=False)
+
+    def receivers(self, batch: int) -> list[int]:
+        out = []
+        for info in self._list(self._path(self.batch_dir(batch))):
+            match = _ENTRY.match(info.base_name)
+            if match and info.type == pafs.FileType.File:
+                out.append(int(match.group(1)))
+        return sorted(out)
+
+    def batches(self) -> list[int]:
+        return sorted(
+            int(info.base_name)
+            for info in self._list(self._path("batches"))
+            if _BATCH.match(info.base_name)
+        )
+
+    def read_batch(self, batch: int) -> list[tuple[int, pa.Table]]:
+        out = []
+        for receiver in self.receivers(batch):
+            table = self.read_entry(batch, receiver)
+            if table is not None:
+                out.append((receiver, table))
+        return out
+
+    def remove_batch(self, batch: int) -> None:
+        fs = self._filesystem()
+        path = self._path(self.batch_dir(batch))
+        try:
+            fs.delete_dir(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise JournalError(f"Cannot remove journal batch {path}: {exc}") from None
+
+    # -- state --------------------------------------------------------------------------------
+
+    def read_state(self) -> JournalState:
+        data = self._read_bytes(self._path("_state.json"))
+        if data is None:
+            return JournalState()
+        doc = json.loads(data)
+        return JournalState(int(doc.get("plannedBatch", 0)), int(doc.get("ackedBatch", 0)))
+
+    def write_state(self, state: JournalState) -> None:
+        doc = {"plannedBatch": state.planned_batch, "ackedBatch": state.acked_batch}
+        self._write_bytes(self._path("_state.json"), json.dumps(doc).encode(), overwrite=True)
+
+    def check_owner(self, queue_url: str) -> None:
+        """Bind the journal to one queue; refuse a journal that belongs to another."""
+        path = self._path("_meta.json")
+        data = self._read_bytes(path)
+        if data is None:
+            doc = {"format": FORMAT_VERSION, "queueUrl": queue_url}
+            self._write_bytes(path, json.dumps(doc).encode(), overwrite=True)
+            return
+        doc = json.loads(data)
+        if doc.get("queueUrl") != queue_url:
+            raise JournalError(
+                f"journalLocation {self.location} belongs to queue {doc.get('queueUrl')}, not "
+                f"{queue_url}. Fix: give each query its own 'journalLocation'"
+            )
+
+    def probe_writable(self) -> None:
+        path = self._path(f"_probe-{uuid.uuid4().hex}")
+        try:
+            self._write_bytes(path, b"ok", overwrite=True)
+            self._filesystem().delete_file(path)
+        except (OSError, JournalError) as exc:
+            raise JournalError(
+                f"journalLocation {self.location} is not writable ({exc}). Fix: point "
+                "'journalLocation' at a directory this cluster can create and write files in"
+            ) from None
+
+    # -- bytes --------------------------------------------------------------------------------
+
+    def _list(self, path: str) -> list[pafs.FileInfo]:
+        selector = pafs.FileSelector(path, allow_not_found=True, recursive=False)
+        try:
+            return self._filesystem().get_file_info(selector)
+        except OSError as exc:
+            raise JournalError(f"Cannot list journal directory {path}: {exc}") from None
+
+    def _read_bytes(self, path: str) -> bytes | None:
+        fs = self._filesystem()
+        try:
+            with fs.open_input_stream(path) as stream:
+                return stream.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if "not found" in str(exc).lower() or "does not exist" in str(exc).lower():
+                return None
+            raise JournalError(f"Cannot read journal file {path}: {exc}") from None
+
+    def _write_bytes(self, path: str, data: bytes, *, overwrite: bool) -> bool:
+        if self._local:
+            return _write_local(path, data, overwrite=overwrite)
+        fs = self._filesystem()
+        if not overwrite and fs.get_file_info(path).type != pafs.FileType.NotFound:
+            return False
+        try:
+            # An object store PUT is atomic: the object appears whole or not at all.
+            with fs.open_output_stream(path) as out:
+                out.write(data)
+        except OSError as exc:
+            raise JournalError(f"Cannot write journal file {path}: {exc}") from None
+        return True
+
+
+def _write_local(path: str, data: bytes, *, overwrite: bool) -> bool:
+    directory = os.path.dirname(path)
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        if not overwrite and os.path.exists(path):
+            return False
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            try:
+                # link() fails if the target exists: the first writer wins, atomically.
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+            finally:
+                os.unlink(tmp)
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        raise JournalError(f"Cannot write journal file {path}: {exc}") from None
+    return True
+
+
+def _open(location: str, options: SqsOptions | None) -> tuple[pafs.FileSystem, str, bool]:
+    parsed = urlparse(location)
+    if parsed.scheme in ("", "file") or re.match(r"^[A-Za-z]:[\\/]", location):
+        path = parsed.path if parsed.scheme == "file" else location
+        return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(path)), True
+    try:
+        if parsed.scheme in ("s3", "s3a") and options is not None:
+            return _open_s3(parsed, options), f"{parsed.netloc}{parsed.path}".rstrip("/"), False
+        fs, root = pafs.FileSystem.from_uri(location)
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise JournalError(
+            f"Cannot open journalLocation {location!r}: {exc}. Fix: use a local path or a URI "
+            "that pyarrow.fs supports (s3://bucket/prefix, gs://..., hdfs://...)"
+        ) from None
+    return fs, root.rstrip("/"), isinstance(fs, pafs.LocalFileSystem)
+
+
+def _open_s3(parsed: Any, options: SqsOptions) -> pafs.FileSystem:
+    query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    kwargs: dict[str, Any] = {"region": query.pop("region", options.region)}
+    if "endpoint_override" in query:
+        kwargs["endpoint_override"] = query.pop("endpoint_override")
+    if "scheme" in query:
+        kwargs["scheme"] = query.pop("scheme")
+    if query:
+        raise ValueError(f"unsupported journalLocation parameters {sorted(query)}")
+    creds = options.credentials
+    if creds is not None:
+        kwargs.update(
+            access_key=creds.access_key_id,
+            secret_key=creds.secret_access_key,
+            session_token=creds.session_token,
+        )
+    return pafs.S3FileSystem(**kwargs)

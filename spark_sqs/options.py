@@ -1,0 +1,380 @@
+"""Options of the SQS source: parsed once, validated, frozen. Runs on: driver and executors.
+
+``SqsOptions.parse`` turns the case-insensitive option map given to
+``spark.readStream.format("sqs").option(...)`` into one immutable object. It is called when the
+DataFrame is created (``load()``), so a bad option fails there with a message that names the
+option, the value and the fix. The same object is pickled into every input partition.
+
+``OPTIONS`` is the single table of accepted options; the docs' option table is checked against
+it by a test.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InvalidOptionError
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    name: str
+    default: str | None
+    doc: str
+
+
+# name, default (as the user would write it), description. Order is the docs' order.
+OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("queueUrl", None, "URL of the queue. Give this, or `queueName`."),
+    OptionSpec("queueName", None, "Name of the queue, resolved with `GetQueueUrl` in `region`."),
+    OptionSpec(
+        "queueOwnerAccountId", None, "With `queueName`: the 12-digit account that owns the queue."
+    ),
+    OptionSpec(
+        "region",
+        None,
+        "AWS region. Default: taken from `queueUrl`, else `AWS_REGION`/`AWS_DEFAULT_REGION`.",
+    ),
+    OptionSpec("endpointUrl", None, "SQS endpoint override (VPC endpoint, LocalStack, moto)."),
+    OptionSpec(
+        "journalLocation",
+        None,
+        "Required. Directory of the durable journal of received messages: a local path or any "
+        "URI pyarrow.fs opens (`s3://bucket/prefix`). One per query, like `checkpointLocation`.",
+    ),
+    OptionSpec("numPartitions", "4", "Receivers (Spark tasks) per micro-batch."),
+    OptionSpec(
+        "maxMessagesPerTrigger",
+        "10000",
+        "Upper bound on messages per micro-batch, split evenly across receivers.",
+    ),
+    OptionSpec(
+        "waitTimeSeconds", "1", "Long-poll wait of each `ReceiveMessage` call, 0-20 seconds."
+    ),
+    OptionSpec(
+        "visibilityTimeout",
+        "120",
+        "Seconds a received message stays invisible (set on each receive), 1-43200. A receiver "
+        "stops receiving after a quarter of it, so the batch is journaled well before it expires.",
+    ),
+    OptionSpec(
+        "messageAttributeNames",
+        "All",
+        "Comma-separated message attribute names to fetch (`All` for every attribute).",
+    ),
+    OptionSpec(
+        "deleteOnCommit",
+        "true",
+        "Delete messages once the micro-batch that yielded them is committed. `false` never "
+        "deletes (messages reappear after the visibility timeout).",
+    ),
+    OptionSpec(
+        "queuePollInterval",
+        "1",
+        "Seconds between `GetQueueAttributes` calls that check an idle queue for new messages.",
+    ),
+    OptionSpec(
+        "awsAccessKeyId", None, "Explicit credentials; default is the AWS credential chain."
+    ),
+    OptionSpec("awsSecretAccessKey", None, "Secret for `awsAccessKeyId`."),
+    OptionSpec("awsSessionToken", None, "Session token for temporary credentials."),
+)
+
+_CANONICAL = {spec.name.lower(): spec.name for spec in OPTIONS}
+_DEFAULTS = {spec.name: spec.default for spec in OPTIONS}
+
+# https://sqs.us-east-1.amazonaws.com/123456789012/q, https://us-east-1.queue.amazonaws.com/...,
+# https://sqs.cn-north-1.amazonaws.com.cn/...
+_REGION_IN_URL = re.compile(
+    r"^https?://(?:sqs[.-](?P<a>[a-z0-9-]+)|(?P<b>[a-z]{2}(?:-[a-z]+)+-\d))\.[^/]*amazonaws\.com"
+)
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$|^[A-Za-z0-9_-]{1,75}\.fifo$")
+
+
+@dataclass(frozen=True)
+class AwsCredentials:
+    """Explicit credentials; never shown by ``repr`` or logs."""
+
+    access_key_id: str = field(repr=False)
+    secret_access_key: str = field(repr=False)
+    session_token: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class SqsOptions:
+    queue_url: str | None
+    queue_name: str | None
+    queue_owner_account_id: str | None
+    region: str
+    endpoint_url: str | None
+    journal_location: str
+    num_partitions: int
+    max_messages_per_trigger: int
+    wait_time_seconds: int
+    visibility_timeout: int
+    message_attribute_names: tuple[str, ...]
+    delete_on_commit: bool
+    queue_poll_interval: float
+    credentials: AwsCredentials | None = field(default=None, repr=False)
+
+    @property
+    def receive_budget_seconds(self) -> float:
+        """How long a receiver keeps receiving before it journals what it has.
+
+        A quarter of the visibility timeout (at most 60 s) leaves the rest of it for journaling,
+        the sink and the acknowledgement, before the heartbeat has to step in.
+        """
+        return min(60.0, self.visibility_timeout / 4.0)
+
+    @property
+    def is_fifo(self) -> bool:
+        name = self.queue_name or (self.queue_url or "").rstrip("/").rsplit("/", 1)[-1]
+        return name.endswith(".fifo")
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any], env: Mapping[str, str] | None = None) -> SqsOptions:
+        """Validate the user's options. Raises ``InvalidOptionError`` naming the option."""
+        env = os.environ if env is None else env
+        raw = _normalise_keys(options)
+
+        def get(name: str) -> str | None:
+            value = raw.get(name)
+            if value is None:
+                return _DEFAULTS[name]
+            return value
+
+        queue_url = _nonblank(raw, "queueUrl")
+        queue_name = _nonblank(raw, "queueName")
+        owner = _nonblank(raw, "queueOwnerAccountId")
+        if queue_url and queue_name:
+            raise InvalidOptionError.for_option(
+                "queueName",
+                queue_name,
+                "conflicts with 'queueUrl'; the queue must be named exactly once",
+                "set either 'queueUrl' or 'queueName' (with 'region'), not both",
+            )
+        if not queue_url and not queue_name:
+            raise InvalidOptionError(
+                "Missing SQS source option 'queueUrl': the source needs to know which queue to "
+                "read. Fix: add .option('queueUrl', 'https://sqs.<region>.amazonaws.com/"
+                "<account>/<queue>') or .option('queueName', '<queue>') with .option('region', ...)"
+            )
+        if queue_url and not re.match(r"^https?://[^/\s]+/.+", queue_url):
+            raise InvalidOptionError.for_option(
+                "queueUrl",
+                queue_url,
+                "is not a queue URL",
+                "use the URL shown by the SQS console or `aws sqs get-queue-url`, e.g. "
+                "https://sqs.us-east-1.amazonaws.com/123456789012/my-queue",
+            )
+        if queue_name and not _QUEUE_NAME.match(queue_name):
+            raise InvalidOptionError.for_option(
+                "queueName",
+                queue_name,
+                "is not a valid SQS queue name (1-80 letters, digits, '-' or '_', FIFO names end "
+                "in '.fifo')",
+                "give the queue's name, not its URL or ARN (use 'queueUrl' for a URL)",
+            )
+        if owner and not queue_name:
+            raise InvalidOptionError.for_option(
+                "queueOwnerAccountId",
+                owner,
+                "only applies together with 'queueName'",
+                "remove it, or name the queue with 'queueName' instead of 'queueUrl'",
+            )
+        if owner and not re.fullmatch(r"\d{12}", owner):
+            raise InvalidOptionError.for_option(
+                "queueOwnerAccountId", owner, "is not a 12-digit AWS account id", "fix the id"
+            )
+
+        endpoint_url = _nonblank(raw, "endpointUrl")
+        if endpoint_url and not re.match(r"^https?://[^/\s]+", endpoint_url):
+            raise InvalidOptionError.for_option(
+                "endpointUrl",
+                endpoint_url,
+                "is not an http(s) URL",
+                "give a URL such as https://sqs.us-east-1.amazonaws.com or http://127.0.0.1:4566",
+            )
+
+        region = _nonblank(raw, "region") or _region_from_url(queue_url) or _region_from_env(env)
+        if not region:
+            raise InvalidOptionError(
+                "Missing SQS source option 'region': it cannot be taken from the queue URL or "
+                "from AWS_REGION/AWS_DEFAULT_REGION. Fix: add .option('region', 'us-east-1') "
+                "(the queue's region)"
+            )
+        if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d+", region):
+            raise InvalidOptionError.for_option(
+                "region", region, "is not an AWS region name", "use a name such as 'eu-west-1'"
+            )
+
+        journal = _nonblank(raw, "journalLocation")
+        if not journal:
+            raise InvalidOptionError(
+                "Missing SQS source option 'journalLocation': the source journals every received "
+                "message durably before Spark sees it, so that a replayed micro-batch yields "
+                "exactly the same rows. Fix: add .option('journalLocation', '<dir>') with a "
+                "directory next to the query's checkpointLocation (local path or s3://bucket/"
+                "prefix), one per query"
+            )
+
+        num_partitions = _int(get, "numPartitions", 1, 1000)
+        max_messages = _int(get, "maxMessagesPerTrigger", 1, 1_000_000)
+        wait = _int(get, "waitTimeSeconds", 0, 20)
+        visibility = _int(get, "visibilityTimeout", 1, 43200)
+        poll = _float(get, "queuePollInterval", 0.01, 3600.0)
+        delete_on_commit = _bool(get, "deleteOnCommit")
+        attribute_names = _attribute_names(get("messageAttributeNames") or "All")
+
+        # A receiver stops after receive_budget_seconds but a call may then still wait
+        # waitTimeSeconds; all of that must fit in half the visibility timeout so that the rest
+        # covers journaling and acknowledgement.
+        if visibility / 4.0 + wait > visibility / 2.0:
+            raise InvalidOptionError.for_option(
+                "visibilityTimeout",
+                visibility,
+                f"is too short for waitTimeSeconds={wait}: messages received at the start of a "
+                "receive loop could become visible again before the batch is journaled",
+                f"raise 'visibilityTimeout' to at least {4 * wait} or lower 'waitTimeSeconds'",
+            )
+
+        access_key = _nonblank(raw, "awsAccessKeyId")
+        secret_key = _nonblank(raw, "awsSecretAccessKey")
+        token = _nonblank(raw, "awsSessionToken")
+        credentials = None
+        if access_key or secret_key:
+            if not (access_key and secret_key):
+                missing = "awsSecretAccessKey" if access_key else "awsAccessKeyId"
+                raise InvalidOptionError(
+                    f"Missing SQS source option '{missing}': 'awsAccessKeyId' and "
+                    "'awsSecretAccessKey' must be given together. Fix: set both, or neither to "
+                    "use the default AWS credential chain"
+                )
+            credentials = AwsCredentials(access_key, secret_key, token)
+        elif token:
+            raise InvalidOptionError(
+                "Invalid SQS source option 'awsSessionToken': a session token needs "
+                "'awsAccessKeyId' and 'awsSecretAccessKey'. Fix: set all three, or none"
+            )
+
+        return cls(
+            queue_url=queue_url,
+            queue_name=queue_name,
+            queue_owner_account_id=owner,
+            region=region,
+            endpoint_url=endpoint_url,
+            journal_location=journal,
+            num_partitions=num_partitions,
+            max_messages_per_trigger=max_messages,
+            wait_time_seconds=wait,
+            visibility_timeout=visibility,
+            message_attribute_names=attribute_names,
+            delete_on_commit=delete_on_commit,
+            queue_poll_interval=poll,
+            credentials=credentials,
+        )
+
+
+def _normalise_keys(options: Mapping[str, Any]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in options.items():
+        canonical = _CANONICAL.get(str(key).lower())
+        if canonical is None:
+            close = difflib.get_close_matches(str(key).lower(), list(_CANONICAL), n=1)
+            hint = f"did you mean '{_CANONICAL[close[0]]}'?" if close else "see the option table"
+            raise InvalidOptionError(
+                f"Unknown SQS source option '{key}'. Fix: remove it or correct the name; {hint} "
+                f"Accepted options: {', '.join(s.name for s in OPTIONS)}"
+            )
+        out[canonical] = "" if value is None else str(value)
+    return out
+
+
+def _nonblank(raw: Mapping[str, str], name: str) -> str | None:
+    value = raw.get(name)
+    if value is None:
+        return None
+    value = value.strip()
+    return value or None
+
+
+def _int(get: Callable[[str], str | None], name: str, low: int, high: int) -> int:
+    text = (get(name) or "").strip()
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidOptionError.for_option(
+            name, text, "is not a whole number", f"give an integer from {low} to {high}"
+        ) from None
+    if not low <= value <= high:
+        raise InvalidOptionError.for_option(
+            name, text, f"is out of range {low}-{high}", f"give an integer from {low} to {high}"
+        )
+    return value
+
+
+def _float(get: Callable[[str], str | None], name: str, low: float, high: float) -> float:
+    text = (get(name) or "").strip()
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidOptionError.for_option(
+            name, text, "is not a number of seconds", f"give a number from {low:g} to {high:g}"
+        ) from None
+    if not low <= value <= high:
+        raise InvalidOptionError.for_option(
+            name,
+            text,
+            f"is out of range {low:g}-{high:g}",
+            f"give a number from {low:g} to {high:g}",
+        )
+    return value
+
+
+def _bool(get: Callable[[str], str | None], name: str) -> bool:
+    text = (get(name) or "").strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise InvalidOptionError.for_option(name, text, "is not a boolean", "use 'true' or 'false'")
+
+
+def _attribute_names(text: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not names:
+        raise InvalidOptionError.for_option(
+            "messageAttributeNames",
+            text,
+            "names no attribute",
+            "use 'All', or a comma-separated list of attribute names",
+        )
+    if any(n.lower() == "all" for n in names):
+        return ("All",)
+    for n in names:
+        if len(n) > 256 or not re.fullmatch(r"[A-Za-z0-9_.\-*]+", n):
+            raise InvalidOptionError.for_option(
+                "messageAttributeNames",
+                text,
+                f"'{n}' is not a valid message attribute name",
+                "use letters, digits, '_', '-', '.', or a prefix ending in '.*'",
+            )
+    return names
+
+
+def _region_from_url(url: str | None) -> str | None:
+    if not url:
+        return None
+    match = _REGION_IN_URL.match(url)
+    if not match:
+        return None
+    return match.group("a") or match.group("b")
+
+
+def _region_from_env(env: Mapping[str, str]) -> str | None:
+    return env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None

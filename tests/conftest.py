@@ -1,0 +1,93 @@
+"""Shared fixtures: one moto server and one SparkSession per test session, a queue per test."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+# Executors are Python worker processes started by the JVM: they inherit this environment, so it
+# must be complete before the SparkSession starts.
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+os.environ.pop("AWS_PROFILE", None)
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+
+REGION = "us-east-1"
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    from tests.moto_support import MotoServer
+
+    server = MotoServer()
+    yield server.endpoint
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    from pyspark.sql import SparkSession
+
+    from spark_sqs import SqsDataSource
+
+    session = (
+        SparkSession.builder.master("local[2,3]")
+        .appName("spark-sqs-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        # Idle queries report progress every second, so tests can watch them idle.
+        .config("spark.sql.streaming.noDataProgressEventInterval", "1s")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(SqsDataSource)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def sqs(moto_endpoint: str) -> Any:
+    import boto3
+
+    return boto3.client("sqs", region_name=REGION, endpoint_url=moto_endpoint)
+
+
+@pytest.fixture
+def s3(moto_endpoint: str) -> Any:
+    import boto3
+
+    return boto3.client("s3", region_name=REGION, endpoint_url=moto_endpoint)
+
+
+@pytest.fixture
+def queue_url(sqs: Any) -> Iterator[str]:
+    name = f"q-{uuid.uuid4().hex[:12]}"
+    url = sqs.create_queue(QueueName=name)["QueueUrl"]
+    yield url
+    try:
+        sqs.delete_queue(QueueUrl=url)
+    except Exception:
+        pass
+
+
+@pytest.fixture
+def fifo_queue_url(sqs: Any) -> Iterator[str]:
+    name = f"q-{uuid.uuid4().hex[:12]}.fifo"
+    url = sqs.create_queue(
+        QueueName=name, Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+    )["QueueUrl"]
+    yield url
+    try:
+        sqs.delete_queue(QueueUrl=url)
+    except Exception:
+        pass

@@ -1,0 +1,77 @@
+"""Helpers for integration tests: sending, waiting on conditions, reading sinks."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def wait_until(
+    condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.2
+) -> Any:
+    """Poll ``condition`` until it returns a truthy value or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def send_numbered(sqs: Any, queue_url: str, count: int, start: int = 0, **extra: Any) -> list[int]:
+    """Send messages whose body is JSON with a sequence number ``n``, with one attribute of
+    each SQS data type."""
+    numbers = list(range(start, start + count))
+    for i in range(0, count, 10):
+        chunk = numbers[i : i + 10]
+        entries = []
+        for n in chunk:
+            entry: dict[str, Any] = {
+                "Id": str(n),
+                "MessageBody": json.dumps({"n": n, "text": f"message {n} \u00e9\u4e2d\U0001f600"}),
+                "MessageAttributes": {
+                    "kind": {"DataType": "String", "StringValue": "test"},
+                    "number": {"DataType": "Number", "StringValue": str(n)},
+                    "blob": {"DataType": "Binary", "BinaryValue": n.to_bytes(4, "big")},
+                },
+            }
+            entry.update(extra)
+            entries.append(entry)
+        response = sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
+        assert not response.get("Failed"), response.get("Failed")
+    return numbers
+
+
+def queue_counts(sqs: Any, queue_url: str) -> tuple[int, int]:
+    attrs = sqs.get_queue_attributes(
+        QueueUrl=queue_url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return int(attrs["ApproximateNumberOfMessages"]), int(
+        attrs["ApproximateNumberOfMessagesNotVisible"]
+    )
+
+
+def process_all_available(query: Any, timeout: float) -> None:
+    """``query.processAllAvailable()`` with a timeout, failing with the query's error."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            query.processAllAvailable()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread
+            errors.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        query.stop()
+        raise AssertionError(f"query did not process all available data within {timeout:.0f}s")
+    if errors:
+        raise errors[0]

@@ -1,0 +1,110 @@
+"""End to end: real streaming queries on local Spark against a moto SQS server."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.helpers import process_all_available, queue_counts, send_numbered, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def _reader(spark: Any, endpoint: str, queue_url: str, journal: str, **options: Any) -> Any:
+    reader = (
+        spark.readStream.format("sqs")
+        .option("queueUrl", queue_url)
+        .option("endpointUrl", endpoint)
+        .option("region", "us-east-1")
+        .option("journalLocation", journal)
+    )
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return reader.load()
+
+
+def test_every_message_exactly_once_with_columns(spark, moto_endpoint, sqs, queue_url, tmp_path):
+    numbers = send_numbered(sqs, queue_url, 300)
+    out, checkpoint, journal = tmp_path / "out", tmp_path / "ckpt", tmp_path / "journal"
+    df = _reader(
+        spark,
+        moto_endpoint,
+        queue_url,
+        str(journal),
+        numPartitions=3,
+        maxMessagesPerTrigger=120,
+        waitTimeSeconds=1,
+    )
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    try:
+        process_all_available(query, timeout=240)
+        wait_until(lambda: queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue")
+    finally:
+        query.stop()
+
+    rows = spark.read.parquet(str(out)).collect()
+    bodies = [json.loads(r.body)["n"] for r in rows]
+    assert sorted(bodies) == numbers, "every message exactly once"
+    assert len({r.messageId for r in rows}) == len(rows)
+
+    batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert max(batches) <= 120, f"maxMessagesPerTrigger not honoured: {batches}"
+
+    row = next(r for r in rows if json.loads(r.body)["n"] == 7)
+    assert json.loads(row.body)["text"] == "message 7 \u00e9\u4e2d\U0001f600"
+    assert row.queueUrl == queue_url
+    assert row.md5OfBody and len(row.md5OfBody) == 32
+    assert row.sentTimestamp is not None and row.approximateFirstReceiveTimestamp is not None
+    assert row.approximateReceiveCount == 1
+    assert row.senderId
+    assert row.messageGroupId is None and row.sequenceNumber is None
+    assert row.attributes["ApproximateReceiveCount"] == "1"
+    attrs = row.messageAttributes
+    assert attrs["kind"].dataType == "String" and attrs["kind"].stringValue == "test"
+    assert attrs["number"].dataType == "Number" and attrs["number"].stringValue == "7"
+    assert attrs["blob"].dataType == "Binary" and bytes(attrs["blob"].binaryValue) == b"\0\0\0\7"
+
+    # Acknowledged batches leave nothing behind in the journal.
+    assert not list((journal / "batches").glob("*/*.arrow"))
+
+
+def test_empty_queue_runs_no_batches_and_new_messages_start_one(
+    spark, moto_endpoint, sqs, queue_url, tmp_path
+):
+    out, checkpoint = tmp_path / "out", tmp_path / "ckpt"
+    df = _reader(spark, moto_endpoint, queue_url, str(tmp_path / "journal"), queuePollInterval=0.2)
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    try:
+        # Spark always runs one (empty) first batch from the initial offset; after that an
+        # idle query must only report progress, never run a batch. Idle reports come every
+        # second (noDataProgressEventInterval), the queue is polled every 0.2 s.
+        wait_until(lambda: len(query.recentProgress) >= 6, 120, "idle progress reports")
+        progress = query.recentProgress
+        assert all(p["numInputRows"] == 0 for p in progress)
+        ran = [p["batchId"] for p in progress if "addBatch" in p["durationMs"]]
+        assert ran == [0], f"an empty queue must not start micro-batches, ran {ran}"
+
+        send_numbered(sqs, queue_url, 5)
+        wait_until(
+            lambda: sum(p["numInputRows"] for p in query.recentProgress) >= 5,
+            120,
+            "the new messages to be processed",
+        )
+        wait_until(lambda: queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue")
+    finally:
+        query.stop()
+    assert spark.read.parquet(str(out)).count() == 5

@@ -1,0 +1,81 @@
+"""moto as a real HTTP SQS/S3 server for tests, made safe for concurrent receivers.
+
+moto's SQS backend has no locking: two concurrent ReceiveMessage calls can hand out the same
+message, and concurrent deletes race. Every backend method is serialised here with one lock.
+A long poll must not hold that lock while it waits, so ``receive_message`` polls the backend
+without waiting, under the lock, and waits between polls outside it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from typing import Any
+
+_LOCK = threading.RLock()
+_PATCHED = False
+
+
+def serialise_moto_sqs() -> None:
+    global _PATCHED
+    if _PATCHED:
+        return
+    from moto.sqs.models import SQSBackend
+
+    for name, member in list(vars(SQSBackend).items()):
+        if name.startswith("_") or not callable(member) or name == "receive_message":
+            continue
+        setattr(SQSBackend, name, _locked(member))
+
+    original_receive = SQSBackend.receive_message
+
+    @functools.wraps(original_receive)
+    def receive_message(
+        self: Any,
+        queue_name: str,
+        count: int,
+        wait_seconds_timeout: int,
+        visibility_timeout: int,
+        message_attribute_names: list[str] | None = None,
+    ) -> list[Any]:
+        deadline = time.monotonic() + (wait_seconds_timeout or 0)
+        while True:
+            with _LOCK:
+                result = original_receive(
+                    self, queue_name, count, 0, visibility_timeout, message_attribute_names
+                )
+            if result or time.monotonic() >= deadline:
+                return result
+            # Server-side long-poll granularity, not a test wait.
+            time.sleep(0.05)
+
+    SQSBackend.receive_message = receive_message
+    _PATCHED = True
+
+
+def _locked(fn: Any) -> Any:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with _LOCK:
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+class MotoServer:
+    """A threaded moto server on a free loopback port."""
+
+    def __init__(self) -> None:
+        from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        serialise_moto_sqs()
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self._server.start()
+        host, port = self._server.get_host_and_port()
+        self.endpoint = f"http://{host}:{port}"
+
+    def stop(self) -> None:
+        self._server.stop()
