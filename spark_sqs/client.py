@@ -8,6 +8,7 @@ retries of throttling, 5xx and network errors are botocore's, configured through
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import boto3
@@ -89,7 +90,14 @@ def make_client(options: SqsOptions, *, max_pool_connections: int = 16) -> Any:
 
 def error_code(exc: BaseException) -> str:
     if isinstance(exc, ClientError):
-        return str(exc.response.get("Error", {}).get("Code", ""))
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        if code.isdigit():
+            # An endpoint that answers a JSON-protocol call with an XML error (some emulators,
+            # some proxies) leaves botocore with only the HTTP status: find the real code.
+            match = re.search(r"<Code>([^<]+)</Code>", _message(exc))
+            if match:
+                return match.group(1)
+        return code
     return type(exc).__name__
 
 
@@ -111,13 +119,17 @@ def classify(exc: BaseException, action: str, resource: str) -> SqsSourceError:
             f"[{action}: {code}]. Fix: check 'queueUrl'/'queueName', 'region' and "
             "'queueOwnerAccountId', or create the queue"
         )
-    if code in _ACCESS:
+    status = (
+        exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        if isinstance(exc, ClientError)
+        else 0
+    )
+    if code in _ACCESS or status == 403:
         return SqsAccessError(
             f"AWS rejected SQS {action} on {resource} [{code}]. Fix: check the credentials "
             f"and allow 'sqs:{action}' on the queue in the IAM policy (see conf/iam-policy.json)"
         )
     if isinstance(exc, ClientError):
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
         if code in _TRANSIENT or (isinstance(status, int) and status >= 500):
             return TransientSqsError(f"SQS {action} on {resource} failed transiently [{code}]")
         return SqsSourceError(f"SQS {action} on {resource} failed [{code}]: {_message(exc)}")

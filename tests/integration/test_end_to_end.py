@@ -108,3 +108,30 @@ def test_empty_queue_runs_no_batches_and_new_messages_start_one(
     finally:
         query.stop()
     assert spark.read.parquet(str(out)).count() == 5
+
+
+def test_journal_on_s3(spark, moto_endpoint, sqs, s3, queue_url, tmp_path):
+    bucket = f"journal-{queue_url.rsplit('/', 1)[1]}"
+    s3.create_bucket(Bucket=bucket)
+    host_port = moto_endpoint.removeprefix("http://")
+    journal = f"s3://{bucket}/queries/q1?endpoint_override={host_port}&scheme=http"
+    numbers = send_numbered(sqs, queue_url, 80)
+    out = tmp_path / "out"
+    df = _reader(spark, moto_endpoint, queue_url, journal, numPartitions=2, maxMessagesPerTrigger=30)
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .start()
+    )
+    try:
+        process_all_available(query, timeout=240)
+        wait_until(lambda: queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue")
+    finally:
+        query.stop()
+    rows = spark.read.parquet(str(out)).collect()
+    assert sorted(json.loads(r.body)["n"] for r in rows) == numbers
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
+    # The journal lived in S3: its metadata and state are there, acknowledged entries are gone.
+    assert "queries/q1/_meta.json" in keys and "queries/q1/_state.json" in keys
+    assert not [k for k in keys if k.endswith(".arrow")]

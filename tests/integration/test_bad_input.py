@@ -1,0 +1,121 @@
+"""Bad options and bad resources fail early, with a message that names the problem and the fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.helpers import queue_counts, send_numbered
+
+pytestmark = pytest.mark.integration
+
+
+def _options(queue_url: str, endpoint: str, journal: str) -> dict[str, str]:
+    return {"queueUrl": queue_url, "endpointUrl": endpoint, "journalLocation": journal}
+
+
+LOAD_ERRORS = [
+    ({"journalLocation": None}, "Missing SQS source option 'journalLocation'"),
+    ({"maxMessagePerTrigger": "5"}, "did you mean 'maxMessagesPerTrigger'"),
+    ({"numPartitions": "0"}, "'numPartitions' = '0': is out of range 1-1000"),
+    ({"waitTimeSeconds": "25"}, "'waitTimeSeconds' = '25': is out of range 0-20"),
+    ({"visibilityTimeout": "ten"}, "'visibilityTimeout' = 'ten': is not a whole number"),
+    ({"deleteOnCommit": "maybe"}, "'deleteOnCommit' = 'maybe': is not a boolean"),
+    ({"queueName": "other"}, "conflicts with 'queueUrl'"),
+    ({"awsAccessKeyId": "AKIAEXAMPLE"}, "Missing SQS source option 'awsSecretAccessKey'"),
+    (
+        {"visibilityTimeout": "8", "waitTimeSeconds": "5"},
+        "raise 'visibilityTimeout' to at least 20",
+    ),
+]
+
+
+@pytest.mark.parametrize(("change", "message"), LOAD_ERRORS, ids=[m for _, m in LOAD_ERRORS])
+def test_bad_option_fails_at_load(spark, moto_endpoint, queue_url, tmp_path, change, message):
+    options = _options(queue_url, moto_endpoint, str(tmp_path / "journal"))
+    options.update(change)
+    reader = spark.readStream.format("sqs")
+    for key, value in options.items():
+        if value is not None:
+            reader = reader.option(key, value)
+    with pytest.raises(Exception) as info:
+        reader.load()
+    assert message in str(info.value)
+    assert "Fix:" in str(info.value)
+
+
+def test_user_schema_is_rejected(spark, moto_endpoint, queue_url, tmp_path):
+    reader = spark.readStream.format("sqs").schema("body string")
+    for key, value in _options(queue_url, moto_endpoint, str(tmp_path / "j")).items():
+        reader = reader.option(key, value)
+    with pytest.raises(Exception, match="fixed schema"):
+        reader.load().writeStream.format("noop").start().awaitTermination(60)
+
+
+def _start_and_fail(spark: Any, options: dict[str, str], checkpoint: str) -> str:
+    reader = spark.readStream.format("sqs")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    query = reader.load().writeStream.format("noop").option("checkpointLocation", checkpoint)
+    started = query.start()
+    with pytest.raises(Exception) as info:
+        started.awaitTermination(120)
+        pytest.fail("the query should have failed at start")
+    return str(info.value)
+
+
+def test_missing_queue_fails_at_query_start(spark, moto_endpoint, queue_url, tmp_path):
+    missing = queue_url.rsplit("/", 1)[0] + "/no-such-queue"
+    message = _start_and_fail(
+        spark, _options(missing, moto_endpoint, str(tmp_path / "j")), str(tmp_path / "c")
+    )
+    assert "no-such-queue does not exist" in message and "Fix:" in message
+
+
+def test_missing_queue_name_fails_at_query_start(spark, moto_endpoint, tmp_path):
+    options = {
+        "queueName": "no-such-queue",
+        "region": "us-east-1",
+        "endpointUrl": moto_endpoint,
+        "journalLocation": str(tmp_path / "j"),
+    }
+    message = _start_and_fail(spark, options, str(tmp_path / "c"))
+    assert "'no-such-queue' does not exist" in message
+
+
+def test_unwritable_journal_fails_at_query_start(spark, moto_endpoint, queue_url, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    message = _start_and_fail(
+        spark, _options(queue_url, moto_endpoint, str(blocker / "journal")), str(tmp_path / "c")
+    )
+    assert "is not writable" in message and "Fix:" in message
+
+
+def test_journal_of_another_queue_is_refused(spark, moto_endpoint, sqs, queue_url, tmp_path):
+    other = sqs.create_queue(QueueName=queue_url.rsplit("/", 1)[1] + "-other")["QueueUrl"]
+    journal = tmp_path / "j"
+    journal.mkdir()
+    (journal / "_meta.json").write_text(f'{{"format": 1, "queueUrl": "{other}"}}')
+    message = _start_and_fail(
+        spark, _options(queue_url, moto_endpoint, str(journal)), str(tmp_path / "c")
+    )
+    assert "belongs to queue" in message and "own 'journalLocation'" in message
+
+
+def test_rejected_credentials_fail_at_query_start_and_lose_nothing(
+    spark, moto_endpoint, sqs, queue_url, tmp_path, monkeypatch
+):
+    from moto import settings
+
+    send_numbered(sqs, queue_url, 3)
+    options = _options(queue_url, moto_endpoint, str(tmp_path / "j"))
+    options.update(awsAccessKeyId="AKIAUNKNOWNKEY000000", awsSecretAccessKey="wrong-secret-xyz")
+    # From here on moto checks every request against its IAM users: these keys are unknown.
+    monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
+    message = _start_and_fail(spark, options, str(tmp_path / "c"))
+    monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", float("inf"))
+    assert "AWS rejected SQS GetQueueAttributes" in message and "Fix:" in message
+    assert "wrong-secret-xyz" not in message
+    assert queue_counts(sqs, queue_url) == (3, 0)

@@ -1,0 +1,165 @@
+"""Deletion only after commit, and exact replay from the journal after a failure."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.helpers import process_all_available, queue_counts, send_numbered, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def _stream(spark: Any, endpoint: str, queue_url: str, journal: str, **options: Any) -> Any:
+    reader = (
+        spark.readStream.format("sqs")
+        .option("queueUrl", queue_url)
+        .option("endpointUrl", endpoint)
+        .option("journalLocation", journal)
+    )
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return reader.load()
+
+
+def _numbers(rows: Any) -> list[int]:
+    return sorted(json.loads(r.body)["n"] for r in rows)
+
+
+def _receive_all(sqs: Any, queue_url: str, expected: int, timeout: float) -> list[int]:
+    got: dict[str, int] = {}
+
+    def poll() -> bool:
+        response = sqs.receive_message(
+            QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1, VisibilityTimeout=300
+        )
+        for m in response.get("Messages", []):
+            got[m["MessageId"]] = json.loads(m["Body"])["n"]
+        return len(got) >= expected
+
+    wait_until(poll, timeout, f"{expected} messages to be receivable again", interval=0)
+    return sorted(got.values())
+
+
+def test_failed_batch_leaves_its_messages_in_the_queue(
+    spark, moto_endpoint, sqs, queue_url, tmp_path
+):
+    send_numbered(sqs, queue_url, 60)
+    seen: dict[int, list[int]] = {}
+
+    def sink(df: Any, batch_id: int) -> None:
+        rows = df.collect()
+        seen[batch_id] = _numbers(rows)
+        if rows and len([b for b in seen.values() if b]) == 2:
+            raise RuntimeError("sink failure injected by the test")
+
+    query = (
+        _stream(
+            spark,
+            moto_endpoint,
+            queue_url,
+            str(tmp_path / "journal"),
+            numPartitions=2,
+            maxMessagesPerTrigger=20,
+            visibilityTimeout=4,
+        )
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .start()
+    )
+    with pytest.raises(Exception, match="sink failure injected"):
+        query.awaitTermination(240)
+    nonempty = [n for n in seen.values() if n]
+    assert len(nonempty) == 2
+    first, failed = nonempty
+    assert len(first) == 20 and len(failed) == 20
+
+    # The committed batch was deleted; the failed batch's messages were not. Once their
+    # visibility timeout (4 s) passes they can be received again, with everything never read.
+    remaining = _receive_all(sqs, queue_url, 40, timeout=120)
+    assert remaining == sorted(set(range(60)) - set(first))
+    assert set(failed) <= set(remaining)
+
+
+def test_restart_replays_the_same_messages_and_sink_gets_each_once(
+    spark, moto_endpoint, sqs, queue_url, tmp_path
+):
+    send_numbered(sqs, queue_url, 90)
+    journal, checkpoint, out = tmp_path / "journal", tmp_path / "ckpt", tmp_path / "out"
+    attempts: dict[int, list[list[int]]] = {}
+
+    def write(df: Any, batch_id: int, fail_on_second: bool) -> None:
+        rows = df.collect()
+        numbers = _numbers(rows)
+        attempts.setdefault(batch_id, []).append(numbers)
+        if fail_on_second and numbers and sum(1 for a in attempts.values() if a[0]) == 2:
+            raise RuntimeError("sink failure injected by the test")
+        # An idempotent sink: one directory per Spark batch id, overwritten on replay.
+        df.write.mode("overwrite").parquet(str(out / f"batch={batch_id}"))
+
+    def run(fail: bool) -> Any:
+        return (
+            _stream(
+                spark,
+                moto_endpoint,
+                queue_url,
+                str(journal),
+                numPartitions=3,
+                maxMessagesPerTrigger=30,
+                visibilityTimeout=120,
+            )
+            .writeStream.foreachBatch(lambda df, bid: write(df, bid, fail))
+            .option("checkpointLocation", str(checkpoint))
+            .start()
+        )
+
+    query = run(fail=True)
+    with pytest.raises(Exception, match="sink failure injected"):
+        query.awaitTermination(240)
+    failed_batch = max(attempts)
+    failed_numbers = attempts[failed_batch][0]
+    assert len(failed_numbers) == 30
+    # Journaled but not acknowledged: still in flight in SQS, still in the journal.
+    assert list((journal / "batches").glob("*/*.arrow"))
+
+    query = run(fail=False)
+    try:
+        process_all_available(query, timeout=240)
+        wait_until(lambda: queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue")
+    finally:
+        query.stop()
+
+    # The replayed batch is exactly what the failed attempt saw.
+    assert attempts[failed_batch][1] == failed_numbers
+    rows = spark.read.parquet(str(out)).collect()
+    assert _numbers(rows) == list(range(90))
+    assert len({r.messageId for r in rows}) == 90
+
+
+def test_delete_on_commit_false_never_deletes(spark, moto_endpoint, sqs, queue_url, tmp_path):
+    send_numbered(sqs, queue_url, 15)
+    out = tmp_path / "out"
+    query = (
+        _stream(
+            spark,
+            moto_endpoint,
+            queue_url,
+            str(tmp_path / "journal"),
+            deleteOnCommit="false",
+            visibilityTimeout=300,
+        )
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .start()
+    )
+    try:
+        process_all_available(query, timeout=240)
+    finally:
+        query.stop()
+    assert _numbers(spark.read.parquet(str(out)).collect()) == list(range(15))
+    # Read, committed and acknowledged, but still in the queue (in flight until the timeout).
+    assert queue_counts(sqs, queue_url) == (0, 15)
+    assert not list((tmp_path / "journal" / "batches").glob("*/*.arrow"))
