@@ -117,7 +117,9 @@ def test_journal_on_s3(spark, moto_endpoint, sqs, s3, queue_url, tmp_path):
     journal = f"s3://{bucket}/queries/q1?endpoint_override={host_port}&scheme=http"
     numbers = send_numbered(sqs, queue_url, 80)
     out = tmp_path / "out"
-    df = _reader(spark, moto_endpoint, queue_url, journal, numPartitions=2, maxMessagesPerTrigger=30)
+    df = _reader(
+        spark, moto_endpoint, queue_url, journal, numPartitions=2, maxMessagesPerTrigger=30
+    )
     query = (
         df.writeStream.format("parquet")
         .option("path", str(out))
