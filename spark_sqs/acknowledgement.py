@@ -16,6 +16,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,6 +165,7 @@ class AckStats:
     deleted: int = 0
     delete_failed: int = 0
     pending_retry: int = 0
+    uncertain: int = 0
 
 
 class Acknowledger:
@@ -171,8 +173,13 @@ class Acknowledger:
 
     ``acknowledge_through(n)`` deletes every message journaled for batches up to ``n`` and then
     removes those journal entries. Calling it again for the same ``n`` does nothing; a batch
-    whose deletes failed transiently stays pending and is retried on a later call (after a
-    backoff), so an AWS outage delays deletion but never fails the query.
+    whose deletes failed transiently stays pending (and heartbeated) and is retried on a later
+    call after a backoff, so an AWS outage delays deletion but never fails the query.
+
+    A delete may not take effect: its handle expired (SQS then reports success on standard
+    queues yet keeps the message), the heartbeat lost the message, or SQS rejected the handle.
+    The ids of such messages are written to the journal's dedupe record for ``dedupe_window``
+    seconds, and receivers drop and delete any redelivery of them.
     """
 
     def __init__(
@@ -182,18 +189,31 @@ class Acknowledger:
         *,
         delete: bool,
         on_acked: Callable[[int], None],
+        visibility_timeout: int,
+        dedupe_window: float,
+        heartbeat: Any = None,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
         retry_after: float = 5.0,
     ) -> None:
         self._journal = journal
         self._caller = caller
         self._delete = delete
         self._on_acked = on_acked
+        self._visibility = visibility_timeout
+        self._window = dedupe_window
+        self._heartbeat = heartbeat
         self._clock = clock
+        self._wall = wall_clock
         self._retry_after = retry_after
+        # A handle closer than this to its expiry may expire before the delete reaches SQS;
+        # it also absorbs clock skew between the executor that received and the driver.
+        self._margin = max(2.0, 0.05 * visibility_timeout)
         self._pending: set[int] = set()
         self._acked = 0
         self._not_before = 0.0
+        self.dedupe: dict[str, float] = {}
+        self.totals = AckStats()
 
     @property
     def pending(self) -> list[int]:
@@ -206,10 +226,29 @@ class Acknowledger:
     def start(self, acked_batch: int, journaled_batches: list[int]) -> None:
         self._acked = acked_batch
         self._pending = set(journaled_batches)
+        self.dedupe = self._journal.read_dedupe(self._wall())
+        if self._heartbeat is not None:
+            for batch in journaled_batches:
+                self._heartbeat.watch(batch)
 
     def track(self, batch: int) -> None:
         """A batch was planned: it will need acknowledging once Spark commits it."""
         self._pending.add(batch)
+        if self._heartbeat is not None:
+            self._heartbeat.watch(batch)
+
+    def drop_ids(self, before_or_at: int) -> frozenset[str]:
+        """Ids a receiver of batch ``before_or_at`` must drop: recorded uncertain
+        acknowledgements, and everything journaled by unacknowledged batches up to it (after a
+        restart their handles may have expired and SQS may hand them out again)."""
+        now = self._wall()
+        self.dedupe = {i: exp for i, exp in self.dedupe.items() if exp > now}
+        ids = set(self.dedupe)
+        for batch in self._pending:
+            if batch <= before_or_at:
+                for receipts in self._journal.batch_receipts(batch):
+                    ids.update(receipts.message_ids)
+        return frozenset(ids)
 
     def acknowledge_through(self, batch: int) -> AckStats:
         stats = AckStats()
@@ -222,44 +261,70 @@ class Acknowledger:
                 # whose messages are still in SQS.
                 self._not_before = self._clock() + self._retry_after
                 break
+        for name in ("batches", "deleted", "delete_failed", "pending_retry", "uncertain"):
+            setattr(self.totals, name, getattr(self.totals, name) + getattr(stats, name))
         return stats
 
     def _acknowledge(self, batch: int, stats: AckStats) -> bool:
-        entries = [Entry(i, h) for i, h in self._journal.batch_handles(batch)]
-        if self._delete and entries:
-            try:
-                result = self._caller.delete(entries)
-            except SqsSourceError as exc:
-                if not exc.retriable:
-                    raise
+        lock = self._heartbeat.lock if self._heartbeat is not None else nullcontext()
+        # Holding the heartbeat's lock: no extension of this batch can race with its deletion.
+        with lock:
+            receipts = self._journal.batch_receipts(batch)
+            entries = [
+                Entry(i, h)
+                for r in receipts
+                for i, h in zip(r.message_ids, r.receipt_handles, strict=True)
+            ]
+            uncertain = self._uncertain(batch, receipts) if self._delete else set()
+            if self._delete and entries:
+                try:
+                    result = self._caller.delete(entries)
+                except SqsSourceError as exc:
+                    if not exc.retriable:
+                        raise
+                    logger.warning(
+                        "batch %d: deleting %d messages failed, will retry: %s",
+                        batch,
+                        len(entries),
+                        exc,
+                    )
+                    stats.pending_retry += len(entries)
+                    return False
+                if result.transient:
+                    logger.warning(
+                        "batch %d: %d of %d deletes failed transiently (%s), will retry",
+                        batch,
+                        len(result.transient),
+                        len(entries),
+                        sorted(set(result.transient.values())),
+                    )
+                    stats.pending_retry += len(result.transient)
+                    return False
+                stats.deleted += len(result.succeeded)
+                if result.permanent:
+                    stats.delete_failed += len(result.permanent)
+                    uncertain.update(result.permanent)
+                    logger.warning(
+                        "batch %d: %d deletes failed permanently (%s)",
+                        batch,
+                        len(result.permanent),
+                        sorted(set(result.permanent.values())),
+                    )
+            if uncertain:
+                expires = self._wall() + self._window
+                self._journal.write_dedupe(batch, sorted(uncertain), expires)
+                for message_id in uncertain:
+                    self.dedupe[message_id] = expires
+                stats.uncertain += len(uncertain)
                 logger.warning(
-                    "batch %d: deleting %d messages failed, will retry: %s",
+                    "batch %d: %d acknowledgements may not have taken effect; redeliveries of "
+                    "those messages will be dropped for %.0fs (dedupeWindow)",
                     batch,
-                    len(entries),
-                    exc,
+                    len(uncertain),
+                    self._window,
                 )
-                stats.pending_retry += len(entries)
-                return False
-            if result.transient:
-                logger.warning(
-                    "batch %d: %d of %d deletes failed transiently (%s), will retry",
-                    batch,
-                    len(result.transient),
-                    len(entries),
-                    sorted(set(result.transient.values())),
-                )
-                stats.pending_retry += len(result.transient)
-                return False
-            stats.deleted += len(result.succeeded)
-            if result.permanent:
-                stats.delete_failed += len(result.permanent)
-                logger.warning(
-                    "batch %d: %d deletes failed permanently (%s); SQS may deliver those "
-                    "messages again",
-                    batch,
-                    len(result.permanent),
-                    sorted(set(result.permanent.values())),
-                )
+            if self._heartbeat is not None:
+                self._heartbeat.forget(batch)
         self._acked = max(self._acked, batch)
         self._on_acked(self._acked)
         self._journal.remove_batch(batch)
@@ -272,3 +337,21 @@ class Acknowledger:
             "deleted" if self._delete else "deleteOnCommit=false, left in the queue",
         )
         return True
+
+    def _uncertain(self, batch: int, receipts: list[Any]) -> set[str]:
+        """Messages whose receipt handle may have expired, or that the heartbeat lost."""
+        visibility = self._heartbeat.snapshot(batch) if self._heartbeat is not None else None
+        deadline = self._wall() + self._margin
+        out: set[str] = set()
+        for r in receipts:
+            baseline = r.received_at + self._visibility
+            for message_id in r.message_ids:
+                expires = baseline
+                if visibility is not None:
+                    if message_id in visibility.lost:
+                        out.add(message_id)
+                        continue
+                    expires = max(expires, visibility.expires_at.get(message_id, 0.0))
+                if expires < deadline:
+                    out.add(message_id)
+        return out

@@ -21,7 +21,7 @@ import logging
 import os
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -37,6 +37,21 @@ logger = logging.getLogger(__name__)
 _ENTRY = re.compile(r"^(\d{5})\.arrow$")
 _BATCH = re.compile(r"^\d{12}$")
 FORMAT_VERSION = 1
+
+
+# Schema metadata key of an entry: wall-clock time (epoch seconds) at which its receiver started
+# receiving, so the driver knows when the entry's receipt handles expire at the latest.
+RECEIVED_AT = b"spark_sqs.receivedAt"
+EXPIRES_AT = b"spark_sqs.expiresAt"
+
+
+@dataclass(frozen=True)
+class EntryReceipts:
+    batch: int
+    receiver: int
+    received_at: float
+    message_ids: tuple[str, ...]
+    receipt_handles: tuple[str, ...] = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -95,8 +110,8 @@ class Journal:
                 "reappear in SQS after their visibility timeout"
             ) from None
 
-    def read_handles(self, batch: int, receiver: int) -> list[tuple[str, str]]:
-        """(message id, receipt handle) pairs of an entry, without reading bodies."""
+    def read_receipts(self, batch: int, receiver: int) -> EntryReceipts | None:
+        """Message ids, receipt handles and receive time of an entry, without the bodies."""
         path = self._path(self.batch_dir(batch), self.entry_name(receiver))
         fs = self._filesystem()
         try:
@@ -106,16 +121,32 @@ class Journal:
                 options = pa.ipc.IpcReadOptions(included_fields=wanted)
                 table = pa.ipc.open_file(source, options=options).read_all()
         except FileNotFoundError:
-            return []
+            return None
         except (OSError, pa.ArrowInvalid) as exc:
             raise JournalError(f"Cannot read journal file {path}: {exc}") from None
-        return list(
-            zip(
-                table.column("messageId").to_pylist(),
-                table.column(RECEIPT).to_pylist(),
-                strict=True,
-            )
+        metadata = schema.metadata or {}
+        return EntryReceipts(
+            batch=batch,
+            receiver=receiver,
+            received_at=float(metadata.get(RECEIVED_AT, b"0")),
+            message_ids=tuple(table.column("messageId").to_pylist()),
+            receipt_handles=tuple(table.column(RECEIPT).to_pylist()),
         )
+
+    def read_handles(self, batch: int, receiver: int) -> list[tuple[str, str]]:
+        """(message id, receipt handle) pairs of an entry, without reading bodies."""
+        receipts = self.read_receipts(batch, receiver)
+        if receipts is None:
+            return []
+        return list(zip(receipts.message_ids, receipts.receipt_handles, strict=True))
+
+    def batch_receipts(self, batch: int) -> list[EntryReceipts]:
+        out = []
+        for receiver in self.receivers(batch):
+            receipts = self.read_receipts(batch, receiver)
+            if receipts is not None:
+                out.append(receipts)
+        return out
 
     def batch_handles(self, batch: int) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
@@ -163,6 +194,39 @@ class Journal:
             pass
         except OSError as exc:
             raise JournalError(f"Cannot remove journal batch {path}: {exc}") from None
+
+    # -- redelivery dedupe ----------------------------------------------------------------------
+
+    def write_dedupe(self, batch: int, message_ids: list[str], expires_at: float) -> None:
+        """Remember ids whose acknowledgement may not have taken effect until ``expires_at``."""
+        table = pa.table({"messageId": pa.array(message_ids, pa.string())})
+        table = table.replace_schema_metadata({EXPIRES_AT: repr(expires_at)})
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        path = self._path("dedupe", f"{batch:012d}.arrow")
+        self._write_bytes(path, sink.getvalue().to_pybytes(), overwrite=True)
+
+    def read_dedupe(self, now: float) -> dict[str, float]:
+        """Unexpired dedupe ids with their expiry; expired files are removed."""
+        out: dict[str, float] = {}
+        for info in self._list(self._path("dedupe")):
+            if not info.base_name.endswith(".arrow"):
+                continue
+            data = self._read_bytes(info.path)
+            if data is None:
+                continue
+            reader = pa.ipc.open_file(pa.BufferReader(data))
+            expires = float((reader.schema.metadata or {}).get(EXPIRES_AT, b"0"))
+            if expires <= now:
+                try:
+                    self._filesystem().delete_file(info.path)
+                except OSError:
+                    pass
+                continue
+            for message_id in reader.read_all().column("messageId").to_pylist():
+                out[message_id] = max(expires, out.get(message_id, 0.0))
+        return out
 
     # -- state --------------------------------------------------------------------------------
 

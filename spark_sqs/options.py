@@ -74,6 +74,18 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "deletes (messages reappear after the visibility timeout).",
     ),
     OptionSpec(
+        "heartbeatInterval",
+        "visibilityTimeout / 5",
+        "Seconds between visibility heartbeats, which keep every message of an unacknowledged "
+        "batch invisible until it is deleted. At most a quarter of `visibilityTimeout`.",
+    ),
+    OptionSpec(
+        "dedupeWindow",
+        "21600",
+        "Seconds during which a message whose deletion may not have taken effect (expired "
+        "handle, crash before acknowledgement) is dropped if SQS delivers it again.",
+    ),
+    OptionSpec(
         "queuePollInterval",
         "1",
         "Seconds between `GetQueueAttributes` calls that check an idle queue for new messages.",
@@ -120,6 +132,8 @@ class SqsOptions:
     message_attribute_names: tuple[str, ...]
     delete_on_commit: bool
     queue_poll_interval: float
+    heartbeat_interval: float
+    dedupe_window: float
     credentials: AwsCredentials | None = field(default=None, repr=False)
 
     @property
@@ -243,6 +257,21 @@ class SqsOptions:
                 f"raise 'visibilityTimeout' to at least {4 * wait} or lower 'waitTimeSeconds'",
             )
 
+        if raw.get("heartbeatInterval") is None:
+            heartbeat = visibility / 5.0
+        else:
+            heartbeat = _float(get, "heartbeatInterval", 0.1, 43200.0)
+            if heartbeat > visibility / 4.0:
+                raise InvalidOptionError.for_option(
+                    "heartbeatInterval",
+                    heartbeat,
+                    f"is longer than a quarter of visibilityTimeout={visibility}: messages "
+                    "journaled late in a receive loop could become visible before the first "
+                    "heartbeat reaches them",
+                    f"set 'heartbeatInterval' to at most {visibility / 4.0:g}, or leave it unset",
+                )
+        dedupe_window = _float(get, "dedupeWindow", 0.0, 14 * 86400.0)
+
         access_key = _nonblank(raw, "awsAccessKeyId")
         secret_key = _nonblank(raw, "awsSecretAccessKey")
         token = _nonblank(raw, "awsSessionToken")
@@ -276,6 +305,8 @@ class SqsOptions:
             message_attribute_names=attribute_names,
             delete_on_commit=delete_on_commit,
             queue_poll_interval=poll,
+            heartbeat_interval=heartbeat,
+            dedupe_window=dedupe_window,
             credentials=credentials,
         )
 

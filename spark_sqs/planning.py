@@ -22,11 +22,14 @@ class ReceiverPartition(InputPartition):
     max_messages: int
     queue_url: str
     options: SqsOptions
+    # Messages whose earlier acknowledgement may not have taken effect: a receiver drops any
+    # redelivery of them (and deletes it with the fresh receipt handle).
+    drop_ids: frozenset[str] = frozenset()
 
     def __repr__(self) -> str:
         return (
             f"ReceiverPartition(batch={self.batch}, receiver={self.receiver}, "
-            f"max_messages={self.max_messages})"
+            f"max_messages={self.max_messages}, drop_ids={len(self.drop_ids)})"
         )
 
 
@@ -36,6 +39,7 @@ def plan(
     queue_url: str,
     options: SqsOptions,
     journaled: list[int] | tuple[int, ...] = (),
+    drop_ids: frozenset[str] = frozenset(),
 ) -> list[ReceiverPartition]:
     """Split ``max_messages`` over ``numPartitions`` receivers.
 
@@ -56,6 +60,8 @@ def plan(
             max_messages=limits[i],
             queue_url=queue_url,
             options=options,
+            # A replaying receiver receives nothing, so it needs no ids to drop.
+            drop_ids=frozenset() if i in journaled else drop_ids,
         )
         for i in sorted(limits)
     ]

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from .acknowledgement import BatchCaller, Entry
 from .client import classify, make_client
-from .journal import Journal
+from .journal import RECEIVED_AT, Journal
 from .planning import ReceiverPartition
 from .schema import RECEIPT_HANDLE, messages_to_table, output_batches
 
@@ -125,8 +125,13 @@ def read_partition(
         return
 
     client = client_factory() if client_factory else make_client(options)
+    received_at = time.time()
     messages, stats = receive_messages(client, partition)
-    table = messages_to_table(messages, partition.queue_url)
+    kept = [m for m in messages if m["MessageId"] not in partition.drop_ids]
+    dropped = [m for m in messages if m["MessageId"] in partition.drop_ids]
+    table = messages_to_table(kept, partition.queue_url).replace_schema_metadata(
+        {RECEIVED_AT: repr(received_at)}
+    )
     if not journal.write_entry(partition.batch, partition.receiver, table):
         # Another attempt of this task journaled first; its rows are the batch's rows.
         _release(client, partition, table)
@@ -149,7 +154,31 @@ def read_partition(
             stats.seconds,
             stats.stopped_by,
         )
+    if dropped:
+        _delete_redeliveries(client, partition, dropped)
     yield from output_batches(table)
+
+
+def _delete_redeliveries(
+    client: Any, partition: ReceiverPartition, dropped: list[dict[str, Any]]
+) -> None:
+    """Delete redeliveries of already-journaled messages with their fresh receipt handles."""
+    entries = [Entry(m["MessageId"], m["ReceiptHandle"]) for m in dropped]
+    try:
+        result = BatchCaller(client, partition.queue_url).delete(entries)
+        failed = len(result.permanent) + len(result.transient)
+    except Exception:
+        logger.warning("could not delete redelivered messages", exc_info=True)
+        failed = len(entries)
+    # If a delete failed the message comes back once more and is dropped again.
+    logger.warning(
+        "batch %d receiver %d: dropped %d redelivered messages already journaled by an earlier "
+        "batch (%d could not be deleted yet)",
+        partition.batch,
+        partition.receiver,
+        len(dropped),
+        failed,
+    )
 
 
 def _release(client: Any, partition: ReceiverPartition, table: pa.Table) -> None:

@@ -33,6 +33,7 @@ from . import offsets
 from .acknowledgement import Acknowledger, BatchCaller, Entry
 from .client import make_client, queue_attributes, resolve_queue_url
 from .errors import InvalidOptionError, SqsSourceError
+from .heartbeat import Heartbeat
 from .journal import Journal, JournalState
 from .options import SqsOptions
 from .planning import ReceiverPartition, plan
@@ -122,13 +123,24 @@ class _DriverState:
         self.journal = journal
         self.journal_state = journal.read_state()
         self.lock = threading.Lock()
+        caller = BatchCaller(client, queue_url)
+        self.heartbeat = Heartbeat(
+            journal,
+            caller,
+            visibility_timeout=options.visibility_timeout,
+            interval=options.heartbeat_interval,
+        )
         self.acknowledger = Acknowledger(
             journal,
-            BatchCaller(client, queue_url),
+            caller,
             delete=options.delete_on_commit,
             on_acked=self._record_acked,
+            visibility_timeout=options.visibility_timeout,
+            dedupe_window=options.dedupe_window,
+            heartbeat=self.heartbeat,
         )
         self.acknowledger.start(self.journal_state.acked_batch, journal.batches())
+        self.heartbeat.start()
         self._last_poll = float("-inf")
         self._poll_due = True
         self._visible = 0
@@ -157,7 +169,7 @@ class _DriverState:
         return state
 
     def close(self) -> None:
-        pass
+        self.heartbeat.stop()
 
     # -- offsets --------------------------------------------------------------------------------
 
@@ -168,6 +180,7 @@ class _DriverState:
             leftovers = self.acknowledger.pending
             for batch in leftovers:
                 entries = [Entry(i, h) for i, h in self.journal.batch_handles(batch)]
+                self.heartbeat.forget(batch)
                 try:
                     BatchCaller(self.client, self.queue_url).change_visibility(entries, 0)
                 except SqsSourceError as exc:
@@ -206,6 +219,7 @@ class _DriverState:
                 self._write_state(planned=batch)
             journaled = self.journal.receivers(batch)
             self.acknowledger.track(batch)
+            drop_ids = self.acknowledger.drop_ids(batch)
             # The queue is asked again after every batch, rather than after queuePollInterval.
             self._poll_due = True
             parts = plan(
@@ -214,12 +228,14 @@ class _DriverState:
                 self.queue_url,
                 self.options,
                 journaled,
+                drop_ids,
             )
             logger.info(
-                "batch %d: %d receivers (%d replaying from the journal)",
+                "batch %d: %d receivers (%d replaying from the journal), %d ids to drop",
                 batch,
                 len(parts),
                 len(journaled),
+                len(drop_ids),
             )
             return parts
 

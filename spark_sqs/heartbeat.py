@@ -1,0 +1,239 @@
+"""Visibility heartbeat: keeps received messages invisible until acknowledged. Runs on: driver.
+
+A background thread on the driver's reader wakes every ``heartbeatInterval`` seconds (monotonic
+clock), finds the journal entries of every unacknowledged batch, and extends with
+``ChangeMessageVisibilityBatch`` each message whose visibility would run out before the next
+two ticks. It never asks for more than SQS's 12 hours from the receive, and warns, naming the
+batch, when a message gets within an hour of that ceiling.
+
+Failures are sorted: an entry whose handle is stale or whose message is gone can never be
+extended, so the message is marked lost (the acknowledger then records it for redelivery
+dedupe); transient failures are retried by the batch caller with backoff and again at the next
+tick. A failed tick is logged and counted; the thread never dies and never raises into Spark.
+``stop()`` cancels and waits.
+
+The acknowledger holds ``lock`` while it deletes a batch and then calls ``forget``, so the
+heartbeat never touches an acknowledged message.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .acknowledgement import BatchCaller, Entry
+
+logger = logging.getLogger(__name__)
+
+MAX_INVISIBLE_SECONDS = 43200.0
+CEILING_WARNING_SECONDS = 3600.0
+
+
+@dataclass
+class HeartbeatStats:
+    ticks: int = 0
+    extended: int = 0
+    failed_permanent: int = 0
+    failed_transient: int = 0
+    lost: int = 0
+    tick_errors: int = 0
+
+
+@dataclass
+class _Tracked:
+    handle: str = field(repr=False)
+    expires: float  # monotonic time at which the message becomes visible again
+    ceiling: float  # monotonic time 12 h after the receive
+
+
+@dataclass(frozen=True)
+class BatchVisibility:
+    """What the heartbeat knows about a batch when it is acknowledged."""
+
+    expires_at: dict[str, float]  # message id -> wall-clock time its visibility ends
+    lost: frozenset[str]  # message ids that may already be visible again
+
+
+class Heartbeat:
+    def __init__(
+        self,
+        journal: Any,
+        caller: BatchCaller,
+        *,
+        visibility_timeout: int,
+        interval: float,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._journal = journal
+        self._caller = caller
+        self._visibility = visibility_timeout
+        self._interval = interval
+        self._clock = clock
+        self._wall = wall_clock
+        self.lock = threading.RLock()
+        self._tracked: dict[int, dict[str, _Tracked]] = {}
+        self._seen_receivers: dict[int, set[int]] = {}
+        self._lost: dict[int, set[str]] = defaultdict(set)
+        self._warned: set[int] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.stats = HeartbeatStats()
+
+    # -- batches --------------------------------------------------------------------------------
+
+    def watch(self, batch: int) -> None:
+        with self.lock:
+            self._tracked.setdefault(batch, {})
+            self._seen_receivers.setdefault(batch, set())
+
+    def snapshot(self, batch: int) -> BatchVisibility:
+        with self.lock:
+            now, wall = self._clock(), self._wall()
+            tracked = self._tracked.get(batch, {})
+            return BatchVisibility(
+                expires_at={i: wall + (t.expires - now) for i, t in tracked.items()},
+                lost=frozenset(self._lost.get(batch, ())),
+            )
+
+    def forget(self, batch: int) -> None:
+        with self.lock:
+            self._tracked.pop(batch, None)
+            self._seen_receivers.pop(batch, None)
+            self._lost.pop(batch, None)
+            self._warned.discard(batch)
+
+    def watched(self) -> list[int]:
+        with self.lock:
+            return sorted(self._tracked)
+
+    # -- thread ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="spark-sqs-heartbeat", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self.tick()
+            except Exception:
+                # Never let the thread die: a dead heartbeat would let messages reappear.
+                self.stats.tick_errors += 1
+                logger.exception(
+                    "visibility heartbeat tick failed (%d so far); retrying in %.1fs",
+                    self.stats.tick_errors,
+                    self._interval,
+                )
+
+    # -- one pass -------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        with self.lock:
+            self.stats.ticks += 1
+            self._discover()
+            self._extend_due()
+
+    def _discover(self) -> None:
+        for batch in list(self._tracked):
+            seen = self._seen_receivers[batch]
+            for receiver in self._journal.receivers(batch):
+                if receiver in seen:
+                    continue
+                receipts = self._journal.read_receipts(batch, receiver)
+                if receipts is None:
+                    continue
+                seen.add(receiver)
+                # The receive happened at received_at (wall clock, on the executor); turn it
+                # into this process's monotonic clock once, here.
+                received = self._clock() - (self._wall() - receipts.received_at)
+                for message_id, handle in zip(
+                    receipts.message_ids, receipts.receipt_handles, strict=True
+                ):
+                    self._tracked[batch][message_id] = _Tracked(
+                        handle=handle,
+                        expires=received + self._visibility,
+                        ceiling=received + MAX_INVISIBLE_SECONDS,
+                    )
+
+    def _extend_due(self) -> None:
+        lost_before = self.stats.lost
+        self._extend_due_inner()
+        if self.stats.lost > lost_before:
+            logger.warning(
+                "visibility heartbeat: lost track of %d messages (stale handle, gone, or "
+                "visibility already expired); a redelivery of them will be dropped",
+                self.stats.lost - lost_before,
+            )
+
+    def _extend_due_inner(self) -> None:
+        now = self._clock()
+        horizon = now + 2 * self._interval + 1.0
+        by_timeout: dict[int, list[tuple[int, str, _Tracked]]] = defaultdict(list)
+        for batch, tracked in self._tracked.items():
+            for message_id, t in list(tracked.items()):
+                if t.expires <= now:
+                    self._mark_lost(batch, message_id, "its visibility timeout passed")
+                    continue
+                if t.ceiling - now <= CEILING_WARNING_SECONDS and batch not in self._warned:
+                    self._warned.add(batch)
+                    logger.warning(
+                        "batch %d: messages are %.0f minutes from SQS's 12-hour visibility "
+                        "ceiling; they will become visible again then. Make the batch finish "
+                        "sooner (lower maxMessagesPerTrigger, faster sink)",
+                        batch,
+                        (t.ceiling - now) / 60.0,
+                    )
+                if t.expires > horizon:
+                    continue
+                timeout = int(min(self._visibility, t.ceiling - now))
+                if timeout <= 0:
+                    self._mark_lost(batch, message_id, "it reached the 12-hour ceiling")
+                    continue
+                by_timeout[timeout].append((batch, message_id, t))
+        for timeout, due in by_timeout.items():
+            self._extend(timeout, due, now)
+
+    def _extend(self, timeout: int, due: list[tuple[int, str, _Tracked]], now: float) -> None:
+        entries = [Entry(message_id, t.handle) for _, message_id, t in due]
+        result = self._caller.change_visibility(entries, timeout)
+        ok = set(result.succeeded)
+        for batch, message_id, t in due:
+            if message_id in ok:
+                t.expires = now + timeout
+            elif message_id in result.permanent:
+                self.stats.failed_permanent += 1
+                self._mark_lost(batch, message_id, result.permanent[message_id])
+        self.stats.extended += len(ok)
+        self.stats.failed_transient += len(result.transient)
+        if result.permanent or result.transient:
+            logger.warning(
+                "visibility heartbeat: extended %d, %d failed permanently (%s), %d transiently "
+                "(retried next tick)",
+                len(ok),
+                len(result.permanent),
+                sorted(set(result.permanent.values())),
+                len(result.transient),
+            )
+        else:
+            logger.debug("visibility heartbeat: extended %d messages by %ds", len(ok), timeout)
+
+    def _mark_lost(self, batch: int, message_id: str, why: str) -> None:
+        self._tracked[batch].pop(message_id, None)
+        self._lost[batch].add(message_id)
+        self.stats.lost += 1
+        logger.debug("batch %d: lost the visibility of a message: %s", batch, why)
