@@ -303,10 +303,29 @@ class Journal:
         return True
 
 
+def _make_private_dirs(directory: str) -> None:
+    """Create missing directories readable by the owner only (makedirs' mode applies to the
+    last one alone, and is subject to the umask)."""
+    missing = []
+    current = directory
+    while current and not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        os.chmod(path, 0o700)
+
+
 def _write_local(path: str, data: bytes, *, overwrite: bool) -> bool:
     directory = os.path.dirname(path)
     try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        _make_private_dirs(directory)
         if not overwrite and os.path.exists(path):
             return False
         tmp = f"{path}.tmp-{uuid.uuid4().hex}"

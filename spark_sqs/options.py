@@ -101,10 +101,8 @@ _CANONICAL = {spec.name.lower(): spec.name for spec in OPTIONS}
 _DEFAULTS = {spec.name: spec.default for spec in OPTIONS}
 
 # https://sqs.us-east-1.amazonaws.com/123456789012/q, https://us-east-1.queue.amazonaws.com/...,
-# https://sqs.cn-north-1.amazonaws.com.cn/...
-_REGION_IN_URL = re.compile(
-    r"^https?://(?:sqs[.-](?P<a>[a-z0-9-]+)|(?P<b>[a-z]{2}(?:-[a-z]+)+-\d))\.[^/]*amazonaws\.com"
-)
+# https://sqs.cn-north-1.amazonaws.com.cn/..., https://sqs-fips.us-gov-west-1.amazonaws.com/...
+_REGION_IN_URL = re.compile(r"^https?://(?:sqs(?:-fips)?\.)?(?P<region>[a-z]{2}(?:-[a-z]+)+-\d+)\.")
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$|^[A-Za-z0-9_-]{1,75}\.fifo$")
 
 
@@ -349,20 +347,27 @@ def _int(get: Callable[[str], str | None], name: str, low: int, high: int) -> in
     return value
 
 
+def _number(value: float) -> str:
+    return f"{value:.0f}" if value == int(value) else f"{value:g}"
+
+
 def _float(get: Callable[[str], str | None], name: str, low: float, high: float) -> float:
     text = (get(name) or "").strip()
     try:
         value = float(text)
     except ValueError:
         raise InvalidOptionError.for_option(
-            name, text, "is not a number of seconds", f"give a number from {low:g} to {high:g}"
+            name,
+            text,
+            "is not a number of seconds",
+            f"give a number from {_number(low)} to {_number(high)}",
         ) from None
     if not low <= value <= high:
         raise InvalidOptionError.for_option(
             name,
             text,
-            f"is out of range {low:g}-{high:g}",
-            f"give a number from {low:g} to {high:g}",
+            f"is out of range {_number(low)}-{_number(high)}",
+            f"give a number from {_number(low)} to {_number(high)}",
         )
     return value
 
@@ -402,9 +407,9 @@ def _region_from_url(url: str | None) -> str | None:
     if not url:
         return None
     match = _REGION_IN_URL.match(url)
-    if not match:
+    if not match or "amazonaws.com" not in url:
         return None
-    return match.group("a") or match.group("b")
+    return match.group("region")
 
 
 def _region_from_env(env: Mapping[str, str]) -> str | None:

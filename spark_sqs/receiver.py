@@ -132,7 +132,14 @@ def read_partition(
     table = messages_to_table(kept, partition.queue_url).replace_schema_metadata(
         {RECEIVED_AT: repr(received_at)}
     )
-    if not journal.write_entry(partition.batch, partition.receiver, table):
+    try:
+        written = journal.write_entry(partition.batch, partition.receiver, table)
+    except Exception:
+        # Nothing was yielded: hand the messages back now rather than after the timeout, and
+        # let Spark retry the task.
+        _release(client, partition, table)
+        raise
+    if not written:
         # Another attempt of this task journaled first; its rows are the batch's rows.
         _release(client, partition, table)
         table = journal.read_entry(partition.batch, partition.receiver)

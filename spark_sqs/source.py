@@ -141,6 +141,7 @@ class _DriverState:
         )
         self.acknowledger.start(self.journal_state.acked_batch, journal.batches())
         self.heartbeat.start()
+        self._initial_batch: int | None = None
         self._last_poll = float("-inf")
         self._poll_due = True
         self._visible = 0
@@ -177,6 +178,10 @@ class _DriverState:
         """Called only for a new checkpoint: journal entries left by an earlier checkpoint's run
         were never committed by this query's sink, so hand their messages back to SQS."""
         with self.lock:
+            # Spark asks twice (for the first latestOffset and again to plan the first batch);
+            # both answers must be the same although a batch has been numbered in between.
+            if self._initial_batch is not None:
+                return self._initial_batch
             leftovers = self.acknowledger.pending
             for batch in leftovers:
                 entries = [Entry(i, h) for i, h in self.journal.batch_handles(batch)]
@@ -194,7 +199,8 @@ class _DriverState:
                 )
                 self.acknowledger.start(self.journal_state.planned_batch, [])
                 self._write_state(acked=self.journal_state.planned_batch)
-            return self.journal_state.planned_batch
+            self._initial_batch = self.journal_state.planned_batch
+            return self._initial_batch
 
     def latest_offset(self, start: Mapping[str, Any] | None) -> dict:
         with self.lock:

@@ -52,7 +52,44 @@ def serialise_moto_sqs() -> None:
             time.sleep(0.05)
 
     SQSBackend.receive_message = receive_message
+    _make_receipt_handles_strict()
     _PATCHED = True
+
+
+def _make_receipt_handles_strict() -> None:
+    """Make moto treat receipt handles as SQS does (PLATFORM.md): only the newest handle of a
+    message counts. Deleting with an older one "succeeds" on a standard queue but leaves the
+    message in place, and fails on a FIFO queue; changing visibility with it fails."""
+    from moto.sqs.exceptions import ReceiptHandleIsInvalid
+    from moto.sqs.models import Queue, SQSBackend
+
+    original_delete = Queue.delete_message
+
+    def delete_message(self: Any, receipt_handle: str) -> None:
+        for message in self._messages:
+            if message.had_receipt_handle(receipt_handle):
+                if message.receipt_handle != receipt_handle:
+                    if self.fifo_queue:
+                        raise ReceiptHandleIsInvalid()
+                    return
+                break
+        original_delete(self, receipt_handle)
+
+    original_change = SQSBackend.change_message_visibility
+
+    def change_message_visibility(
+        self: Any, queue_name: str, receipt_handle: str, visibility_timeout: int
+    ) -> None:
+        queue = self.get_queue(queue_name)
+        for message in queue._messages:
+            if message.had_receipt_handle(receipt_handle):
+                if message.receipt_handle != receipt_handle or message.visible:
+                    raise ReceiptHandleIsInvalid()
+                break
+        original_change(self, queue_name, receipt_handle, visibility_timeout)
+
+    Queue.delete_message = delete_message
+    SQSBackend.change_message_visibility = _locked(change_message_visibility)
 
 
 def _locked(fn: Any) -> Any:

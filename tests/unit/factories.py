@@ -1,0 +1,54 @@
+"""Builders shared by the unit tests: realistic ReceiveMessage results and parsed options."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from spark_sqs.options import SqsOptions
+
+QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/orders"
+FIFO_QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/orders.fifo"
+SENT_MS = 1_700_000_000_123  # 2023-11-14T22:13:20.123Z
+
+
+def make_options(journal: str = "/tmp/unused-journal", **extra: Any) -> SqsOptions:
+    raw: dict[str, Any] = {"queueUrl": QUEUE_URL, "journalLocation": journal}
+    raw.update(extra)
+    return SqsOptions.parse(raw, env={})
+
+
+def sqs_message(
+    n: int,
+    *,
+    body: str | None = None,
+    handle: str | None = None,
+    receive_count: int = 1,
+    fifo: bool = False,
+    attributes: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One message as boto3's ``receive_message`` returns it, with all system attributes."""
+    text = body if body is not None else f'{{"n": {n}}}'
+    system = {
+        "SenderId": "AIDAEXAMPLESENDER",
+        "ApproximateFirstReceiveTimestamp": str(SENT_MS + 1000 + n),
+        "ApproximateReceiveCount": str(receive_count),
+        "SentTimestamp": str(SENT_MS + n),
+    }
+    if fifo:
+        system.update(
+            MessageGroupId=f"group-{n % 2}",
+            MessageDeduplicationId=f"dedup-{n}",
+            SequenceNumber=f"1862{n:016d}",
+        )
+    message: dict[str, Any] = {
+        "MessageId": f"00000000-0000-4000-8000-{n:012d}",
+        "ReceiptHandle": handle or f"AQEB-receipt-{n}-{receive_count}",
+        "MD5OfBody": hashlib.md5(text.encode()).hexdigest(),
+        "Body": text,
+        "Attributes": system,
+    }
+    if attributes:
+        message["MessageAttributes"] = attributes
+        message["MD5OfMessageAttributes"] = "0" * 32
+    return message

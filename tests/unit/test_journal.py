@@ -1,0 +1,455 @@
+"""The journal: durable, write-once entries of what each receiver got, local and on S3."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import stat
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from spark_sqs.errors import JournalError
+from spark_sqs.journal import RECEIVED_AT, EntryReceipts, Journal, JournalState
+from spark_sqs.schema import messages_to_table
+from tests.unit.factories import QUEUE_URL, make_options, sqs_message
+
+OTHER_QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/payments"
+
+
+def table_of(*numbers: int, **kwargs: Any) -> pa.Table:
+    return messages_to_table([sqs_message(n, **kwargs) for n in numbers], QUEUE_URL)
+
+
+def handles_of(table: pa.Table) -> list[tuple[str, str]]:
+    return list(
+        zip(
+            table.column("messageId").to_pylist(),
+            table.column("_receiptHandle").to_pylist(),
+            strict=True,
+        )
+    )
+
+
+@pytest.fixture
+def location(tmp_path: Path) -> str:
+    # A directory that does not exist yet: the journal creates it.
+    return str(tmp_path / "checkpoints" / "journal")
+
+
+@pytest.fixture
+def journal(location: str) -> Journal:
+    return Journal(location, make_options(location))
+
+
+# -- entries -----------------------------------------------------------------------------------
+
+
+def test_write_and_read_entry_round_trip(journal: Journal) -> None:
+    attrs = {"blob": {"DataType": "Binary", "BinaryValue": b"\x00\x01"}}
+    table = table_of(0, 1, 2, attributes=attrs, fifo=True)
+
+    assert journal.write_entry(7, 3, table) is True
+    back = journal.read_entry(7, 3)
+
+    assert back is not None
+    assert back.equals(table)
+    assert back.schema == table.schema
+
+
+def test_entry_of_no_messages_round_trips(journal: Journal) -> None:
+    empty = table_of()
+    assert journal.write_entry(2, 0, empty) is True
+    back = journal.read_entry(2, 0)
+    assert back is not None and back.num_rows == 0
+    assert back.schema == empty.schema
+    assert journal.receivers(2) == [0]
+
+
+def test_missing_entry_reads_as_none(journal: Journal) -> None:
+    assert journal.read_entry(1, 0) is None
+    journal.write_entry(1, 0, table_of(0))
+    assert journal.read_entry(1, 1) is None
+    assert journal.read_entry(2, 0) is None
+
+
+def test_existing_entry_is_never_overwritten(journal: Journal) -> None:
+    first = table_of(0, 1)
+    second = table_of(5, 6, 7)
+
+    assert journal.write_entry(4, 2, first) is True
+    assert journal.write_entry(4, 2, second) is False
+    # A retried task attempt sees exactly what the first attempt journaled.
+    back = journal.read_entry(4, 2)
+    assert back is not None and back.equals(first)
+
+
+def test_write_leaves_no_temporary_files(journal: Journal, location: str) -> None:
+    journal.write_entry(1, 0, table_of(0))
+    journal.write_entry(1, 0, table_of(1))  # refused
+    batch_dir = Path(location) / "batches" / "000000000001"
+    assert sorted(p.name for p in batch_dir.iterdir()) == ["00000.arrow"]
+
+
+def test_receivers_and_batches_listing(journal: Journal, location: str) -> None:
+    assert journal.batches() == []
+    assert journal.receivers(1) == []
+
+    for batch, receiver in [(12, 0), (3, 2), (3, 0), (3, 11), (1, 0)]:
+        journal.write_entry(batch, receiver, table_of(batch * 100 + receiver))
+    # Stray files are not entries or batches.
+    (Path(location) / "batches" / "README").write_text("not a batch")
+    (Path(location) / "batches" / "000000000003" / "notes.txt").write_text("not an entry")
+    (Path(location) / "batches" / "000000000003" / "00001.arrow.tmp-123").write_text("partial")
+
+    assert journal.batches() == [1, 3, 12]
+    assert journal.receivers(3) == [0, 2, 11]
+    assert journal.receivers(12) == [0]
+    assert journal.receivers(2) == []
+    assert [r for r, _ in journal.read_batch(3)] == [0, 2, 11]
+
+
+def test_read_handles_returns_message_ids_and_receipt_handles(journal: Journal) -> None:
+    table = table_of(0, 1, 2, receive_count=2)
+    journal.write_entry(5, 1, table)
+
+    assert journal.read_handles(5, 1) == [
+        ("00000000-0000-4000-8000-000000000000", "AQEB-receipt-0-2"),
+        ("00000000-0000-4000-8000-000000000001", "AQEB-receipt-1-2"),
+        ("00000000-0000-4000-8000-000000000002", "AQEB-receipt-2-2"),
+    ]
+    assert journal.read_handles(5, 9) == []
+
+
+def test_batch_handles_collects_every_receiver(journal: Journal) -> None:
+    a, b = table_of(0, 1), table_of(2)
+    journal.write_entry(6, 0, a)
+    journal.write_entry(6, 4, b)
+    journal.write_entry(7, 0, table_of(9))
+
+    assert journal.batch_handles(6) == handles_of(a) + handles_of(b)
+    assert journal.batch_handles(8) == []
+
+
+def test_read_receipts_carries_the_receive_time(journal: Journal) -> None:
+    table = table_of(0, 1).replace_schema_metadata({RECEIVED_AT: repr(1_700_000_000.25)})
+    journal.write_entry(5, 2, table)
+
+    receipts = journal.read_receipts(5, 2)
+
+    assert receipts == EntryReceipts(
+        batch=5,
+        receiver=2,
+        received_at=1_700_000_000.25,
+        message_ids=(
+            "00000000-0000-4000-8000-000000000000",
+            "00000000-0000-4000-8000-000000000001",
+        ),
+        receipt_handles=("AQEB-receipt-0-1", "AQEB-receipt-1-1"),
+    )
+    assert "AQEB-receipt" not in repr(receipts)
+    assert journal.read_receipts(5, 3) is None
+
+
+def test_entry_without_receive_time_reads_as_received_at_epoch(journal: Journal) -> None:
+    # Treated as long expired, so the acknowledger is cautious about its handles.
+    journal.write_entry(1, 0, table_of(0))
+    receipts = journal.read_receipts(1, 0)
+    assert receipts is not None and receipts.received_at == 0.0
+
+
+def test_batch_receipts_lists_every_receiver(journal: Journal) -> None:
+    journal.write_entry(4, 0, table_of(0))
+    journal.write_entry(4, 2, table_of(1, 2))
+    receipts = journal.batch_receipts(4)
+    assert [(r.batch, r.receiver, len(r.message_ids)) for r in receipts] == [(4, 0, 1), (4, 2, 2)]
+    assert journal.batch_receipts(5) == []
+
+
+def test_dedupe_record_round_trip_and_expiry(journal: Journal, location: str) -> None:
+    assert journal.read_dedupe(now=0.0) == {}
+
+    journal.write_dedupe(3, ["a", "b"], expires_at=1000.0)
+    journal.write_dedupe(4, ["b", "c"], expires_at=2000.0)
+
+    # An id recorded twice keeps the later expiry.
+    assert journal.read_dedupe(now=500.0) == {"a": 1000.0, "b": 2000.0, "c": 2000.0}
+    assert journal.read_dedupe(now=1000.0) == {"b": 2000.0, "c": 2000.0}
+    # Expired records are removed from the journal.
+    assert sorted(os.listdir(Path(location) / "dedupe")) == ["000000000004.arrow"]
+    assert journal.read_dedupe(now=2000.0) == {}
+    assert os.listdir(Path(location) / "dedupe") == []
+
+
+def test_dedupe_record_survives_a_restart(journal: Journal, location: str) -> None:
+    journal.write_dedupe(9, ["x"], expires_at=1_800_000_000.5)
+    again = Journal(location, make_options(location))
+    assert again.read_dedupe(now=1_700_000_000.0) == {"x": 1_800_000_000.5}
+
+
+def test_remove_batch(journal: Journal) -> None:
+    journal.write_entry(1, 0, table_of(0))
+    journal.write_entry(1, 1, table_of(1))
+    journal.write_entry(2, 0, table_of(2))
+
+    journal.remove_batch(1)
+
+    assert journal.batches() == [2]
+    assert journal.receivers(1) == []
+    assert journal.read_entry(1, 0) is None
+    assert journal.batch_handles(1) == []
+    assert journal.read_entry(2, 0) is not None
+    # Removing again (a repeated acknowledgement) is harmless.
+    journal.remove_batch(1)
+    journal.remove_batch(99)
+    assert journal.batches() == [2]
+
+
+def test_corrupt_entry_raises_journal_error_with_a_fix(journal: Journal, location: str) -> None:
+    journal.write_entry(1, 0, table_of(0))
+    entry = Path(location) / "batches" / "000000000001" / "00000.arrow"
+    entry.write_bytes(entry.read_bytes()[:40])
+
+    with pytest.raises(JournalError, match="corrupt.*Fix:"):
+        journal.read_entry(1, 0)
+    with pytest.raises(JournalError, match="Cannot read journal file"):
+        journal.read_handles(1, 0)
+
+
+# -- state and ownership -----------------------------------------------------------------------
+
+
+def test_read_state_defaults_to_zero(journal: Journal) -> None:
+    assert journal.read_state() == JournalState(planned_batch=0, acked_batch=0)
+
+
+def test_state_round_trip_and_overwrite(journal: Journal, location: str) -> None:
+    journal.write_state(JournalState(planned_batch=5, acked_batch=3))
+    assert journal.read_state() == JournalState(5, 3)
+
+    journal.write_state(JournalState(planned_batch=6, acked_batch=6))
+    assert journal.read_state() == JournalState(6, 6)
+    # A new process (another Journal object) sees the same state.
+    assert Journal(location, make_options(location)).read_state() == JournalState(6, 6)
+
+
+def test_check_owner_binds_the_journal_to_the_first_queue(journal: Journal, location: str) -> None:
+    journal.check_owner(QUEUE_URL)
+    journal.check_owner(QUEUE_URL)  # same queue: fine, also after a restart
+    Journal(location, make_options(location)).check_owner(QUEUE_URL)
+
+    meta = json.loads((Path(location) / "_meta.json").read_text())
+    assert meta["queueUrl"] == QUEUE_URL
+
+    with pytest.raises(JournalError) as info:
+        Journal(location, make_options(location)).check_owner(OTHER_QUEUE_URL)
+    message = str(info.value)
+    assert QUEUE_URL in message
+    assert OTHER_QUEUE_URL in message
+    assert "Fix: give each query its own 'journalLocation'" in message
+    assert info.value.retriable is False
+
+
+def test_probe_writable_accepts_a_writable_location_and_cleans_up(
+    journal: Journal, location: str
+) -> None:
+    journal.probe_writable()
+    assert os.listdir(location) == []
+
+
+def test_probe_writable_rejects_a_path_under_a_regular_file(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("I am not a directory")
+    location = str(blocker / "journal")
+    journal = Journal(location, make_options(location))
+
+    with pytest.raises(JournalError) as info:
+        journal.probe_writable()
+    message = str(info.value)
+    assert "is not writable" in message
+    assert location in message
+    assert "Fix:" in message
+
+
+def test_writing_under_a_regular_file_raises_journal_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    journal = Journal(str(blocker / "journal"))
+    with pytest.raises(JournalError, match="Cannot write journal file"):
+        journal.write_entry(1, 0, table_of(0))
+    with pytest.raises(JournalError, match="Cannot write journal file"):
+        journal.write_state(JournalState(1, 0))
+
+
+def test_file_uri_and_home_relative_locations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    by_uri = Journal((tmp_path / "j").as_uri())
+    by_home = Journal("~/j")
+    by_uri.write_entry(1, 0, table_of(0))
+
+    assert by_home.receivers(1) == [0]
+    assert (tmp_path / "j" / "batches" / "000000000001" / "00000.arrow").is_file()
+
+
+# -- permissions -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_local_files_are_readable_by_the_owner_only(
+    umask_022: None, journal: Journal, location: str
+) -> None:
+    journal.check_owner(QUEUE_URL)
+    journal.write_state(JournalState(1, 0))
+    journal.write_entry(1, 0, table_of(0))
+    root = Path(location)
+
+    journal.write_dedupe(1, ["m"], expires_at=10.0**10)
+    for name in (
+        "_meta.json",
+        "_state.json",
+        "batches/000000000001/00000.arrow",
+        "dedupe/000000000001.arrow",
+    ):
+        assert _mode(root / name) == 0o600, name
+
+
+def test_local_directories_are_accessible_by_the_owner_only(
+    umask_022: None, journal: Journal, location: str
+) -> None:
+    # As on a driver: the probe creates the root, the first entry creates batches/<batch>.
+    journal.probe_writable()
+    journal.write_entry(1, 0, table_of(0))
+    root = Path(location)
+
+    for path in (root, root / "batches", root / "batches" / "000000000001"):
+        assert _mode(path) == 0o700, str(path)
+
+
+def test_batch_directory_is_owner_only(umask_022: None, journal: Journal, location: str) -> None:
+    journal.write_entry(1, 0, table_of(0))
+    assert _mode(Path(location) / "batches" / "000000000001") == 0o700
+
+
+def test_journal_root_created_by_the_probe_is_owner_only(
+    umask_022: None, journal: Journal, location: str
+) -> None:
+    journal.probe_writable()
+    assert _mode(Path(location)) == 0o700
+
+
+# -- pickling ----------------------------------------------------------------------------------
+
+
+def test_journal_pickles_without_its_filesystem(journal: Journal) -> None:
+    journal.write_entry(3, 0, table_of(0))  # opens the filesystem
+    data = pickle.dumps(journal)
+
+    assert b"pyarrow._fs" not in data
+    restored = pickle.loads(data)
+    assert restored.location == journal.location
+    back = restored.read_entry(3, 0)
+    assert back is not None and back.equals(table_of(0))
+    assert restored.write_entry(3, 0, table_of(1)) is False
+
+
+def test_unopened_journal_pickles(location: str) -> None:
+    restored = pickle.loads(pickle.dumps(Journal(location, make_options(location))))
+    assert restored.write_entry(1, 0, table_of(0)) is True
+    assert restored.receivers(1) == [0]
+
+
+# -- S3 ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        boto3.client(
+            "s3",
+            region_name="us-east-1",
+            endpoint_url=f"http://{host}:{port}",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        ).create_bucket(Bucket="journal-bucket")
+        yield f"{host}:{port}"
+    finally:
+        server.stop()
+
+
+def test_s3_journal(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    prefix = f"queries/{uuid.uuid4().hex}/journal"
+    location = f"s3://journal-bucket/{prefix}?endpoint_override={s3_endpoint}&scheme=http"
+    options = make_options(location, region="us-east-1")
+    journal = Journal(location, options)
+
+    journal.probe_writable()
+    journal.check_owner(QUEUE_URL)
+    assert journal.read_state() == JournalState()
+    journal.write_state(JournalState(planned_batch=2, acked_batch=1))
+    assert journal.read_state() == JournalState(2, 1)
+
+    assert journal.read_entry(2, 0) is None
+    assert journal.batches() == []
+    first, second = table_of(0, 1), table_of(2)
+    assert journal.write_entry(2, 0, first) is True
+    assert journal.write_entry(2, 0, table_of(9)) is False
+    assert journal.write_entry(2, 3, second) is True
+
+    # Another process (pickled journal, fresh filesystem) reads the same entries.
+    other = pickle.loads(pickle.dumps(journal))
+    back = other.read_entry(2, 0)
+    assert back is not None and back.equals(first)
+    assert other.batches() == [2]
+    assert other.receivers(2) == [0, 3]
+    assert other.batch_handles(2) == handles_of(first) + handles_of(second)
+    with pytest.raises(JournalError, match="belongs to queue"):
+        other.check_owner(OTHER_QUEUE_URL)
+
+    other.write_dedupe(2, ["old"], expires_at=100.0)
+    other.write_dedupe(3, ["new"], expires_at=200.0)
+    assert journal.read_dedupe(now=150.0) == {"new": 200.0}
+    assert journal.read_dedupe(now=0.0) == {"new": 200.0}, "expired record not removed"
+
+    other.remove_batch(2)
+    assert journal.batches() == []
+    assert journal.read_entry(2, 0) is None
+    assert journal.read_state() == JournalState(2, 1)
+
+
+def test_s3_journal_rejects_unknown_location_parameters(s3_endpoint: str) -> None:
+    location = f"s3://journal-bucket/j?endpoint_override={s3_endpoint}&colour=blue"
+    journal = Journal(location, make_options(location, region="us-east-1"))
+    with pytest.raises(JournalError, match=r"Cannot open journalLocation.*colour"):
+        journal.read_state()

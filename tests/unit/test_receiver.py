@@ -1,0 +1,467 @@
+"""Receivers: the ReceiveMessage loop, and receive-journal-yield vs. replay in read_partition."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pyarrow as pa
+import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError
+from botocore.stub import Stubber
+
+from spark_sqs.errors import (
+    JournalError,
+    QueueNotFoundError,
+    SqsAccessError,
+    SqsSourceError,
+    TransientSqsError,
+)
+from spark_sqs.journal import Journal, JournalState
+from spark_sqs.planning import ReceiverPartition
+from spark_sqs.receiver import RECEIVE_BATCH, read_partition, receive_messages
+from spark_sqs.schema import arrow_output_schema, messages_to_table
+from tests.unit.factories import QUEUE_URL, make_options, sqs_message
+
+
+def partition(
+    max_messages: int = 100,
+    *,
+    batch: int = 1,
+    receiver: int = 0,
+    journal: str = "/tmp/unused-journal",
+    drop_ids: frozenset[str] = frozenset(),
+    **options: Any,
+) -> ReceiverPartition:
+    return ReceiverPartition(
+        batch=batch,
+        receiver=receiver,
+        max_messages=max_messages,
+        queue_url=QUEUE_URL,
+        options=make_options(journal, **options),
+        drop_ids=drop_ids,
+    )
+
+
+def client_error(code: str, status: int, operation: str = "ReceiveMessage") -> ClientError:
+    return ClientError(
+        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
+        operation,
+    )
+
+
+class FakeSqs:
+    """A queue of ``available`` messages, or scripted answers (a list of messages, or an
+    exception to raise) for each ReceiveMessage call. Records every call."""
+
+    def __init__(
+        self,
+        available: int = 0,
+        script: list[list[dict[str, Any]] | Exception] | None = None,
+        on_receive: Callable[[], None] | None = None,
+    ) -> None:
+        self.queue = [sqs_message(n) for n in range(available)]
+        self.script = list(script) if script is not None else None
+        self.on_receive = on_receive
+        self.receive_calls: list[dict[str, Any]] = []
+        self.batch_calls: list[tuple[str, list[dict[str, Any]]]] = []
+
+    def receive_message(self, **kwargs: Any) -> dict[str, Any]:
+        self.receive_calls.append(kwargs)
+        if self.on_receive is not None:
+            self.on_receive()
+        wanted = kwargs["MaxNumberOfMessages"]
+        assert 1 <= wanted <= 10, f"SQS rejects MaxNumberOfMessages={wanted}"
+        if self.script is not None:
+            answer = self.script.pop(0) if self.script else []
+            if isinstance(answer, Exception):
+                raise answer
+            assert len(answer) <= wanted, "script answers more than was asked for"
+            messages = answer
+        else:
+            messages, self.queue = self.queue[:wanted], self.queue[wanted:]
+        return {"Messages": messages} if messages else {}
+
+    def _batch(self, action: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        self.batch_calls.append((action, Entries))
+        return {"Successful": [{"Id": e["Id"]} for e in Entries], "Failed": []}
+
+    def delete_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        assert QueueUrl == QUEUE_URL
+        return self._batch("delete", Entries)
+
+    def change_message_visibility_batch(
+        self, QueueUrl: str, Entries: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        assert QueueUrl == QUEUE_URL
+        return self._batch("visibility", Entries)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# -- receive_messages --------------------------------------------------------------------------
+
+
+def test_stops_at_max_messages_never_asking_for_more_than_remaining() -> None:
+    sqs = FakeSqs(available=100)
+    messages, stats = receive_messages(sqs, partition(25))
+
+    assert len(messages) == 25
+    assert [c["MaxNumberOfMessages"] for c in sqs.receive_calls] == [10, 10, 5]
+    assert stats.stopped_by == "limit"
+    assert (stats.calls, stats.received) == (3, 25)
+    assert len(sqs.queue) == 75
+
+
+def test_asks_for_the_remainder_when_sqs_returns_fewer_than_asked() -> None:
+    sqs = FakeSqs(
+        script=[[sqs_message(n) for n in range(3)], [sqs_message(n) for n in range(3, 10)]]
+    )
+    messages, stats = receive_messages(sqs, partition(12))
+
+    assert [c["MaxNumberOfMessages"] for c in sqs.receive_calls] == [10, 9, 2]
+    assert len(messages) == 10
+    assert stats.stopped_by == "empty receive"
+
+
+@pytest.mark.parametrize("limit", [1, 9, 10, 11, 20, 95])
+def test_never_more_than_ten_per_call(limit: int) -> None:
+    sqs = FakeSqs(available=1000)
+    messages, _ = receive_messages(sqs, partition(limit))
+    assert len(messages) == limit
+    assert all(c["MaxNumberOfMessages"] <= RECEIVE_BATCH for c in sqs.receive_calls)
+    assert sum(c["MaxNumberOfMessages"] for c in sqs.receive_calls) == limit
+
+
+def test_stops_on_an_empty_receive() -> None:
+    sqs = FakeSqs(available=7)
+    messages, stats = receive_messages(sqs, partition(100))
+
+    assert [m["Body"] for m in messages] == [f'{{"n": {n}}}' for n in range(7)]
+    assert len(sqs.receive_calls) == 2
+    assert stats.stopped_by == "empty receive"
+    assert stats.received == 7
+
+
+def test_an_empty_queue_costs_one_call() -> None:
+    sqs = FakeSqs(available=0)
+    messages, stats = receive_messages(sqs, partition(100))
+    assert messages == []
+    assert len(sqs.receive_calls) == 1
+    assert stats.stopped_by == "empty receive"
+
+
+def slow_sqs(clock: Clock, seconds_per_call: float) -> FakeSqs:
+    def advance() -> None:
+        clock.now += seconds_per_call
+
+    sqs = FakeSqs(available=1000, on_receive=advance)
+    return sqs
+
+
+def test_stops_on_the_time_budget() -> None:
+    # visibilityTimeout 120 s gives a 30 s budget; every call takes 12 s.
+    clock = Clock()
+    sqs = slow_sqs(clock, 12.0)
+    messages, stats = receive_messages(sqs, partition(1000), clock=clock)
+
+    # Calls end at 12 s, 24 s and 36 s: the third passes the budget.
+    assert stats.stopped_by == "time budget"
+    assert len(sqs.receive_calls) == 3
+    assert len(messages) == 30
+    assert stats.seconds == 36.0
+
+
+def test_budget_is_a_quarter_of_the_visibility_timeout_at_most_a_minute() -> None:
+    clock = Clock()
+    sqs = slow_sqs(clock, 12.0)
+    options = {"visibilityTimeout": "400", "waitTimeSeconds": "20"}
+    _, stats = receive_messages(sqs, partition(1000, **options), clock=clock)
+    # 400 / 4 = 100 s, capped at 60 s: the fifth call ends at 60 s.
+    assert stats.stopped_by == "time budget"
+    assert len(sqs.receive_calls) == 5
+
+
+def test_a_message_received_twice_is_kept_once_with_the_newest_handle() -> None:
+    first = sqs_message(1, receive_count=1)
+    again = sqs_message(1, receive_count=2)  # same id, new receipt handle
+    sqs = FakeSqs(script=[[first, sqs_message(2)], [again], []])
+
+    messages, stats = receive_messages(sqs, partition(100))
+
+    assert [m["MessageId"] for m in messages] == [first["MessageId"], sqs_message(2)["MessageId"]]
+    assert messages[0]["ReceiptHandle"] == again["ReceiptHandle"]
+    assert stats.duplicates_in_loop == 1
+    assert stats.received == 2
+
+
+def test_duplicates_do_not_count_towards_the_limit() -> None:
+    a, b, c = sqs_message(1), sqs_message(2), sqs_message(3)
+    sqs = FakeSqs(script=[[a, b], [sqs_message(1, receive_count=2)], [c]])
+
+    messages, stats = receive_messages(sqs, partition(3))
+
+    assert [call["MaxNumberOfMessages"] for call in sqs.receive_calls] == [3, 1, 1]
+    assert {m["MessageId"] for m in messages} == {a["MessageId"], b["MessageId"], c["MessageId"]}
+    assert stats.stopped_by == "limit"
+
+
+def test_request_parameters_follow_the_options() -> None:
+    sqs = FakeSqs(available=1)
+    receive_messages(
+        sqs,
+        partition(
+            5, waitTimeSeconds="7", visibilityTimeout="300", messageAttributeNames="tenant,trace.*"
+        ),
+    )
+    assert sqs.receive_calls[0] == {
+        "QueueUrl": QUEUE_URL,
+        "MaxNumberOfMessages": 5,
+        "WaitTimeSeconds": 7,
+        "VisibilityTimeout": 300,
+        "MessageSystemAttributeNames": ["All"],
+        "MessageAttributeNames": ["tenant", "trace.*"],
+    }
+
+
+def test_request_is_valid_for_the_real_sqs_api() -> None:
+    # botocore validates parameter names and types against the service model before the stub.
+    client = boto3.client(
+        "sqs",
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    with Stubber(client) as stub:
+        stub.add_response(
+            "receive_message",
+            {"Messages": [sqs_message(0), sqs_message(1)]},
+            expected_params={
+                "QueueUrl": QUEUE_URL,
+                "MaxNumberOfMessages": 2,
+                "WaitTimeSeconds": 1,
+                "VisibilityTimeout": 120,
+                "MessageSystemAttributeNames": ["All"],
+                "MessageAttributeNames": ["All"],
+            },
+        )
+        messages, stats = receive_messages(client, partition(2))
+        stub.assert_no_pending_responses()
+    assert [m["MessageId"] for m in messages] == [
+        sqs_message(0)["MessageId"],
+        sqs_message(1)["MessageId"],
+    ]
+    assert stats.stopped_by == "limit"
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (client_error("AccessDenied", 403), SqsAccessError),
+        (client_error("AWS.SimpleQueueService.NonExistentQueue", 400), QueueNotFoundError),
+        (client_error("InternalError", 500), TransientSqsError),
+        (
+            EndpointConnectionError(endpoint_url="https://sqs.us-east-1.amazonaws.com"),
+            TransientSqsError,
+        ),
+    ],
+    ids=["access-denied", "no-queue", "5xx", "network"],
+)
+def test_first_call_failing_raises_the_classified_error(
+    error: Exception, expected: type[SqsSourceError]
+) -> None:
+    sqs = FakeSqs(script=[error])
+    with pytest.raises(expected) as info:
+        receive_messages(sqs, partition(10))
+    assert QUEUE_URL in str(info.value)
+
+
+def test_a_later_failure_keeps_what_was_received() -> None:
+    got = [sqs_message(n) for n in range(10)]
+    sqs = FakeSqs(script=[got, client_error("ThrottlingException", 400)])
+
+    messages, stats = receive_messages(sqs, partition(50))
+
+    assert messages == got
+    assert stats.stopped_by == "error"
+    assert stats.calls == 1
+
+
+# -- read_partition ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def journal_dir(tmp_path: Path) -> str:
+    return str(tmp_path / "journal")
+
+
+def forbidden_client() -> Any:
+    raise AssertionError("the client must not be created")
+
+
+def collect(batches: Iterator[pa.RecordBatch]) -> pa.Table:
+    return pa.Table.from_batches(list(batches), schema=arrow_output_schema())
+
+
+def test_first_read_receives_journals_and_yields(journal_dir: str) -> None:
+    sqs = FakeSqs(available=25)
+    part = partition(20, batch=3, receiver=1, journal=journal_dir)
+
+    before = time.time()
+    batches = list(read_partition(part, client_factory=lambda: sqs))
+    after = time.time()
+
+    out = pa.Table.from_batches(batches)
+    assert out.schema == arrow_output_schema()
+    assert out.num_rows == 20
+    assert out.column("body").to_pylist() == [f'{{"n": {n}}}' for n in range(20)]
+    assert "_receiptHandle" not in out.schema.names
+
+    journal = Journal(journal_dir)
+    entry = journal.read_entry(3, 1)
+    assert entry is not None and entry.num_rows == 20
+    receipts = journal.read_receipts(3, 1)
+    assert receipts is not None
+    assert receipts.receipt_handles == tuple(f"AQEB-receipt-{n}-1" for n in range(20))
+    # The receive time lets the driver know when these handles expire.
+    assert before <= receipts.received_at <= after
+    assert len(sqs.queue) == 5
+
+
+def test_nothing_is_journaled_before_the_rows_are_asked_for(journal_dir: str) -> None:
+    sqs = FakeSqs(available=3)
+    rows = read_partition(partition(10, journal=journal_dir), client_factory=lambda: sqs)
+    assert sqs.receive_calls == []
+    next(rows)
+    assert Journal(journal_dir).receivers(1) == [0]
+
+
+def test_replay_yields_identical_rows_without_calling_sqs(journal_dir: str) -> None:
+    sqs = FakeSqs(available=12)
+    part = partition(12, batch=2, journal=journal_dir)
+    first = collect(read_partition(part, client_factory=lambda: sqs))
+
+    replay = collect(read_partition(part, client_factory=forbidden_client))
+
+    assert replay.equals(first)
+    assert replay.num_rows == 12
+
+
+def test_replay_of_an_empty_receive_yields_nothing(journal_dir: str) -> None:
+    part = partition(10, journal=journal_dir)
+    assert list(read_partition(part, client_factory=lambda: FakeSqs(available=0))) == []
+    # The empty result is journaled too, so a retried task does not receive anew.
+    assert Journal(journal_dir).receivers(1) == [0]
+    assert list(read_partition(part, client_factory=forbidden_client)) == []
+
+
+@pytest.mark.parametrize("batch", [4, 5])
+def test_a_batch_already_acknowledged_yields_nothing(journal_dir: str, batch: int) -> None:
+    Journal(journal_dir).write_state(JournalState(planned_batch=6, acked_batch=5))
+    part = partition(10, batch=batch, journal=journal_dir)
+
+    assert list(read_partition(part, client_factory=forbidden_client)) == []
+    assert Journal(journal_dir).receivers(batch) == []
+
+
+def test_a_batch_after_the_acknowledged_one_receives(journal_dir: str) -> None:
+    Journal(journal_dir).write_state(JournalState(planned_batch=6, acked_batch=5))
+    sqs = FakeSqs(available=2)
+    part = partition(10, batch=6, journal=journal_dir)
+    assert collect(read_partition(part, client_factory=lambda: sqs)).num_rows == 2
+
+
+def test_a_failed_first_receive_journals_nothing(journal_dir: str) -> None:
+    part = partition(10, journal=journal_dir)
+    sqs = FakeSqs(script=[client_error("AccessDenied", 403)])
+
+    with pytest.raises(SqsAccessError):
+        list(read_partition(part, client_factory=lambda: sqs))
+    # A retried task can still receive.
+    assert Journal(journal_dir).receivers(1) == []
+    retry = FakeSqs(available=1)
+    assert collect(read_partition(part, client_factory=lambda: retry)).num_rows == 1
+
+
+def test_redeliveries_of_dropped_ids_are_deleted_not_yielded(journal_dir: str) -> None:
+    messages = [sqs_message(n, receive_count=2) for n in range(4)]
+    dropped = {messages[1]["MessageId"], messages[3]["MessageId"]}
+    sqs = FakeSqs(script=[messages, []])
+    part = partition(10, journal=journal_dir, drop_ids=frozenset(dropped))
+
+    out = collect(read_partition(part, client_factory=lambda: sqs))
+
+    assert set(out.column("messageId").to_pylist()) == {
+        messages[0]["MessageId"],
+        messages[2]["MessageId"],
+    }
+    journaled = Journal(journal_dir).read_receipts(1, 0)
+    assert journaled is not None and not dropped & set(journaled.message_ids)
+    # Deleted with the fresh receipt handles of this receive.
+    assert [
+        (action, [e["ReceiptHandle"] for e in entries]) for action, entries in sqs.batch_calls
+    ] == [("delete", [messages[1]["ReceiptHandle"], messages[3]["ReceiptHandle"]])]
+
+
+def test_when_another_attempt_journaled_first_its_rows_win_and_ours_are_released(
+    journal_dir: str,
+) -> None:
+    part = partition(10, batch=2, receiver=0, journal=journal_dir)
+    theirs = messages_to_table([sqs_message(n) for n in (100, 101)], QUEUE_URL)
+
+    def other_attempt_journals() -> None:
+        # The speculative twin of this task finishes journaling while we receive.
+        Journal(journal_dir).write_entry(2, 0, theirs)
+
+    ours = [sqs_message(n) for n in (1, 2, 3)]
+    sqs = FakeSqs(script=[ours, []], on_receive=other_attempt_journals)
+
+    out = collect(read_partition(part, client_factory=lambda: sqs))
+
+    assert out.column("messageId").to_pylist() == theirs.column("messageId").to_pylist()
+    # Our messages become visible again at once instead of after the visibility timeout.
+    assert len(sqs.batch_calls) == 1
+    action, entries = sqs.batch_calls[0]
+    assert action == "visibility"
+    assert [e["ReceiptHandle"] for e in entries] == [m["ReceiptHandle"] for m in ours]
+    assert all(e["VisibilityTimeout"] == 0 for e in entries)
+
+
+def test_a_receiver_with_no_share_does_not_call_receive(journal_dir: str) -> None:
+    # A journaled receiver beyond numPartitions is planned with max_messages=0.
+    sqs = FakeSqs(available=5)
+    part = partition(0, journal=journal_dir)
+    assert list(read_partition(part, client_factory=lambda: sqs)) == []
+    assert sqs.receive_calls == []
+
+
+def test_messages_that_could_not_be_journaled_are_released(
+    journal_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unwritable(self: Journal, batch: int, receiver: int, table: pa.Table) -> bool:
+        raise JournalError("Cannot write journal file: S3 is down")
+
+    monkeypatch.setattr(Journal, "write_entry", unwritable)
+    received = [sqs_message(n) for n in range(3)]
+    sqs = FakeSqs(script=[received, []])
+
+    with pytest.raises(JournalError):
+        list(read_partition(partition(10, journal=journal_dir), client_factory=lambda: sqs))
+    assert sqs.batch_calls == [
+        (
+            "visibility",
+            [
+                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0}
+                for i, m in enumerate(received)
+            ],
+        )
+    ]
