@@ -40,6 +40,7 @@ def serialise_moto_sqs() -> None:
         visibility_timeout: int,
         message_attribute_names: list[str] | None = None,
     ) -> list[Any]:
+        RECEIVE_GATE.enter()
         deadline = time.monotonic() + (wait_seconds_timeout or 0)
         while True:
             with _LOCK:
@@ -116,3 +117,42 @@ class MotoServer:
 
     def stop(self) -> None:
         self._server.stop()
+
+
+class ReceiveGate:
+    """Server-side fault injection: let ``allowed`` ReceiveMessage calls through, then hold
+    every further call inside moto until ``release()``. Reaches every process (executors too),
+    because it acts in the server."""
+
+    def __init__(self) -> None:
+        self._allowed: int | None = None
+        self._calls = 0
+        self._open = threading.Event()
+        self._open.set()
+        self.blocked = threading.Event()
+        self._guard = threading.Lock()
+
+    def hold_after(self, allowed: int) -> None:
+        with self._guard:
+            self._allowed = allowed
+            self._calls = 0
+            self.blocked.clear()
+            self._open.clear()
+
+    def release(self) -> None:
+        with self._guard:
+            self._allowed = None
+        self._open.set()
+
+    def enter(self) -> None:
+        with self._guard:
+            if self._allowed is None:
+                return
+            self._calls += 1
+            if self._calls <= self._allowed:
+                return
+            self.blocked.set()
+        self._open.wait(300)
+
+
+RECEIVE_GATE = ReceiveGate()

@@ -1,0 +1,82 @@
+"""A streaming query in its own process, for crash tests. The test kills it with SIGKILL.
+
+The sink writes each micro-batch to ``out/batch=<id>`` (overwrite: a replayed batch replaces its
+first attempt), and pauses at points named by files in ``control``:
+
+- ``hold-before-sink``: after the batch was read (so journaled), before anything is written;
+- ``hold-after-sink``: after the batch was written, before Spark commits it.
+
+On reaching a point it writes a marker file (``at-before-sink``, ``at-after-sink``). The query
+stops cleanly when ``control/stop`` appears.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    for name in ("endpoint", "queue-url", "journal", "checkpoint", "out", "control"):
+        parser.add_argument(f"--{name}", required=True)
+    parser.add_argument("--visibility", default="5")
+    args = parser.parse_args()
+    control = Path(args.control)
+
+    from pyspark.sql import SparkSession
+
+    from spark_sqs import SqsDataSource
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(SqsDataSource)
+
+    def pause(point: str) -> None:
+        if (control / f"hold-{point}").exists():
+            (control / f"at-{point}").write_text(str(os.getpid()))
+            while (control / f"hold-{point}").exists():
+                time.sleep(0.1)
+
+    def sink(df, batch_id: int) -> None:  # noqa: ANN001
+        rows = df.select("messageId", "body").collect()
+        if not rows:
+            return
+        pause("before-sink")
+        spark.createDataFrame(rows).write.mode("overwrite").parquet(f"{args.out}/batch={batch_id}")
+        pause("after-sink")
+
+    query = (
+        spark.readStream.format("sqs")
+        .option("queueUrl", args.queue_url)
+        .option("endpointUrl", args.endpoint)
+        .option("journalLocation", args.journal)
+        .option("visibilityTimeout", args.visibility)
+        .option("maxMessagesPerTrigger", "20")
+        .option("numPartitions", "2")
+        .load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", args.checkpoint)
+        .start()
+    )
+    (control / "started").write_text(str(os.getpid()))
+    while not (control / "stop").exists():
+        if query.exception() is not None:
+            print(f"query failed: {query.exception()}", file=sys.stderr)
+            sys.exit(2)
+        time.sleep(0.2)
+    query.stop()
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
