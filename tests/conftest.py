@@ -24,7 +24,7 @@ REGION = "us-east-1"
 
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
-    from tests.moto_support import MotoServer
+    from spark_sqs.local_sqs import MotoServer
 
     server = MotoServer()
     yield server.endpoint

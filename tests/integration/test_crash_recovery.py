@@ -15,8 +15,8 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
+from spark_sqs.local_sqs import RECEIVE_GATE
 from tests.helpers import queue_counts, send_numbered, wait_until
-from tests.moto_support import RECEIVE_GATE
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,5 @@
-"""moto as a real HTTP SQS/S3 server for tests, made safe for concurrent receivers.
+"""An embedded SQS (moto) for the demo and the tests. Runs on: the demo's or test's driver
+process only; the source itself never imports it. Needs the ``moto[server]`` extra.
 
 moto's SQS backend has no locking: two concurrent ReceiveMessage calls can hand out the same
 message, and concurrent deletes race. Every backend method is serialised here with one lock.
@@ -110,6 +111,7 @@ class MotoServer:
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         serialise_moto_sqs()
+        # Loopback only: nothing outside this machine can reach the embedded server.
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self._server.start()
         host, port = self._server.get_host_and_port()
