@@ -237,6 +237,12 @@ class Acknowledger:
         if self._heartbeat is not None:
             self._heartbeat.watch(batch)
 
+    def forget(self, batch: int) -> None:
+        """The batch's entries moved elsewhere (adopted into a later batch)."""
+        self._pending.discard(batch)
+        if self._heartbeat is not None:
+            self._heartbeat.forget(batch)
+
     def drop_ids(self, before_or_at: int) -> frozenset[str]:
         """Ids a receiver of batch ``before_or_at`` must drop: recorded uncertain
         acknowledgements, and everything journaled by unacknowledged batches up to it (after a

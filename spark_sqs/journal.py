@@ -43,6 +43,9 @@ FORMAT_VERSION = 1
 # receiving, so the driver knows when the entry's receipt handles expire at the latest.
 RECEIVED_AT = b"spark_sqs.receivedAt"
 EXPIRES_AT = b"spark_sqs.expiresAt"
+# With deleteAfterJournal: JSON list of the entry's message ids that still await deletion.
+PENDING_DELETE = b"spark_sqs.pendingDelete"
+_PART = re.compile(r"^(\d{5})\.part-(\d{5})\.arrow$")
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,9 @@ class EntryReceipts:
 class JournalState:
     planned_batch: int = 0
     acked_batch: int = 0
+    # The offset first handed to Spark as initialOffset. Spark asks for it again when it
+    # restarts a query whose first batch never committed, and must get the same answer.
+    initial_batch: int | None = None
 
 
 class Journal:
@@ -125,12 +131,19 @@ class Journal:
         except (OSError, pa.ArrowInvalid) as exc:
             raise JournalError(f"Cannot read journal file {path}: {exc}") from None
         metadata = schema.metadata or {}
+        ids = table.column("messageId").to_pylist()
+        handles = table.column(RECEIPT).to_pylist()
+        if PENDING_DELETE in metadata:
+            # The receiver already deleted the rest (deleteAfterJournal).
+            pending = set(json.loads(metadata[PENDING_DELETE]))
+            pairs = [(i, h) for i, h in zip(ids, handles, strict=True) if i in pending]
+            ids, handles = [i for i, _ in pairs], [h for _, h in pairs]
         return EntryReceipts(
             batch=batch,
             receiver=receiver,
             received_at=float(metadata.get(RECEIVED_AT, b"0")),
-            message_ids=tuple(table.column("messageId").to_pylist()),
-            receipt_handles=tuple(table.column(RECEIPT).to_pylist()),
+            message_ids=tuple(ids),
+            receipt_handles=tuple(handles),
         )
 
     def read_handles(self, batch: int, receiver: int) -> list[tuple[str, str]]:
@@ -162,6 +175,25 @@ class Journal:
         path = self._path(self.batch_dir(batch), self.entry_name(receiver))
         return self._write_bytes(path, sink.getvalue().to_pybytes(), overwrite=False)
 
+    def write_part(self, batch: int, receiver: int, part: int, table: pa.Table) -> bool:
+        """One receive call's messages (deleteAfterJournal); never overwritten."""
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        path = self._path(self.batch_dir(batch), f"{receiver:05d}.part-{part:05d}.arrow")
+        return self._write_bytes(path, sink.getvalue().to_pybytes(), overwrite=False)
+
+    def read_parts(self, batch: int, receiver: int) -> list[tuple[int, pa.Table]]:
+        parts = []
+        for info in self._list(self._path(self.batch_dir(batch))):
+            match = _PART.match(info.base_name)
+            if match and int(match.group(1)) == receiver:
+                data = self._read_bytes(info.path)
+                if data is not None:
+                    table = pa.ipc.open_file(pa.BufferReader(data)).read_all()
+                    parts.append((int(match.group(2)), table))
+        return sorted(parts, key=lambda p: p[0])
+
     def receivers(self, batch: int) -> list[int]:
         out = []
         for info in self._list(self._path(self.batch_dir(batch))):
@@ -184,6 +216,38 @@ class Journal:
             if table is not None:
                 out.append((receiver, table))
         return out
+
+    def adopt(self, orphan: int, batch: int, first_receiver: int) -> int:
+        """Move the entries of ``orphan`` (a batch no Spark offset log knows) into ``batch`` as
+        receivers ``first_receiver``, ``first_receiver + 1``, ...; returns how many. Receivers
+        that journaled parts but no entry (deleteAfterJournal, killed mid-loop) are adopted as
+        one entry of their parts, all awaiting deletion."""
+        adopted = 0
+        for receiver in self.receivers(orphan):
+            table = self.read_entry(orphan, receiver)
+            if table is not None:
+                self.write_entry(batch, first_receiver + adopted, table)
+                adopted += 1
+        entries = set(self.receivers(orphan))
+        parts: dict[int, list[pa.Table]] = {}
+        for info in self._list(self._path(self.batch_dir(orphan))):
+            match = _PART.match(info.base_name)
+            if match and int(match.group(1)) not in entries:
+                parts.setdefault(int(match.group(1)), [])
+        for receiver in sorted(parts):
+            tables = [t for _, t in self.read_parts(orphan, receiver)]
+            if not tables:
+                continue
+            combined = pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
+            received = min(float((t.schema.metadata or {}).get(RECEIVED_AT, b"0")) for t in tables)
+            ids = combined.column("messageId").to_pylist()
+            combined = combined.replace_schema_metadata(
+                {RECEIVED_AT: repr(received), PENDING_DELETE: json.dumps(sorted(ids))}
+            )
+            self.write_entry(batch, first_receiver + adopted, combined)
+            adopted += 1
+        self.remove_batch(orphan)
+        return adopted
 
     def remove_batch(self, batch: int) -> None:
         fs = self._filesystem()
@@ -235,10 +299,19 @@ class Journal:
         if data is None:
             return JournalState()
         doc = json.loads(data)
-        return JournalState(int(doc.get("plannedBatch", 0)), int(doc.get("ackedBatch", 0)))
+        initial = doc.get("initialBatch")
+        return JournalState(
+            int(doc.get("plannedBatch", 0)),
+            int(doc.get("ackedBatch", 0)),
+            None if initial is None else int(initial),
+        )
 
     def write_state(self, state: JournalState) -> None:
-        doc = {"plannedBatch": state.planned_batch, "ackedBatch": state.acked_batch}
+        doc = {
+            "plannedBatch": state.planned_batch,
+            "ackedBatch": state.acked_batch,
+            "initialBatch": state.initial_batch,
+        }
         self._write_bytes(self._path("_state.json"), json.dumps(doc).encode(), overwrite=True)
 
     def check_owner(self, queue_url: str) -> None:

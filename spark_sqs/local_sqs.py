@@ -45,6 +45,13 @@ def serialise_moto_sqs() -> None:
         deadline = time.monotonic() + (wait_seconds_timeout or 0)
         while True:
             with _LOCK:
+                # moto unlocks a FIFO group only as it walks past each expired message, so the
+                # group's first expired messages are skipped and later ones delivered first.
+                # SQS redelivers a group in order: release every expired message up front.
+                queue = self.get_queue(queue_name)
+                queue.pending_messages.difference_update(
+                    [m for m in queue.pending_messages if m.visible]
+                )
                 result = original_receive(
                     self, queue_name, count, 0, visibility_timeout, message_attribute_names
                 )
@@ -55,6 +62,7 @@ def serialise_moto_sqs() -> None:
 
     SQSBackend.receive_message = receive_message
     _make_receipt_handles_strict()
+    _record_receive_requests()
     _PATCHED = True
 
 
@@ -101,6 +109,62 @@ def _locked(fn: Any) -> Any:
             return fn(*args, **kwargs)
 
     return wrapper
+
+
+class ReceiveRequests:
+    """What ``ReceiveMessage`` calls reached the server (moto ignores some parameters, so tests
+    check them here), and a fault switch: ``fail_next(n)`` answers the next ``n`` calls with
+    HTTP 500 after moto has handed out the messages, as when a response is lost on the way."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self.calls: list[dict[str, Any]] = []
+        self._fail = 0
+
+    def fail_next(self, count: int) -> None:
+        with self._guard:
+            self._fail = count
+
+    def record(self, params: dict[str, Any]) -> bool:
+        """Record a call; True if it must fail."""
+        with self._guard:
+            self.calls.append(params)
+            if self._fail > 0:
+                self._fail -= 1
+                return True
+            return False
+
+    def for_queue(self, queue_url: str) -> list[dict[str, Any]]:
+        name = queue_url.rstrip("/").rsplit("/", 1)[-1]
+        with self._guard:
+            return [c for c in self.calls if c.get("QueueUrl", "").endswith("/" + name)]
+
+
+RECEIVE_REQUESTS = ReceiveRequests()
+
+
+class InjectedFault(Exception):
+    """Raised inside moto to make it answer HTTP 500."""
+
+
+def _record_receive_requests() -> None:
+    from moto.sqs.responses import SQSResponse
+
+    original = SQSResponse.receive_message
+
+    def receive_message(self: Any) -> Any:
+        params = {
+            "QueueUrl": self._get_param("QueueUrl"),
+            "ReceiveRequestAttemptId": self._get_param("ReceiveRequestAttemptId"),
+            "MaxNumberOfMessages": self._get_param("MaxNumberOfMessages"),
+        }
+        fail = RECEIVE_REQUESTS.record(params)
+        result = original(self)
+        if fail:
+            raise InjectedFault("fault injected by the test server")
+        return result
+
+    SQSResponse.receive_message = receive_message
 
 
 class MotoServer:

@@ -74,6 +74,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "deletes (messages reappear after the visibility timeout).",
     ),
     OptionSpec(
+        "deleteAfterJournal",
+        "false",
+        "Delete each message as soon as its receiver has journaled it, before the sink has it. "
+        "Lets a FIFO message group yield more than one receive per micro-batch; still exactly "
+        "once (the journal replays), but dead-letter redrive no longer applies. See docs/fifo.md.",
+    ),
+    OptionSpec(
         "heartbeatInterval",
         "visibilityTimeout / 5",
         "Seconds between visibility heartbeats, which keep every message of an unacknowledged "
@@ -129,6 +136,7 @@ class SqsOptions:
     visibility_timeout: int
     message_attribute_names: tuple[str, ...]
     delete_on_commit: bool
+    delete_after_journal: bool
     queue_poll_interval: float
     heartbeat_interval: float
     dedupe_window: float
@@ -241,6 +249,14 @@ class SqsOptions:
         visibility = _int(get, "visibilityTimeout", 1, 43200)
         poll = _float(get, "queuePollInterval", 0.01, 3600.0)
         delete_on_commit = _bool(get, "deleteOnCommit")
+        delete_after_journal = _bool(get, "deleteAfterJournal")
+        if delete_after_journal and not delete_on_commit:
+            raise InvalidOptionError.for_option(
+                "deleteAfterJournal",
+                "true",
+                "conflicts with deleteOnCommit=false, which never deletes",
+                "set one of them, not both",
+            )
         attribute_names = _attribute_names(get("messageAttributeNames") or "All")
 
         # A receiver stops after receive_budget_seconds but a call may then still wait
@@ -302,6 +318,7 @@ class SqsOptions:
             visibility_timeout=visibility,
             message_attribute_names=attribute_names,
             delete_on_commit=delete_on_commit,
+            delete_after_journal=delete_after_journal,
             queue_poll_interval=poll,
             heartbeat_interval=heartbeat,
             dedupe_window=dedupe_window,

@@ -7,17 +7,22 @@ rows are produced from the same Arrow table, so a replay is exactly the first at
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from botocore.exceptions import ClientError
 
 from .acknowledgement import BatchCaller, Entry
 from .client import classify, make_client
-from .journal import RECEIVED_AT, Journal
+from .errors import JournalError
+from .journal import PENDING_DELETE, RECEIVED_AT, Journal
 from .planning import ReceiverPartition
 from .schema import RECEIPT_HANDLE, messages_to_table, output_batches
 
@@ -40,24 +45,34 @@ def receive_messages(
     partition: ReceiverPartition,
     *,
     clock: Callable[[], float] = time.monotonic,
+    on_chunk: Callable[[list[dict[str, Any]]], None] | None = None,
+    already: int = 0,
 ) -> tuple[list[dict[str, Any]], ReceiveStats]:
-    """Loop ``ReceiveMessage`` until the receiver's share, an empty receive, or the time budget."""
+    """Loop ``ReceiveMessage`` until the receiver's share, an empty receive, or the time budget.
+
+    ``on_chunk`` sees the messages of each call as soon as they arrive; ``already`` counts
+    messages an earlier attempt journaled towards this receiver's share.
+    """
     options = partition.options
     stats = ReceiveStats()
     started = clock()
     deadline = started + options.receive_budget_seconds
     by_id: dict[str, dict[str, Any]] = {}
-    while len(by_id) < partition.max_messages:
-        wanted = min(RECEIVE_BATCH, partition.max_messages - len(by_id))
+    fifo = partition.queue_url.endswith(".fifo")
+    while len(by_id) + already < partition.max_messages:
+        wanted = min(RECEIVE_BATCH, partition.max_messages - len(by_id) - already)
+        request: dict[str, Any] = {
+            "QueueUrl": partition.queue_url,
+            "MaxNumberOfMessages": wanted,
+            "WaitTimeSeconds": options.wait_time_seconds,
+            "VisibilityTimeout": options.visibility_timeout,
+            "MessageSystemAttributeNames": ["All"],
+            "MessageAttributeNames": list(options.message_attribute_names),
+        }
+        if fifo:
+            request["ReceiveRequestAttemptId"] = attempt_id(partition, stats.calls)
         try:
-            response = client.receive_message(
-                QueueUrl=partition.queue_url,
-                MaxNumberOfMessages=wanted,
-                WaitTimeSeconds=options.wait_time_seconds,
-                VisibilityTimeout=options.visibility_timeout,
-                MessageSystemAttributeNames=["All"],
-                MessageAttributeNames=list(options.message_attribute_names),
-            )
+            response = _receive(client, request, partition)
         except Exception as exc:
             err = classify(exc, "ReceiveMessage", partition.queue_url)
             if not by_id:
@@ -79,6 +94,8 @@ def receive_messages(
                 # A redelivery within the loop: only the newest receipt handle stays valid.
                 stats.duplicates_in_loop += 1
             by_id[message["MessageId"]] = message
+        if messages and on_chunk is not None:
+            on_chunk(messages)
         if not messages:
             stats.stopped_by = "empty receive"
             break
@@ -90,6 +107,50 @@ def receive_messages(
     stats.received = len(by_id)
     stats.seconds = clock() - started
     return list(by_id.values()), stats
+
+
+def attempt_id(partition: ReceiverPartition, call: int) -> str:
+    """The ``ReceiveRequestAttemptId`` of call ``call`` of this receiver in this batch.
+
+    Derived from the journal (one per query), the batch, the receiver and the call, so that a
+    retried task repeats the ids of the failed attempt: within five minutes, FIFO SQS answers
+    with the messages that attempt received (and locked) instead of making their groups wait
+    out the visibility timeout.
+    """
+    key = "\0".join(
+        (
+            partition.options.journal_location,
+            partition.queue_url,
+            str(partition.batch),
+            str(partition.receiver),
+            str(call),
+        )
+    )
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _receive(client: Any, request: dict[str, Any], partition: ReceiverPartition) -> Any:
+    try:
+        return client.receive_message(**request)
+    except ClientError as exc:
+        if "ReceiveRequestAttemptId" not in request or not _attempt_not_retryable(exc):
+            raise
+    # SQS no longer accepts this id (older than 5 minutes, or the call was throttled and so is
+    # not retryable): a fresh id gets new messages; the earlier attempt's reappear later.
+    logger.warning(
+        "batch %d receiver %d: SQS refused the deterministic receive attempt id (not retryable "
+        "any more); retrying with a fresh one",
+        partition.batch,
+        partition.receiver,
+    )
+    return client.receive_message(**{**request, "ReceiveRequestAttemptId": uuid.uuid4().hex})
+
+
+def _attempt_not_retryable(exc: ClientError) -> bool:
+    error = exc.response.get("Error", {})
+    return error.get("Code") in ("InvalidParameterValue", "InvalidParameterValueException") and (
+        "ReceiveRequestAttemptId" in str(error.get("Message", ""))
+    )
 
 
 def read_partition(
@@ -125,6 +186,9 @@ def read_partition(
         return
 
     client = client_factory() if client_factory else make_client(options)
+    if options.delete_after_journal:
+        yield from _read_deleting_after_journal(journal, client, partition)
+        return
     received_at = time.time()
     messages, stats = receive_messages(client, partition)
     kept = [m for m in messages if m["MessageId"] not in partition.drop_ids]
@@ -164,6 +228,78 @@ def read_partition(
     if dropped:
         _delete_redeliveries(client, partition, dropped)
     yield from output_batches(table)
+
+
+def _read_deleting_after_journal(
+    journal: Journal, client: Any, partition: ReceiverPartition
+) -> Iterator[pa.RecordBatch]:
+    """``deleteAfterJournal``: journal each receive call's messages as a part, then delete them
+    at once, so a FIFO group unlocks and can yield more messages within the same batch.
+
+    The parts of an earlier, failed attempt are kept (their messages may already be deleted):
+    they belong to this receiver's rows. The final entry, the parts combined, records in its
+    metadata which messages still await deletion (the driver deletes those on commit).
+    """
+    earlier = journal.read_parts(partition.batch, partition.receiver)
+    tables = [table for _, table in earlier]
+    # Whether the failed attempt deleted them is unknown: the driver deletes them again.
+    pending: set[str] = {i for t in tables for i in t.column("messageId").to_pylist()}
+    next_part = [earlier[-1][0] + 1 if earlier else 0]
+    caller = BatchCaller(client, partition.queue_url)
+
+    def on_chunk(messages: list[dict[str, Any]]) -> None:
+        kept = [m for m in messages if m["MessageId"] not in partition.drop_ids]
+        dropped = [m for m in messages if m["MessageId"] in partition.drop_ids]
+        table = messages_to_table(kept, partition.queue_url).replace_schema_metadata(
+            {RECEIVED_AT: repr(time.time())}
+        )
+        if not journal.write_part(partition.batch, partition.receiver, next_part[0], table):
+            raise JournalError(
+                f"batch {partition.batch} receiver {partition.receiver}: part {next_part[0]} "
+                "was written by a concurrent attempt of this task"
+            )
+        next_part[0] += 1
+        tables.append(table)
+        entries = [Entry(m["MessageId"], m["ReceiptHandle"]) for m in kept]
+        try:
+            result = caller.delete(entries)
+            pending.update(result.permanent)
+            pending.update(result.transient)
+        except Exception as exc:
+            logger.warning("deleting journaled messages failed; deleting on commit: %s", exc)
+            pending.update(e.message_id for e in entries)
+        if dropped:
+            _delete_redeliveries(client, partition, dropped)
+
+    already = sum(t.num_rows for t in tables)
+    _, stats = receive_messages(client, partition, on_chunk=on_chunk, already=already)
+    combined = (
+        pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
+        if tables
+        else messages_to_table([], partition.queue_url)
+    )
+    first_receive = min(
+        (float((t.schema.metadata or {}).get(RECEIVED_AT, b"0")) for t in tables),
+        default=time.time(),
+    )
+    combined = combined.replace_schema_metadata(
+        {RECEIVED_AT: repr(first_receive), PENDING_DELETE: json.dumps(sorted(pending))}
+    )
+    if not journal.write_entry(partition.batch, partition.receiver, combined):
+        replay = journal.read_entry(partition.batch, partition.receiver)
+        assert replay is not None
+        combined = replay
+    logger.info(
+        "batch %d receiver %d: received, journaled and deleted %d messages in %d calls "
+        "(%d from an earlier attempt, %d left to delete on commit)",
+        partition.batch,
+        partition.receiver,
+        combined.num_rows,
+        stats.calls,
+        already,
+        len(pending),
+    )
+    yield from output_batches(combined)
 
 
 def _delete_redeliveries(

@@ -30,7 +30,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.types import StructType
 
 from . import offsets
-from .acknowledgement import Acknowledger, BatchCaller, Entry
+from .acknowledgement import Acknowledger, BatchCaller
 from .client import make_client, queue_attributes, resolve_queue_url
 from .errors import InvalidOptionError, SqsSourceError
 from .heartbeat import Heartbeat
@@ -141,7 +141,8 @@ class _DriverState:
         )
         self.acknowledger.start(self.journal_state.acked_batch, journal.batches())
         self.heartbeat.start()
-        self._initial_batch: int | None = None
+        self._initial_called = False
+        self._planned_this_run = False
         self._last_poll = float("-inf")
         self._poll_due = True
         self._visible = 0
@@ -175,32 +176,14 @@ class _DriverState:
     # -- offsets --------------------------------------------------------------------------------
 
     def fresh_start(self) -> int:
-        """Called only for a new checkpoint: journal entries left by an earlier checkpoint's run
-        were never committed by this query's sink, so hand their messages back to SQS."""
+        """The initial offset: only asked for a new checkpoint, or when Spark restarts a query
+        whose first batch never committed (and then replays it from this offset)."""
         with self.lock:
-            # Spark asks twice (for the first latestOffset and again to plan the first batch);
-            # both answers must be the same although a batch has been numbered in between.
-            if self._initial_batch is not None:
-                return self._initial_batch
-            leftovers = self.acknowledger.pending
-            for batch in leftovers:
-                entries = [Entry(i, h) for i, h in self.journal.batch_handles(batch)]
-                self.heartbeat.forget(batch)
-                try:
-                    BatchCaller(self.client, self.queue_url).change_visibility(entries, 0)
-                except SqsSourceError as exc:
-                    logger.warning("batch %d: could not release leftover messages: %s", batch, exc)
-                self.journal.remove_batch(batch)
-            if leftovers:
-                logger.warning(
-                    "New checkpoint with a used journalLocation: released %d unacknowledged "
-                    "batches of an earlier run back to the queue",
-                    len(leftovers),
-                )
-                self.acknowledger.start(self.journal_state.planned_batch, [])
-                self._write_state(acked=self.journal_state.planned_batch)
-            self._initial_batch = self.journal_state.planned_batch
-            return self._initial_batch
+            self._initial_called = True
+            if self.journal_state.initial_batch is None:
+                self._write_state(initial=self.journal_state.planned_batch)
+            assert self.journal_state.initial_batch is not None
+            return self.journal_state.initial_batch
 
     def latest_offset(self, start: Mapping[str, Any] | None) -> dict:
         with self.lock:
@@ -208,6 +191,14 @@ class _DriverState:
             # Spark calls latestOffset only once every batch it planned is committed; Spark
             # 4.0/4.1 pass no start, and then every batch we planned is that batch.
             committed = offsets.batch_of(start) if start is not None else planned
+            orphans = self._orphans(start, committed)
+            if orphans:
+                # Adopted before acknowledging: on Spark 4.0/4.1 `committed` covers them too.
+                new_batch = max(planned, committed) + 1
+                self._adopt(orphans, new_batch)
+                self._write_state(planned=new_batch)
+                self._acknowledge(committed)
+                return offsets.make(new_batch)
             self._acknowledge(committed)
             current = offsets.make(committed if start is not None else planned)
             if not self._queue_has_messages():
@@ -216,6 +207,37 @@ class _DriverState:
             self._write_state(planned=new_batch)
             return offsets.make(new_batch)
 
+    def _orphans(self, start: Mapping[str, Any] | None, committed: int) -> list[int]:
+        """Journaled batches that Spark's offset log does not know: they were planned for
+        another checkpoint (the journal outlived it) or never logged. Spark replays every
+        logged, uncommitted batch before it asks for the latest offset, so at this point any
+        pending batch beyond ``start`` is one. Their messages never reached this query's sink."""
+        if self._planned_this_run:
+            return []
+        if start is not None:
+            return [b for b in self.acknowledger.pending if b > committed]
+        # Spark 4.0/4.1: no start. Only a new checkpoint (initialOffset asked, nothing
+        # replayed) can leave pending batches that Spark never committed.
+        return self.acknowledger.pending if self._initial_called else []
+
+    def _adopt(self, orphans: list[int], batch: int) -> None:
+        """Deliver the orphans' journaled messages in ``batch``: they were received and
+        journaled (some maybe already deleted from SQS), but never committed by this query."""
+        receiver = max(self.options.num_partitions, 10000)
+        for orphan in orphans:
+            adopted = self.journal.adopt(orphan, batch, receiver)
+            receiver += adopted
+            self.acknowledger.forget(orphan)
+            logger.warning(
+                "batch %d: %d journal entries of batch %d, which this checkpoint never "
+                "committed, are delivered in batch %d",
+                orphan,
+                adopted,
+                orphan,
+                batch,
+            )
+        self.acknowledger.track(batch)
+
     def plan(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> list[ReceiverPartition]:
         with self.lock:
             batch = offsets.batch_of(end)
@@ -223,6 +245,7 @@ class _DriverState:
                 return []
             if batch > self.journal_state.planned_batch:
                 self._write_state(planned=batch)
+            self._planned_this_run = True
             journaled = self.journal.receivers(batch)
             self.acknowledger.track(batch)
             drop_ids = self.acknowledger.drop_ids(batch)
@@ -259,10 +282,13 @@ class _DriverState:
     def _record_acked(self, batch: int) -> None:
         self._write_state(acked=batch)
 
-    def _write_state(self, *, planned: int | None = None, acked: int | None = None) -> None:
+    def _write_state(
+        self, *, planned: int | None = None, acked: int | None = None, initial: int | None = None
+    ) -> None:
         state = JournalState(
             planned_batch=self.journal_state.planned_batch if planned is None else planned,
             acked_batch=self.journal_state.acked_batch if acked is None else acked,
+            initial_batch=self.journal_state.initial_batch if initial is None else initial,
         )
         self.journal.write_state(state)
         self.journal_state = state

@@ -163,3 +163,49 @@ def test_delete_on_commit_false_never_deletes(spark, moto_endpoint, sqs, queue_u
     # Read, committed and acknowledged, but still in the queue (in flight until the timeout).
     assert queue_counts(sqs, queue_url) == (0, 15)
     assert not list((tmp_path / "journal" / "batches").glob("*/*.arrow"))
+
+
+@pytest.mark.parametrize("delete_after_journal", ["false", "true"])
+def test_new_checkpoint_with_a_used_journal_delivers_its_uncommitted_messages(
+    spark, moto_endpoint, sqs, queue_url, tmp_path, delete_after_journal
+):
+    """The checkpoint is deleted while a journaled batch was never committed: a query on a new
+    checkpoint with the same journal delivers those messages too, once (with
+    deleteAfterJournal they exist nowhere but in the journal)."""
+    send_numbered(sqs, queue_url, 40)
+    journal, out = tmp_path / "journal", tmp_path / "out"
+
+    def failing(df: Any, batch_id: int) -> None:
+        if df.count():
+            raise RuntimeError("sink failure injected by the test")
+
+    first = (
+        _stream(
+            spark,
+            moto_endpoint,
+            queue_url,
+            str(journal),
+            maxMessagesPerTrigger=25,
+            deleteAfterJournal=delete_after_journal,
+        )
+        .writeStream.foreachBatch(failing)
+        .option("checkpointLocation", str(tmp_path / "ckpt-old"))
+        .start()
+    )
+    with pytest.raises(Exception, match="sink failure injected"):
+        first.awaitTermination(240)
+    assert list((journal / "batches").glob("*/*.arrow"))
+
+    second = (
+        _stream(spark, moto_endpoint, queue_url, str(journal), maxMessagesPerTrigger=25)
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "ckpt-new"))
+        .start()
+    )
+    try:
+        process_all_available(second, timeout=240)
+        wait_until(lambda: queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue")
+    finally:
+        second.stop()
+    assert _numbers(spark.read.parquet(str(out)).collect()) == list(range(40))

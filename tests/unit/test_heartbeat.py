@@ -1,0 +1,981 @@
+"""Visibility heartbeat: schedule, batching, clocks, the 12-hour ceiling, failures, locking.
+
+Every test drives ``Heartbeat.tick()`` by hand with fake monotonic and wall clocks, an
+in-memory journal and a fake SQS client behind a real ``BatchCaller``. The fake client models
+SQS's visibility rules for the messages a test "receives": it knows when each message becomes
+visible again, refuses to extend a message that is no longer in flight and refuses to reach
+past 12 hours from the receive, as SQS does. Only the last test starts the thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from spark_sqs.acknowledgement import BatchCaller
+from spark_sqs.errors import SqsAccessError
+from spark_sqs.heartbeat import Heartbeat
+from spark_sqs.journal import EntryReceipts
+from tests.unit.factories import QUEUE_URL
+
+VISIBILITY = 120
+INTERVAL = 24.0  # visibilityTimeout / 5, the default
+MONO = 5_000.0  # monotonic clock at the start of every test
+NOW = 1_700_000_000.0  # wall clock at the start of every test
+TWELVE_HOURS = 43_200.0
+WAIT = 5.0  # bound on every wait for another thread; never reached when the code is right
+
+Failure = tuple[str, bool]  # (Code, SenderFault) of a Failed entry
+INTERNAL_ERROR: Failure = ("InternalError", False)
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def client_error(code: str, status: int) -> ClientError:
+    return ClientError(
+        {
+            "Error": {"Code": code, "Message": f"{code} (injected)"},
+            "ResponseMetadata": {"HTTPStatusCode": status},
+        },
+        "ChangeMessageVisibilityBatch",
+    )
+
+
+@dataclass
+class Call:
+    at: float  # monotonic time of the call
+    entries: list[dict[str, Any]]
+
+    @property
+    def handles(self) -> list[str]:
+        return [e["ReceiptHandle"] for e in self.entries]
+
+    @property
+    def timeouts(self) -> set[int]:
+        return {e["VisibilityTimeout"] for e in self.entries}
+
+
+class FakeSqs:
+    """``change_message_visibility_batch`` with injected faults and SQS's visibility rules."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.calls: list[Call] = []
+        # Raised by the next calls, one each, before any entry is looked at.
+        self.errors: list[Exception] = []
+        # Per receipt handle: failures for its next attempts, one each.
+        self.failures: dict[str, list[Failure]] = defaultdict(list)
+        # Per receipt handle of a message a test received: receive time and end of visibility.
+        self.received_at: dict[str, float] = {}
+        self.visible_at: dict[str, float] = {}
+        # Rejections by the SQS model itself (a correct heartbeat never causes one).
+        self.rejected: list[tuple[str, str]] = []
+        self.on_call: Callable[[], None] | None = None
+
+    def receive(self, handle: str, at: float, visibility: int) -> None:
+        self.received_at[handle] = at
+        self.visible_at[handle] = at + visibility
+
+    def change_message_visibility_batch(
+        self, QueueUrl: str, Entries: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        assert QueueUrl == QUEUE_URL
+        assert 1 <= len(Entries) <= 10, "SQS takes 1 to 10 entries per batch call"
+        now = self.clock()
+        self.calls.append(Call(now, [dict(e) for e in Entries]))
+        if self.on_call is not None:
+            self.on_call()
+        if self.errors:
+            raise self.errors.pop(0)
+        successful: list[dict[str, str]] = []
+        failed: list[dict[str, Any]] = []
+        for entry in Entries:
+            handle, timeout = entry["ReceiptHandle"], entry["VisibilityTimeout"]
+            failure = self._check(handle, timeout, now)
+            if failure is None:
+                successful.append({"Id": entry["Id"]})
+                if handle in self.visible_at:
+                    self.visible_at[handle] = now + timeout
+            else:
+                code, sender_fault = failure
+                failed.append(
+                    {"Id": entry["Id"], "Code": code, "SenderFault": sender_fault, "Message": code}
+                )
+        return {"Successful": successful, "Failed": failed}
+
+    def _check(self, handle: str, timeout: int, now: float) -> Failure | None:
+        if self.failures[handle]:
+            return self.failures[handle].pop(0)
+        if handle not in self.received_at:
+            return None
+        if self.visible_at[handle] <= now:
+            self.rejected.append((handle, "not in flight"))
+            return ("AWS.SimpleQueueService.MessageNotInflight", True)
+        if now + timeout > self.received_at[handle] + TWELVE_HOURS:
+            self.rejected.append((handle, "past 12 hours"))
+            return ("InvalidParameterValue", True)
+        return None
+
+    def handles_sent(self) -> list[str]:
+        return [h for c in self.calls for h in c.handles]
+
+
+class FakeJournal:
+    """``receivers`` and ``read_receipts``, in memory; records what the heartbeat reads."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, dict[int, EntryReceipts]] = defaultdict(dict)
+        self.listed: list[int] = []
+        self.read: list[tuple[int, int]] = []
+        self.unreadable: set[tuple[int, int]] = set()  # listed, but read_receipts answers None
+
+    def add(self, receipts: EntryReceipts) -> None:
+        self.entries[receipts.batch][receipts.receiver] = receipts
+
+    def receivers(self, batch: int) -> list[int]:
+        self.listed.append(batch)
+        return sorted(self.entries.get(batch, {}))
+
+    def read_receipts(self, batch: int, receiver: int) -> EntryReceipts | None:
+        self.read.append((batch, receiver))
+        if (batch, receiver) in self.unreadable:
+            self.unreadable.discard((batch, receiver))
+            return None
+        return self.entries.get(batch, {}).get(receiver)
+
+
+def mid(batch: int, receiver: int, n: int) -> str:
+    return f"b{batch}-r{receiver}-m{n}"
+
+
+def handle_of(message_id: str) -> str:
+    return f"AQEB-{message_id}"
+
+
+class World:
+    """A heartbeat wired to fake clocks, a fake journal and a fake SQS behind a BatchCaller."""
+
+    def __init__(
+        self, *, visibility: int = VISIBILITY, interval: float = INTERVAL, attempts: int = 5
+    ) -> None:
+        self.visibility = visibility
+        self.interval = interval
+        self.mono = Clock(MONO)
+        self.wall = Clock(NOW)
+        self.sqs = FakeSqs(self.mono)
+        self.journal = FakeJournal()
+        self.sleeps: list[float] = []
+        self.caller = BatchCaller(
+            self.sqs, QUEUE_URL, sleep=self.sleeps.append, parallelism=1, attempts=attempts
+        )
+        self.heartbeat = Heartbeat(
+            self.journal,
+            self.caller,
+            visibility_timeout=visibility,
+            interval=interval,
+            clock=self.mono,
+            wall_clock=self.wall,
+        )
+
+    def receive(self, batch: int, count: int, *, receiver: int = 0, ago: float = 0.0) -> list[str]:
+        """A receiver of ``batch`` got ``count`` messages ``ago`` seconds ago and journaled them."""
+        ids = [mid(batch, receiver, n) for n in range(count)]
+        self.journal.add(
+            EntryReceipts(
+                batch=batch,
+                receiver=receiver,
+                received_at=self.wall.now - ago,
+                message_ids=tuple(ids),
+                receipt_handles=tuple(handle_of(i) for i in ids),
+            )
+        )
+        for i in ids:
+            self.sqs.receive(handle_of(i), self.mono.now - ago, self.visibility)
+        return ids
+
+    def advance(self, seconds: float) -> None:
+        self.mono.now += seconds
+        self.wall.now += seconds
+
+    def step(self) -> None:
+        """One heartbeat period passes, then the heartbeat ticks."""
+        self.advance(self.interval)
+        self.heartbeat.tick()
+
+    def assert_all_invisible(self, handles: list[str]) -> None:
+        expired = [h for h in handles if self.sqs.visible_at[h] <= self.mono.now]
+        assert expired == [], f"visible again at {self.mono.now}"
+
+
+def lock_is_free(lock: Any) -> bool:
+    """Whether another thread could take ``lock`` right now."""
+    answer: list[bool] = []
+
+    def probe() -> None:
+        got = lock.acquire(blocking=False)
+        if got:
+            lock.release()
+        answer.append(got)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(WAIT)
+    assert answer, "probe thread did not finish"
+    return answer[0]
+
+
+# -- schedule ----------------------------------------------------------------------------------
+
+
+def test_a_message_is_extended_only_once_its_remaining_visibility_is_within_two_ticks() -> None:
+    world = World()
+    hb = world.heartbeat
+    hb.watch(1)
+    [message] = world.receive(1, 1)
+
+    hb.tick()
+    assert world.sqs.calls == [], "a fresh message has 120 s left: nothing to do"
+
+    # Due when remaining <= 2 * interval + 1 = 49 s, i.e. at 71 s after the receive.
+    world.advance(70.5)
+    hb.tick()
+    assert world.sqs.calls == []
+
+    world.advance(0.5)
+    hb.tick()
+    [call] = world.sqs.calls
+    assert call.entries == [
+        {"Id": "0", "ReceiptHandle": handle_of(message), "VisibilityTimeout": VISIBILITY}
+    ]
+    assert call.at == MONO + 71.0
+    assert hb.stats.extended == 1
+    assert hb.snapshot(1).expires_at[message] == pytest.approx(world.wall.now + VISIBILITY)
+
+
+def test_after_an_extension_the_next_one_waits_until_it_is_due_again() -> None:
+    world = World()
+    hb = world.heartbeat
+    hb.watch(1)
+    [message] = world.receive(1, 1, ago=VISIBILITY - 2 * INTERVAL)  # 48 s left: due now
+    hb.tick()
+    assert len(world.sqs.calls) == 1
+    extended_at = world.mono.now
+
+    world.step()  # 96 s left
+    world.step()  # 72 s left
+    assert len(world.sqs.calls) == 1
+    world.step()  # 48 s left: due
+    assert [c.at - extended_at for c in world.sqs.calls[1:]] == [3 * INTERVAL]
+    assert world.sqs.calls[1].handles == [handle_of(message)]
+    assert hb.stats.extended == 2
+
+
+@pytest.mark.parametrize(
+    ("visibility", "interval"), [(120, 24.0), (30, 6.0), (30, 7.5), (900, 60.0), (7, 1.75)]
+)
+def test_over_ten_visibility_timeouts_nothing_expires_and_calls_are_bounded(
+    visibility: int, interval: float
+) -> None:
+    world = World(visibility=visibility, interval=interval)
+    hb = world.heartbeat
+    for batch in (1, 2, 3):
+        hb.watch(batch)
+    handles: list[str] = []
+    # Messages at different ages, in three batches and two receivers.
+    for batch, receiver, ago in [(1, 0, 0.0), (1, 1, visibility * 0.3), (2, 0, visibility * 0.7)]:
+        handles += [handle_of(m) for m in world.receive(batch, 4, receiver=receiver, ago=ago)]
+    hb.tick()
+
+    span = 10 * visibility
+    for _ in range(int(span / interval)):
+        world.advance(interval)
+        world.assert_all_invisible(handles)
+        hb.tick()
+        # A receiver that shows up mid-way is covered from then on.
+        if 3 not in world.journal.entries and world.mono.now >= MONO + span / 2:
+            handles += [handle_of(m) for m in world.receive(3, 4, ago=interval / 2)]
+    world.assert_all_invisible(handles)
+
+    assert world.sqs.rejected == []
+    assert all(c.timeouts == {visibility} for c in world.sqs.calls)
+    min_gap = visibility - 2 * interval - 1
+    for handle in handles:
+        times = [c.at for c in world.sqs.calls if handle in c.handles]
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        assert all(gap >= min_gap for gap in gaps), (handle, gaps)
+        assert len(times) <= span / min_gap + 1
+    assert hb.stats.extended == len(world.sqs.handles_sent())
+    assert hb.stats.lost == 0
+    assert all(hb.snapshot(b).lost == frozenset() for b in (1, 2, 3))
+
+
+def test_due_messages_go_out_at_most_ten_per_call() -> None:
+    world = World()
+    hb = world.heartbeat
+    hb.watch(1)
+    ids = world.receive(1, 25, ago=100.0)
+
+    hb.tick()
+
+    assert [len(c.entries) for c in world.sqs.calls] == [10, 10, 5]
+    assert world.sqs.handles_sent() == [handle_of(i) for i in ids]
+    assert all(c.timeouts == {VISIBILITY} for c in world.sqs.calls)
+    # Ids restart at 0 in every call: SQS requires them unique within one request only.
+    assert [e["Id"] for e in world.sqs.calls[2].entries] == ["0", "1", "2", "3", "4"]
+    assert hb.stats.extended == 25
+
+
+def test_due_messages_of_several_batches_share_calls() -> None:
+    world = World()
+    hb = world.heartbeat
+    hb.watch(1)
+    hb.watch(2)
+    world.receive(1, 7, ago=100.0)
+    world.receive(2, 8, ago=100.0)
+
+    hb.tick()
+
+    assert [len(c.entries) for c in world.sqs.calls] == [10, 5]
+    assert hb.stats.extended == 15
+
+
+# -- discovery and clocks ----------------------------------------------------------------------
+
+
+def test_discovery_converts_the_executor_wall_clock_receive_time_to_monotonic() -> None:
+    world = World()
+    hb = world.heartbeat
+    hb.watch(1)
+    [fresh] = world.receive(1, 1, receiver=0, ago=30.0)  # 90 s left
+    [old] = world.receive(1, 1, receiver=1, ago=100.0)  # 20 s left: due
+
+    hb.tick()
+
+    assert world.sqs.handles_sent() == [handle_of(old)]
+    snap = hb.snapshot(1)
+    assert snap.expires_at[fresh] == pytest.approx(NOW - 30.0 + VISIBILITY)
+    assert snap.expires_at[old] == pytest.approx(NOW + VISIBILITY)
+    assert snap.lost == frozenset()
+
+    # The fresh one is due 41 s later (49 s left), not 41 s after the discovery plus 30.
+    world.advance(40.0)
+    hb.tick()
+    assert world.sqs.handles_sent() == [handle_of(old)]
+    world.advance(1.0)
+    hb.tick()
+    assert world.sqs.handles_sent()[-1] == handle_of(fresh)
+
+
+@pytest.mark.parametrize("ago", [VISIBILITY, VISIBILITY + 0.5, 3600.0, NOW])
+def test_a_message_whose_visibility_already_passed_is_lost_not_extended(
+    ago: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    world = World()
+    hb = world.heartbeat
+    hb.watch(1)
+    [gone] = world.receive(1, 1, receiver=0, ago=ago)
+    [kept] = world.receive(1, 1, receiver=1, ago=100.0)
+
+    with caplog.at_level(logging.WARNING, logger="spark_sqs.heartbeat"):
+        hb.tick()
+
+    assert world.sqs.handles_sent() == [handle_of(kept)]
+    snap = hb.snapshot(1)
+    assert snap.lost == {gone}
+    assert gone not in snap.expires_at
+    assert hb.stats.lost == 1
+    assert hb.stats.failed_permanent == 0
+    assert any("lost track of 1 messages" in r.getMessage() for r in caplog.records)
+
+    for _ in range(10):
+        world.step()
+    assert handle_of(gone) not in world.sqs.handles_sent()
+    assert hb.snapshot(1).lost == {gone}
+
+
+def test_a_wall_clock_step_after_discovery_does_not_change_the_schedule() -> None:
+    world = World()
+    hb = world.heartbeat
+    hb.watch(1)
+    [message] = world.receive(1, 1)
+    hb.tick()
+
+    world.wall.now += 86_400.0  # NTP step: the monotonic clock does not move
+    hb.tick()
+    assert hb.snapshot(1).lost == frozenset()
+    assert world.sqs.calls == []
+
+    world.mono.now += 71.0
+    hb.tick()
+    assert world.sqs.handles_sent() == [handle_of(message)]
+    assert world.sqs.calls[0].at == MONO + 71.0
+
+
+def test_receivers_that_appear_later_are_discovered_on_the_next_tick() -> None:
+    world = World()
+    hb = world.heartbeat
+    hb.watch(2)
+    hb.tick()
+    assert hb.snapshot(2).expires_at == {}
+
+    first = world.receive(2, 2, receiver=0)
+    world.step()
+    assert set(hb.snapshot(2).expires_at) == set(first)
+
+    later = world.receive(2, 3, receiver=4)
+    world.step()
+    assert set(hb.snapshot(2).expires_at) == set(first) | set(later)
+
+    for _ in range(10):
+        world.step()
+    world.assert_all_invisible([handle_of(m) for m in first + later])
+    # Each entry is read once: a receiver already seen is not re-read at every tick.
+    assert sorted(world.journal.read) == [(2, 0), (2, 4)]
+
+
+def test_an_entry_that_cannot_be_read_yet_is_read_again_on_the_next_tick() -> None:
+    world = World()
+    hb = world.heartbeat
+    hb.watch(1)
+    ids = world.receive(1, 2)
+    world.journal.unreadable.add((1, 0))
+
+    hb.tick()
+    assert hb.snapshot(1).expires_at == {}
+
+    world.step()
+    assert set(hb.snapshot(1).expires_at) == set(ids)
+    assert world.journal.read == [(1, 0), (1, 0)]
+
+
+def test_batches_that_are_not_watched_are_neither_read_nor_extended() -> None:
+    world = World()
+    hb = world.heartbeat
+    hb.watch(1)
+    world.receive(1, 1, ago=100.0)
+    world.receive(9, 3, ago=100.0)
+
+    hb.tick()
+
+    assert 9 not in world.journal.listed
+    assert world.sqs.handles_sent() == [handle_of(mid(1, 0, 0))]
+    assert hb.watched() == [1]
+    assert hb.snapshot(9).expires_at == {}
+
+
+# -- the 12-hour ceiling -----------------------------------------------------------------------
+
+
+def test_extensions_stop_at_twelve_hours_from_the_receive(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    world = World(visibility=600, interval=60.0)
+    hb = world.heartbeat
+    hb.watch(5)
+    [message] = world.receive(5, 1, ago=0.25)
+    handle = handle_of(message)
+    ceiling = MONO - 0.25 + TWELVE_HOURS
+    wall_ceiling = NOW - 0.25 + TWELVE_HOURS
+
+    warned_at: list[float] = []
+    with caplog.at_level(logging.WARNING, logger="spark_sqs.heartbeat"):
+        hb.tick()
+        while world.mono.now < ceiling + 600:
+            world.advance(60.0)
+            if world.mono.now < ceiling:
+                world.assert_all_invisible([handle])
+            before = len(caplog.records)
+            hb.tick()
+            if any("ceiling" in r.getMessage() for r in caplog.records[before:]):
+                warned_at.append(world.mono.now)
+            if message in hb.snapshot(5).expires_at:
+                assert hb.snapshot(5).expires_at[message] <= wall_ceiling + 1e-3
+
+    # SQS never had to reject a request reaching past 12 hours.
+    assert world.sqs.rejected == []
+    assert hb.stats.failed_permanent == 0
+    for call in world.sqs.calls:
+        [timeout] = call.timeouts
+        assert call.at + timeout <= ceiling
+    timeouts = [t for c in world.sqs.calls for t in c.timeouts]
+    capped = [t for t in timeouts if t < 600]
+    assert capped, "the last extension must be capped at the time left"
+    first_capped = next(c for c in world.sqs.calls if c.timeouts != {600})
+    assert first_capped.timeouts == {int(ceiling - first_capped.at)}
+    # The message was kept invisible until the ceiling, then given up.
+    assert world.sqs.visible_at[handle] == pytest.approx(ceiling, abs=1.0)
+    assert hb.snapshot(5).lost == {message}
+    assert hb.stats.lost == 1
+    assert all(c.at < ceiling for c in world.sqs.calls)
+    # One warning, naming the batch, once within an hour of the ceiling.
+    assert len(warned_at) == 1
+    assert ceiling - 3600 <= warned_at[0] < ceiling - 3600 + 60
+    [warning] = [r for r in caplog.records if "ceiling" in r.getMessage()]
+    assert warning.levelno == logging.WARNING
+    assert "batch 5:" in warning.getMessage()
+
+
+@pytest.mark.parametrize(
+    ("left", "timeout"),
+    [(100.5, 100), (100.0, 100), (1.75, 1)],
+)
+def test_the_requested_timeout_is_capped_at_the_seconds_left_before_the_ceiling(
+    left: float, timeout: int
+) -> None:
+    # With a 12-hour visibility timeout the first visibility ends at the ceiling already.
+    world = World(visibility=43200, interval=60.0)
+    hb = world.heartbeat
+    hb.watch(1)
+    [message] = world.receive(1, 1, ago=TWELVE_HOURS - left)
+
+    hb.tick()
+
+    [call] = world.sqs.calls
+    assert call.timeouts == {timeout}
+    assert world.sqs.rejected == []
+    assert hb.snapshot(1).lost == frozenset()
+    assert hb.snapshot(1).expires_at[message] <= NOW - (TWELVE_HOURS - left) + TWELVE_HOURS
+
+
+@pytest.mark.parametrize("left", [0.5, 0.0, -30.0])
+def test_a_message_at_or_past_the_ceiling_is_lost(left: float) -> None:
+    world = World(visibility=43200, interval=60.0)
+    hb = world.heartbeat
+    hb.watch(1)
+    [message] = world.receive(1, 1, ago=TWELVE_HOURS - left)
+
+    hb.tick()
+
+    assert world.sqs.calls == []
+    assert hb.snapshot(1).lost == {message}
+    assert hb.stats.lost == 1
+
+
+def test_the_ceiling_warning_is_logged_once_per_batch(caplog: pytest.LogCaptureFixture) -> None:
+    world = World(visibility=43200, interval=60.0)
+    hb = world.heartbeat
+    for batch in (7, 8, 9):
+        hb.watch(batch)
+    world.receive(7, 3, ago=TWELVE_HOURS - 3000)  # 50 minutes left
+    world.receive(8, 3, ago=TWELVE_HOURS - 3700)  # an hour and 100 s left
+    world.receive(9, 3, ago=1000)  # far away
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "ceiling" in r.getMessage()]
+
+    with caplog.at_level(logging.WARNING, logger="spark_sqs.heartbeat"):
+        hb.tick()
+        assert len(warnings()) == 1
+        assert warnings()[0].startswith("batch 7:")
+        assert "50 minutes" in warnings()[0]
+
+        world.advance(60.0)
+        hb.tick()
+        assert len(warnings()) == 1, "batch 7 warned again; batch 8 is not within an hour yet"
+
+        world.advance(60.0)
+        hb.tick()
+        for _ in range(5):
+            world.step()
+
+    assert [w.split(":")[0] for w in warnings()] == ["batch 7", "batch 8"]
+    assert all(r.levelno == logging.WARNING for r in caplog.records if "ceiling" in r.getMessage())
+
+
+# -- failures ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        ("ReceiptHandleIsInvalid", True),
+        ("MessageNotInflight", False),
+        ("AWS.SimpleQueueService.MessageNotInflight", True),
+        ("InvalidParameterValue", True),
+    ],
+)
+def test_a_permanent_entry_failure_marks_the_message_lost_and_is_never_retried(
+    failure: Failure,
+) -> None:
+    world = World()
+    hb = world.heartbeat
+    hb.watch(1)
+    ids = world.receive(1, 3, ago=100.0)
+    world.sqs.failures[handle_of(ids[1])].append(failure)
+
+    hb.tick()
+
+    assert len(world.sqs.calls) == 1, "a permanent failure is not retried within the tick"
+    assert world.sleeps == []
+    snap = hb.snapshot(1)
+    assert snap.lost == {ids[1]}
+    assert set(snap.expires_at) == {ids[0], ids[2]}
+    assert hb.stats.failed_permanent == 1
+    assert hb.stats.lost == 1
+    assert hb.stats.extended == 2
+    assert hb.stats.failed_transient == 0
+
+    for _ in range(5 * VISIBILITY // int(INTERVAL)):
+        world.step()
+    sent = world.sqs.handles_sent()
+    assert sent.count(handle_of(ids[1])) == 1, "never sent again"
+    assert sent.count(handle_of(ids[0])) > 1
+    assert hb.snapshot(1).lost == {ids[1]}
+    assert hb.stats.failed_permanent == 1
+
+
+def test_transient_entry_failures_are_retried_with_backoff_within_the_tick() -> None:
+    world = World()
+    hb = world.heartbeat
+    hb.watch(1)
+    ids = world.receive(1, 3, ago=100.0)
+    world.sqs.failures[handle_of(ids[1])] += [INTERNAL_ERROR, INTERNAL_ERROR]
+
+    hb.tick()
+
+    assert [c.handles for c in world.sqs.calls] == [
+        [handle_of(i) for i in ids],
+        [handle_of(ids[1])],
+        [handle_of(ids[1])],
+    ]
+    assert len(world.sleeps) == 2
+    assert hb.stats.extended == 3
+    assert hb.stats.failed_transient == 0
+    assert hb.snapshot(1).lost == frozenset()
+    expected = {i: world.wall.now + VISIBILITY for i in ids}
+    assert hb.snapshot(1).expires_at == pytest.approx(expected)
+
+
+def test_transient_failures_that_outlast_the_retries_are_counted_and_retried_next_tick() -> None:
+    world = World(attempts=3)
+    hb = world.heartbeat
+    hb.watch(1)
+    ids = world.receive(1, 2, ago=100.0)
+    world.sqs.failures[handle_of(ids[1])] += [INTERNAL_ERROR] * 3
+
+    hb.tick()
+
+    assert len(world.sqs.calls) == 3
+    assert hb.stats.failed_transient == 1
+    assert hb.stats.failed_permanent == 0
+    snap = hb.snapshot(1)
+    assert snap.lost == frozenset()
+    # The failed one keeps its old expiry (20 s left); the other was extended.
+    assert snap.expires_at[ids[1]] == pytest.approx(NOW - 100.0 + VISIBILITY)
+    assert snap.expires_at[ids[0]] == pytest.approx(NOW + VISIBILITY)
+
+    world.advance(10.0)
+    hb.tick()
+
+    assert world.sqs.calls[-1].handles == [handle_of(ids[1])]
+    assert world.sqs.calls[-1].timeouts == {VISIBILITY}
+    assert hb.snapshot(1).expires_at[ids[1]] == pytest.approx(world.wall.now + VISIBILITY)
+    assert hb.stats.failed_transient == 1
+    world.assert_all_invisible([handle_of(i) for i in ids])
+
+
+def test_a_message_whose_extension_keeps_failing_is_lost_once_its_visibility_passes() -> None:
+    world = World(attempts=2)
+    hb = world.heartbeat
+    hb.watch(1)
+    [message] = world.receive(1, 1, ago=100.0)  # 20 s left
+    world.sqs.failures[handle_of(message)] += [INTERNAL_ERROR] * 100
+
+    hb.tick()
+    world.advance(10.0)
+    hb.tick()
+    assert hb.snapshot(1).lost == frozenset()
+    world.advance(10.0)
+    hb.tick()
+
+    assert hb.snapshot(1).lost == {message}
+    assert hb.stats.failed_transient == 2
+    assert len(world.sqs.calls) == 4
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [
+        ("ThrottlingException", 400),
+        ("RequestThrottled", 400),
+        ("AWS.SimpleQueueService.RequestThrottled", 400),
+        ("ServiceUnavailable", 503),
+    ],
+)
+def test_a_throttled_call_is_retried(code: str, status: int) -> None:
+    world = World()
+    hb = world.heartbeat
+    hb.watch(1)
+    ids = world.receive(1, 3, ago=100.0)
+    world.sqs.errors.append(client_error(code, status))
+
+    hb.tick()
+
+    assert [c.handles for c in world.sqs.calls] == [[handle_of(i) for i in ids]] * 2
+    assert len(world.sleeps) == 1
+    assert hb.stats.extended == 3
+    assert hb.stats.failed_transient == 0
+    assert hb.stats.lost == 0
+
+
+def test_throttling_that_outlasts_the_retries_leaves_the_messages_for_the_next_tick() -> None:
+    world = World(attempts=2)
+    hb = world.heartbeat
+    hb.watch(1)
+    ids = world.receive(1, 3, ago=100.0)
+    world.sqs.errors += [client_error("ThrottlingException", 400)] * 2
+
+    hb.tick()
+
+    assert len(world.sqs.calls) == 2
+    assert hb.stats.failed_transient == 3
+    assert hb.stats.extended == 0
+    assert hb.snapshot(1).lost == frozenset()
+
+    world.advance(10.0)
+    hb.tick()
+    assert hb.stats.extended == 3
+    world.assert_all_invisible([handle_of(i) for i in ids])
+
+
+def test_access_denied_escapes_tick_and_keeps_the_messages_tracked() -> None:
+    world = World()
+    hb = world.heartbeat
+    hb.watch(1)
+    ids = world.receive(1, 2, ago=100.0)
+    world.sqs.errors.append(client_error("AccessDenied", 403))
+
+    with pytest.raises(SqsAccessError, match="sqs:ChangeMessageVisibility"):
+        hb.tick()
+
+    assert len(world.sqs.calls) == 1, "not retried"
+    assert world.sleeps == []
+    assert lock_is_free(hb.lock), "tick left the lock held"
+    assert hb.snapshot(1).lost == frozenset()
+    assert set(hb.snapshot(1).expires_at) == set(ids)
+
+    # Permissions fixed: the next tick extends them.
+    world.advance(10.0)
+    hb.tick()
+    assert hb.stats.extended == 2
+    assert hb.stats.ticks == 2
+    world.assert_all_invisible([handle_of(i) for i in ids])
+
+
+# -- forget, watch, snapshot -------------------------------------------------------------------
+
+
+def test_forget_stops_all_extension_of_the_batch() -> None:
+    world = World()
+    hb = world.heartbeat
+    hb.watch(1)
+    hb.watch(2)
+    acked = world.receive(1, 3, ago=60.0)
+    kept = world.receive(2, 3, ago=60.0)
+    world.receive(1, 2, receiver=1, ago=60.0)
+    world.sqs.failures[handle_of(acked[0])].append(("ReceiptHandleIsInvalid", True))
+    world.advance(11.0)  # 49 s left: due
+    hb.tick()
+    assert hb.snapshot(1).lost == {acked[0]}
+    sent_before = len(world.sqs.handles_sent())
+
+    hb.forget(1)
+    listed_before = len(world.journal.listed)
+    # A receiver of the acknowledged batch that shows up late is not picked up either.
+    world.receive(1, 2, receiver=2)
+    for _ in range(10 * VISIBILITY // int(INTERVAL)):
+        world.step()
+
+    sent_after = world.sqs.handles_sent()[sent_before:]
+    assert not [h for h in sent_after if h.startswith("AQEB-b1-")]
+    assert {handle_of(m) for m in kept} <= set(sent_after)
+    assert 1 not in world.journal.listed[listed_before:]
+    assert hb.watched() == [2]
+    snap = hb.snapshot(1)
+    assert snap.expires_at == {} and snap.lost == frozenset()
+
+
+def test_forgetting_an_unknown_batch_is_harmless() -> None:
+    world = World()
+    hb = world.heartbeat
+    hb.forget(42)
+    hb.watch(1)
+    hb.watch(1)  # watching twice keeps what was discovered
+    world.receive(1, 1)
+    hb.tick()
+    hb.watch(1)
+    assert set(hb.snapshot(1).expires_at) == {mid(1, 0, 0)}
+    assert hb.watched() == [1]
+
+
+def test_snapshot_reports_wall_clock_expiries() -> None:
+    world = World()
+    hb = world.heartbeat
+    hb.watch(3)
+    [a] = world.receive(3, 1, receiver=0, ago=10.0)
+    [b] = world.receive(3, 1, receiver=1, ago=50.0)
+    hb.tick()
+
+    expected = {a: NOW - 10.0 + VISIBILITY, b: NOW - 50.0 + VISIBILITY}
+    assert hb.snapshot(3).expires_at == pytest.approx(expected)
+
+    # Time passing changes nothing until an extension.
+    world.advance(20.0)
+    hb.tick()
+    assert hb.snapshot(3).expires_at == pytest.approx(expected)
+
+    world.advance(2.0)  # b has 48 s left
+    hb.tick()
+    expected[b] = world.wall.now + VISIBILITY
+    assert hb.snapshot(3).expires_at == pytest.approx(expected)
+    # SQS agrees with what the heartbeat reports (monotonic and wall clocks move together).
+    assert world.sqs.visible_at[handle_of(b)] - world.mono.now == pytest.approx(
+        expected[b] - world.wall.now
+    )
+
+
+# -- locking -----------------------------------------------------------------------------------
+
+
+def test_tick_blocks_while_another_thread_holds_the_lock() -> None:
+    """The acknowledger's pattern: hold the lock, delete the batch, forget it, release."""
+    world = World()
+    hb = world.heartbeat
+    hb.watch(1)
+    hb.watch(2)
+    acked = world.receive(1, 2, ago=100.0)
+    kept = world.receive(2, 2, ago=100.0)
+
+    held, release, forgotten = threading.Event(), threading.Event(), threading.Event()
+    started, ticked = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def acknowledger() -> None:
+        with hb.lock:
+            held.set()
+            release.wait(WAIT)
+            hb.forget(1)
+            forgotten.set()
+
+    def ticker() -> None:
+        started.set()
+        try:
+            hb.tick()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        ticked.set()
+
+    holder = threading.Thread(target=acknowledger, daemon=True)
+    holder.start()
+    assert held.wait(WAIT)
+    other = threading.Thread(target=ticker, daemon=True)
+    other.start()
+    assert started.wait(WAIT)
+
+    assert not ticked.wait(0.2), "tick ran while the lock was held"
+    assert world.journal.listed == [] and world.sqs.calls == []
+
+    release.set()
+    assert ticked.wait(WAIT)
+    holder.join(WAIT)
+    other.join(WAIT)
+    assert errors == []
+    assert forgotten.is_set()
+    # The tick ran after the batch was forgotten: the acknowledged messages were not touched.
+    assert world.sqs.handles_sent() == [handle_of(m) for m in kept]
+    assert not {handle_of(m) for m in acked} & set(world.sqs.handles_sent())
+
+
+def test_tick_holds_the_lock_while_it_calls_sqs() -> None:
+    world = World()
+    hb = world.heartbeat
+    hb.watch(1)
+    world.receive(1, 1, ago=100.0)
+    free_during_call: list[bool] = []
+    world.sqs.on_call = lambda: free_during_call.append(lock_is_free(hb.lock))
+
+    hb.tick()
+
+    assert free_during_call == [False]
+    assert lock_is_free(hb.lock)
+
+
+def test_the_lock_is_reentrant_for_the_thread_that_holds_it() -> None:
+    world = World()
+    hb = world.heartbeat
+    hb.watch(1)
+    world.receive(1, 1, ago=100.0)
+    done = threading.Event()
+
+    def acknowledger() -> None:
+        with hb.lock:
+            hb.snapshot(1)
+            hb.tick()
+            hb.forget(1)
+            hb.watch(2)
+        done.set()
+
+    thread = threading.Thread(target=acknowledger, daemon=True)
+    thread.start()
+    assert done.wait(WAIT), "deadlock: the acknowledger calls the heartbeat while holding lock"
+    assert hb.watched() == [2]
+
+
+# -- the thread --------------------------------------------------------------------------------
+
+
+class FlakyJournal(FakeJournal):
+    """Raises on the first listing; signals once a later tick got through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+        self.recovered = threading.Event()
+        self.threads: set[threading.Thread] = set()
+
+    def receivers(self, batch: int) -> list[int]:
+        self.threads.add(threading.current_thread())
+        self.calls += 1
+        if self.calls == 1:
+            raise OSError("journal store unreachable (injected)")
+        if self.calls >= 3:
+            self.recovered.set()
+        return super().receivers(batch)
+
+
+def test_the_thread_survives_a_failing_tick_and_stops(caplog: pytest.LogCaptureFixture) -> None:
+    journal = FlakyJournal()
+    sqs = FakeSqs(Clock(0.0))
+    caller = BatchCaller(sqs, QUEUE_URL, sleep=lambda s: None, parallelism=1)
+    hb = Heartbeat(journal, caller, visibility_timeout=VISIBILITY, interval=0.01)
+    hb.watch(1)
+    hb.stop()  # before start: nothing to stop
+
+    with caplog.at_level(logging.ERROR, logger="spark_sqs.heartbeat"):
+        hb.start()
+        hb.start()  # a second start does not start a second thread
+        try:
+            assert journal.recovered.wait(WAIT), "the heartbeat thread died after a failed tick"
+        finally:
+            hb.stop(timeout=WAIT)
+
+    [thread] = journal.threads
+    assert thread is not threading.current_thread()
+    assert thread.name == "spark-sqs-heartbeat"
+    assert not thread.is_alive()
+    assert hb.stats.tick_errors == 1
+    assert hb.stats.ticks >= 3
+    assert any("tick failed" in r.getMessage() and r.exc_info for r in caplog.records)
