@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: venv demo test unit lint format clean
+.PHONY: venv demo test test-oldest unit lint format clean
 
 venv:
 	@scripts/bootstrap.sh $(VENV) $(LOCK)
@@ -17,6 +17,12 @@ test: venv
 	$(PY) -m ruff check spark_sqs tests
 	$(PY) -m ruff format --check spark_sqs tests
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The same tests on the oldest supported PySpark (4.0), in its own virtualenv.
+test-oldest:
+	@scripts/bootstrap.sh .venv-spark4.0 requirements/lock-spark-4.0.txt
+	PYSPARK_PYTHON=$(abspath .venv-spark4.0/bin/python) PYSPARK_DRIVER_PYTHON=$(abspath .venv-spark4.0/bin/python) \
+		.venv-spark4.0/bin/python -m pytest $(PYTEST_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -162,10 +162,19 @@ class BatchCaller:
 @dataclass
 class AckStats:
     batches: int = 0
+    messages: int = 0
     deleted: int = 0
     delete_failed: int = 0
     pending_retry: int = 0
     uncertain: int = 0
+    # One dict of counters per batch acknowledged by this call.
+    per_batch: list[dict[str, Any]] = field(default_factory=list)
+
+    _SUMMED = ("batches", "messages", "deleted", "delete_failed", "pending_retry", "uncertain")
+
+    def add(self, other: AckStats) -> None:
+        for name in self._SUMMED:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 class Acknowledger:
@@ -210,6 +219,8 @@ class Acknowledger:
         # it also absorbs clock skew between the executor that received and the driver.
         self._margin = max(2.0, 0.05 * visibility_timeout)
         self._pending: set[int] = set()
+        # Message counts of pending batches that have been journaled completely.
+        self._counts: dict[int, int] = {}
         self._acked = 0
         self._not_before = 0.0
         self.dedupe: dict[str, float] = {}
@@ -234,12 +245,15 @@ class Acknowledger:
     def track(self, batch: int) -> None:
         """A batch was planned: it will need acknowledging once Spark commits it."""
         self._pending.add(batch)
+        # Its receivers are about to journal: count it afresh when next asked.
+        self._counts.pop(batch, None)
         if self._heartbeat is not None:
             self._heartbeat.watch(batch)
 
     def forget(self, batch: int) -> None:
         """The batch's entries moved elsewhere (adopted into a later batch)."""
         self._pending.discard(batch)
+        self._counts.pop(batch, None)
         if self._heartbeat is not None:
             self._heartbeat.forget(batch)
 
@@ -267,11 +281,22 @@ class Acknowledger:
                 # whose messages are still in SQS.
                 self._not_before = self._clock() + self._retry_after
                 break
-        for name in ("batches", "deleted", "delete_failed", "pending_retry", "uncertain"):
-            setattr(self.totals, name, getattr(self.totals, name) + getattr(stats, name))
+        self.totals.add(stats)
         return stats
 
+    def pending_messages(self) -> int:
+        """Messages journaled by batches not yet acknowledged (received, not deleted)."""
+        total = 0
+        for batch in self._pending:
+            if batch not in self._counts:
+                self._counts[batch] = sum(
+                    len(r.message_ids) for r in self._journal.batch_receipts(batch)
+                )
+            total += self._counts[batch]
+        return total
+
     def _acknowledge(self, batch: int, stats: AckStats) -> bool:
+        deleted_before, failed_before = stats.deleted, stats.delete_failed
         lock = self._heartbeat.lock if self._heartbeat is not None else nullcontext()
         # Holding the heartbeat's lock: no extension of this batch can race with its deletion.
         with lock:
@@ -331,11 +356,26 @@ class Acknowledger:
                 )
             if self._heartbeat is not None:
                 self._heartbeat.forget(batch)
+        rows = sum(r.rows for r in receipts)
+        deleted = stats.deleted - deleted_before
+        stats.per_batch.append(
+            {
+                "batch": batch,
+                "receivers": len(receipts),
+                "journaled": rows,
+                "duplicatesDropped": sum(r.dropped for r in receipts),
+                "deleted": deleted,
+                "deleteFailures": stats.delete_failed - failed_before,
+                "uncertainAcknowledgements": len(uncertain),
+            }
+        )
         self._acked = max(self._acked, batch)
         self._on_acked(self._acked)
         self._journal.remove_batch(batch)
         self._pending.discard(batch)
+        self._counts.pop(batch, None)
         stats.batches += 1
+        stats.messages += rows
         logger.info(
             "batch %d: acknowledged %d messages (%s)",
             batch,

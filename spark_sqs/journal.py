@@ -45,6 +45,8 @@ RECEIVED_AT = b"spark_sqs.receivedAt"
 EXPIRES_AT = b"spark_sqs.expiresAt"
 # With deleteAfterJournal: JSON list of the entry's message ids that still await deletion.
 PENDING_DELETE = b"spark_sqs.pendingDelete"
+# Number of redeliveries the receiver dropped (for the batch's counters).
+DROPPED = b"spark_sqs.dropped"
 _PART = re.compile(r"^(\d{5})\.part-(\d{5})\.arrow$")
 
 
@@ -55,6 +57,8 @@ class EntryReceipts:
     received_at: float
     message_ids: tuple[str, ...]
     receipt_handles: tuple[str, ...] = field(repr=False)
+    rows: int = 0  # rows in the entry (with deleteAfterJournal, also those already deleted)
+    dropped: int = 0  # redeliveries the receiver dropped
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,8 @@ class Journal:
             received_at=float(metadata.get(RECEIVED_AT, b"0")),
             message_ids=tuple(ids),
             receipt_handles=tuple(handles),
+            rows=table.num_rows,
+            dropped=int(metadata.get(DROPPED, b"0")),
         )
 
     def read_handles(self, batch: int, receiver: int) -> list[tuple[str, str]]:
@@ -290,6 +296,28 @@ class Journal:
                 continue
             for message_id in reader.read_all().column("messageId").to_pylist():
                 out[message_id] = max(expires, out.get(message_id, 0.0))
+        return out
+
+    # -- metrics ---------------------------------------------------------------------------------
+
+    def write_metrics(self, batch: int, metrics: dict[str, Any], keep: int = 100) -> None:
+        """Counters of an acknowledged batch, as ``metrics/<batch>.json``; the newest ``keep``
+        batches are kept."""
+        path = self._path("metrics", f"{batch:012d}.json")
+        self._write_bytes(path, json.dumps(metrics, sort_keys=True).encode(), overwrite=True)
+        old = sorted(i.path for i in self._list(self._path("metrics")) if i.path.endswith(".json"))
+        for stale in old[:-keep]:
+            try:
+                self._filesystem().delete_file(stale)
+            except OSError:
+                pass
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        out = []
+        for info in sorted(self._list(self._path("metrics")), key=lambda i: i.path):
+            data = self._read_bytes(info.path) if info.path.endswith(".json") else None
+            if data is not None:
+                out.append(json.loads(data))
         return out
 
     # -- state --------------------------------------------------------------------------------

@@ -54,6 +54,23 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "Upper bound on messages per micro-batch, split evenly across receivers.",
     ),
     OptionSpec(
+        "minMessagesPerTrigger",
+        None,
+        "Wait for at least this many visible messages before starting a micro-batch, but never "
+        "longer than `maxTriggerDelay` (as in the Kafka source).",
+    ),
+    OptionSpec(
+        "maxTriggerDelay",
+        "900",
+        "Seconds: with `minMessagesPerTrigger`, the longest a micro-batch waits for more.",
+    ),
+    OptionSpec(
+        "maxInFlightMessages",
+        "60000",
+        "Never more messages received and not yet acknowledged than this (SQS allows about "
+        "120,000 in flight per queue). Caps every micro-batch, also under Trigger.AvailableNow.",
+    ),
+    OptionSpec(
         "waitTimeSeconds", "1", "Long-poll wait of each `ReceiveMessage` call, 0-20 seconds."
     ),
     OptionSpec(
@@ -132,6 +149,9 @@ class SqsOptions:
     journal_location: str
     num_partitions: int
     max_messages_per_trigger: int
+    min_messages_per_trigger: int | None
+    max_trigger_delay: float
+    max_in_flight_messages: int
     wait_time_seconds: int
     visibility_timeout: int
     message_attribute_names: tuple[str, ...]
@@ -245,6 +265,20 @@ class SqsOptions:
 
         num_partitions = _int(get, "numPartitions", 1, 1000)
         max_messages = _int(get, "maxMessagesPerTrigger", 1, 1_000_000)
+        min_messages = (
+            _int(get, "minMessagesPerTrigger", 1, 1_000_000)
+            if raw.get("minMessagesPerTrigger") is not None
+            else None
+        )
+        max_delay = _float(get, "maxTriggerDelay", 0.0, 86400.0)
+        max_in_flight = _int(get, "maxInFlightMessages", 1, 120_000)
+        if min_messages is not None and min_messages > max_messages:
+            raise InvalidOptionError.for_option(
+                "minMessagesPerTrigger",
+                min_messages,
+                f"is larger than maxMessagesPerTrigger={max_messages}",
+                "lower 'minMessagesPerTrigger' or raise 'maxMessagesPerTrigger'",
+            )
         wait = _int(get, "waitTimeSeconds", 0, 20)
         visibility = _int(get, "visibilityTimeout", 1, 43200)
         poll = _float(get, "queuePollInterval", 0.01, 3600.0)
@@ -314,6 +348,9 @@ class SqsOptions:
             journal_location=journal,
             num_partitions=num_partitions,
             max_messages_per_trigger=max_messages,
+            min_messages_per_trigger=min_messages,
+            max_trigger_delay=max_delay,
+            max_in_flight_messages=max_in_flight,
             wait_time_seconds=wait,
             visibility_timeout=visibility,
             message_attribute_names=attribute_names,

@@ -22,7 +22,7 @@ from botocore.exceptions import ClientError
 from .acknowledgement import BatchCaller, Entry
 from .client import classify, make_client
 from .errors import JournalError
-from .journal import PENDING_DELETE, RECEIVED_AT, Journal
+from .journal import DROPPED, PENDING_DELETE, RECEIVED_AT, Journal
 from .planning import ReceiverPartition
 from .schema import RECEIPT_HANDLE, messages_to_table, output_batches
 
@@ -194,7 +194,7 @@ def read_partition(
     kept = [m for m in messages if m["MessageId"] not in partition.drop_ids]
     dropped = [m for m in messages if m["MessageId"] in partition.drop_ids]
     table = messages_to_table(kept, partition.queue_url).replace_schema_metadata(
-        {RECEIVED_AT: repr(received_at)}
+        {RECEIVED_AT: repr(received_at), DROPPED: str(len(dropped))}
     )
     try:
         written = journal.write_entry(partition.batch, partition.receiver, table)
@@ -244,6 +244,7 @@ def _read_deleting_after_journal(
     tables = [table for _, table in earlier]
     # Whether the failed attempt deleted them is unknown: the driver deletes them again.
     pending: set[str] = {i for t in tables for i in t.column("messageId").to_pylist()}
+    dropped_count = [0]
     next_part = [earlier[-1][0] + 1 if earlier else 0]
     caller = BatchCaller(client, partition.queue_url)
 
@@ -269,6 +270,7 @@ def _read_deleting_after_journal(
             logger.warning("deleting journaled messages failed; deleting on commit: %s", exc)
             pending.update(e.message_id for e in entries)
         if dropped:
+            dropped_count[0] += len(dropped)
             _delete_redeliveries(client, partition, dropped)
 
     already = sum(t.num_rows for t in tables)
@@ -283,7 +285,11 @@ def _read_deleting_after_journal(
         default=time.time(),
     )
     combined = combined.replace_schema_metadata(
-        {RECEIVED_AT: repr(first_receive), PENDING_DELETE: json.dumps(sorted(pending))}
+        {
+            RECEIVED_AT: repr(first_receive),
+            PENDING_DELETE: json.dumps(sorted(pending)),
+            DROPPED: str(dropped_count[0]),
+        }
     )
     if not journal.write_entry(partition.batch, partition.receiver, combined):
         replay = journal.read_entry(partition.batch, partition.receiver)

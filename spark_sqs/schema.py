@@ -58,9 +58,14 @@ def arrow_output_schema() -> pa.Schema:
     Taken from PySpark itself so that the field names it uses inside map types, and the timestamp
     unit, always match the installed version's check.
     """
+    import inspect
+
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(SCHEMA, timezone="UTC")
+    # Spark 4.0/4.1 take timestamp_utc=True (the default); later versions a timezone name.
+    if "timezone" in inspect.signature(to_arrow_schema).parameters:
+        return to_arrow_schema(SCHEMA, timezone="UTC")
+    return to_arrow_schema(SCHEMA)
 
 
 def arrow_journal_schema() -> pa.Schema:

@@ -33,6 +33,7 @@ from . import offsets
 from .acknowledgement import Acknowledger, BatchCaller
 from .client import make_client, queue_attributes, resolve_queue_url
 from .errors import InvalidOptionError, SqsSourceError
+from .flow_control import AvailableNow, FlowControl, default_read_limit
 from .heartbeat import Heartbeat
 from .journal import Journal, JournalState
 from .options import SqsOptions
@@ -74,7 +75,15 @@ class SqsDataSource(DataSource):
         return SqsStreamReader(self.sqs_options)
 
 
-class SqsStreamReader(DataSourceStreamReader):
+try:  # Spark 4.2+
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    _READER_BASES: tuple[type, ...] = (DataSourceStreamReader, SupportsTriggerAvailableNow)
+except ImportError:  # Spark 4.0/4.1
+    _READER_BASES = (DataSourceStreamReader,)
+
+
+class SqsStreamReader(*_READER_BASES):  # type: ignore[misc]
     def __init__(self, options: SqsOptions) -> None:
         self.options = options
         self._driver: _DriverState | None = None
@@ -94,7 +103,16 @@ class SqsStreamReader(DataSourceStreamReader):
         return offsets.make(self._state().fresh_start())
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
-        return self._state().latest_offset(start)
+        return self._state().latest_offset(start, limit)
+
+    def getDefaultReadLimit(self) -> Any:
+        return default_read_limit(self.options)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._state().prepare_available_now()
+
+    def reportLatestOffset(self) -> dict | None:
+        return self._state().report()
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         return list(self._state().plan(start, end))
@@ -140,9 +158,17 @@ class _DriverState:
             heartbeat=self.heartbeat,
         )
         self.acknowledger.start(self.journal_state.acked_batch, journal.batches())
+        if self.journal_state.initial_batch is None:
+            # Fixed before any batch is numbered: Spark 4.0/4.1 ask for latestOffset first.
+            self._write_state(initial=self.journal_state.planned_batch)
         self.heartbeat.start()
-        self._initial_called = False
-        self._planned_this_run = False
+        self._last_end: int | None = None
+        self.flow = FlowControl(options)
+        # Message limit of each batch handed to Spark but not planned yet.
+        self._limits: dict[int, int] = {}
+        # Receivers that replayed from the journal, by batch, for the batch counters.
+        self._replayed: dict[int, int] = {}
+        self._heartbeat_seen = (0, 0)
         self._last_poll = float("-inf")
         self._poll_due = True
         self._visible = 0
@@ -179,46 +205,58 @@ class _DriverState:
         """The initial offset: only asked for a new checkpoint, or when Spark restarts a query
         whose first batch never committed (and then replays it from this offset)."""
         with self.lock:
-            self._initial_called = True
-            if self.journal_state.initial_batch is None:
-                self._write_state(initial=self.journal_state.planned_batch)
             assert self.journal_state.initial_batch is not None
             return self.journal_state.initial_batch
 
-    def latest_offset(self, start: Mapping[str, Any] | None) -> dict:
+    def latest_offset(self, start: Mapping[str, Any] | None, limit: Any = None) -> dict:
         with self.lock:
             planned = self.journal_state.planned_batch
-            # Spark calls latestOffset only once every batch it planned is committed; Spark
-            # 4.0/4.1 pass no start, and then every batch we planned is that batch.
-            committed = offsets.batch_of(start) if start is not None else planned
-            orphans = self._orphans(start, committed)
-            if orphans:
-                # Adopted before acknowledging: on Spark 4.0/4.1 `committed` covers them too.
-                new_batch = max(planned, committed) + 1
-                self._adopt(orphans, new_batch)
-                self._write_state(planned=new_batch)
+            # Spark calls latestOffset only once every batch up to `start` is in its commit
+            # log. Spark 4.0/4.1 pass no start: then the last batch planned in this run is it,
+            # and before the first one nothing is known to be committed.
+            committed = offsets.batch_of(start) if start is not None else self._last_end
+            if committed is not None:
                 self._acknowledge(committed)
-                return offsets.make(new_batch)
-            self._acknowledge(committed)
-            current = offsets.make(committed if start is not None else planned)
-            if not self._queue_has_messages():
-                return current
-            new_batch = max(planned, committed) + 1
+            # Journaled batches beyond what Spark has committed, outside any replay (the
+            # journal outlived its checkpoint, or this is the first call of a 4.0 run): a batch
+            # is needed to deliver or settle them, queue empty or not.
+            unsettled = [b for b in self.acknowledger.pending if committed is None or b > committed]
+            batch_limit = self.flow.batch_limit(limit, self.acknowledger.pending_messages())
+            remaining = self.flow.remaining_available_now(self.acknowledger.totals.messages)
+            if remaining is not None:
+                batch_limit = min(batch_limit, remaining)
+            start_batch = bool(unsettled) or (
+                batch_limit > 0
+                and self._queue_has_messages()
+                and not self.flow.wait_for_more(self._visible)
+            )
+            if not start_batch:
+                return offsets.make(committed if committed is not None else planned)
+            new_batch = max(planned, committed or 0) + 1
             self._write_state(planned=new_batch)
+            self._limits[new_batch] = batch_limit
+            self.flow.started_batch()
             return offsets.make(new_batch)
 
-    def _orphans(self, start: Mapping[str, Any] | None, committed: int) -> list[int]:
-        """Journaled batches that Spark's offset log does not know: they were planned for
-        another checkpoint (the journal outlived it) or never logged. Spark replays every
-        logged, uncommitted batch before it asks for the latest offset, so at this point any
-        pending batch beyond ``start`` is one. Their messages never reached this query's sink."""
-        if self._planned_this_run:
-            return []
-        if start is not None:
-            return [b for b in self.acknowledger.pending if b > committed]
-        # Spark 4.0/4.1: no start. Only a new checkpoint (initialOffset asked, nothing
-        # replayed) can leave pending batches that Spark never committed.
-        return self.acknowledger.pending if self._initial_called else []
+    def prepare_available_now(self) -> None:
+        """Trigger.AvailableNow: deliver the messages visible now, then report no more data."""
+        with self.lock:
+            self._poll_due = True
+            self._queue_has_messages()
+            self.flow.available_now = AvailableNow(
+                target=self._visible, delivered_at_start=self.acknowledger.totals.messages
+            )
+            logger.info("Trigger.AvailableNow: delivering the %d visible messages", self._visible)
+
+    def report(self) -> dict:
+        """reportLatestOffset: the newest batch and the queue's backlog, for query progress."""
+        with self.lock:
+            return {
+                "batch": self.journal_state.planned_batch,
+                "visibleMessages": self.backlog.get("ApproximateNumberOfMessages", 0),
+                "inFlightMessages": self.backlog.get("ApproximateNumberOfMessagesNotVisible", 0),
+                "delayedMessages": self.backlog.get("ApproximateNumberOfMessagesDelayed", 0),
+            }
 
     def _adopt(self, orphans: list[int], batch: int) -> None:
         """Deliver the orphans' journaled messages in ``batch``: they were received and
@@ -245,15 +283,24 @@ class _DriverState:
                 return []
             if batch > self.journal_state.planned_batch:
                 self._write_state(planned=batch)
-            self._planned_this_run = True
+            self._last_end = batch
+            # Pending batches Spark's offset log does not know (it replays every logged,
+            # uncommitted batch before it plans a new one): their journaled messages never
+            # reached this query's sink, so this batch delivers them.
+            orphans = [
+                b for b in self.acknowledger.pending if b > offsets.batch_of(start) and b != batch
+            ]
+            if orphans:
+                self._adopt(orphans, batch)
             journaled = self.journal.receivers(batch)
             self.acknowledger.track(batch)
             drop_ids = self.acknowledger.drop_ids(batch)
             # The queue is asked again after every batch, rather than after queuePollInterval.
             self._poll_due = True
+            self._replayed[batch] = len(journaled)
             parts = plan(
                 batch,
-                self.options.max_messages_per_trigger,
+                self._limits.pop(batch, self.options.max_messages_per_trigger),
                 self.queue_url,
                 self.options,
                 journaled,
@@ -277,7 +324,41 @@ class _DriverState:
     def _acknowledge(self, batch: int) -> None:
         # Transient failures are retried inside; what escapes (access denied, queue deleted,
         # journal unreadable) needs a person, and stopping beats redelivering everything.
-        self.acknowledger.acknowledge_through(batch)
+        stats = self.acknowledger.acknowledge_through(batch)
+        for counters in stats.per_batch:
+            self._report_batch(counters)
+
+    def _report_batch(self, counters: dict[str, Any]) -> None:
+        """One INFO line and one metrics file per acknowledged batch."""
+        hb = self.heartbeat.stats
+        extended, failed = hb.extended, hb.failed_permanent + hb.failed_transient
+        counters = {
+            **counters,
+            "replayedReceivers": self._replayed.pop(counters["batch"], 0),
+            "received": counters["journaled"] + counters["duplicatesDropped"],
+            # Heartbeat work since the previous acknowledged batch.
+            "visibilityExtensions": extended - self._heartbeat_seen[0],
+            "visibilityExtensionFailures": failed - self._heartbeat_seen[1],
+            "acknowledgedAt": time.time(),
+        }
+        self._heartbeat_seen = (extended, failed)
+        logger.info(
+            "batch %d: received %d, journaled %d, replayed receivers %d, deleted %d, delete "
+            "failures %d, visibility extensions %d (failed %d), duplicates dropped %d",
+            counters["batch"],
+            counters["received"],
+            counters["journaled"],
+            counters["replayedReceivers"],
+            counters["deleted"],
+            counters["deleteFailures"],
+            counters["visibilityExtensions"],
+            counters["visibilityExtensionFailures"],
+            counters["duplicatesDropped"],
+        )
+        try:
+            self.journal.write_metrics(counters["batch"], counters)
+        except SqsSourceError as exc:
+            logger.warning("could not write the metrics of batch %d: %s", counters["batch"], exc)
 
     def _record_acked(self, batch: int) -> None:
         self._write_state(acked=batch)

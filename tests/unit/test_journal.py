@@ -152,6 +152,7 @@ def test_read_receipts_carries_the_receive_time(journal: Journal) -> None:
             "00000000-0000-4000-8000-000000000001",
         ),
         receipt_handles=("AQEB-receipt-0-1", "AQEB-receipt-1-1"),
+        rows=2,
     )
     assert "AQEB-receipt" not in repr(receipts)
     assert journal.read_receipts(5, 3) is None

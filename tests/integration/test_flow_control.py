@@ -1,0 +1,172 @@
+"""Admission control, Trigger.AvailableNow, backlog in progress, min/max trigger delay, counters.
+
+Message counts are sized for moto, whose cost per call grows with queue depth (PLATFORM.md).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pyspark
+import pytest
+
+from spark_sqs.journal import Journal
+from tests.helpers import process_all_available, queue_counts, send_numbered, wait_until
+
+pytestmark = pytest.mark.integration
+
+SPARK_4_2 = tuple(int(p) for p in pyspark.__version__.split(".")[:2]) >= (4, 2)
+needs_4_2 = pytest.mark.skipif(
+    not SPARK_4_2, reason="read limits, AvailableNow and reportLatestOffset need Spark 4.2+"
+)
+
+
+def _stream(spark: Any, endpoint: str, queue_url: str, journal: str, **options: Any) -> Any:
+    reader = (
+        spark.readStream.format("sqs")
+        .option("queueUrl", queue_url)
+        .option("endpointUrl", endpoint)
+        .option("journalLocation", journal)
+    )
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return reader.load()
+
+
+def _numbers(rows: Any) -> list[int]:
+    return sorted(json.loads(r.body)["n"] for r in rows)
+
+
+def test_max_messages_per_trigger_bounds_every_batch_and_counters_are_recorded(
+    spark, moto_endpoint, sqs, queue_url, tmp_path
+):
+    send_numbered(sqs, queue_url, 400)
+    out, journal = tmp_path / "out", tmp_path / "journal"
+    query = (
+        _stream(spark, moto_endpoint, queue_url, str(journal), maxMessagesPerTrigger=100)
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .start()
+    )
+    try:
+        process_all_available(query, timeout=300)
+        wait_until(lambda: queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue")
+    finally:
+        query.stop()
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == 400 and max(sizes) <= 100, sizes
+    assert _numbers(spark.read.parquet(str(out)).collect()) == list(range(400))
+
+    # Per-batch counters, readable by a program from the journal.
+    metrics = Journal(str(journal)).read_metrics()
+    assert sum(m["journaled"] for m in metrics) == 400
+    assert sum(m["deleted"] for m in metrics) == 400
+    assert all(m["deleteFailures"] == 0 and m["duplicatesDropped"] == 0 for m in metrics)
+    assert all(m["received"] == m["journaled"] for m in metrics)
+
+
+@needs_4_2
+def test_available_now_drains_what_is_there_acknowledges_and_terminates(
+    spark, moto_endpoint, sqs, queue_url, tmp_path
+):
+    send_numbered(sqs, queue_url, 300)
+    out = tmp_path / "out"
+    query = (
+        _stream(
+            spark, moto_endpoint, queue_url, str(tmp_path / "journal"), maxMessagesPerTrigger=80
+        )
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(300), "an AvailableNow query must terminate by itself"
+    assert query.exception() is None
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert max(sizes) <= 80, sizes
+    assert _numbers(spark.read.parquet(str(out)).collect()) == list(range(300))
+    # The last batch was acknowledged before the query ended.
+    assert queue_counts(sqs, queue_url) == (0, 0)
+
+
+@needs_4_2
+def test_backlog_appears_in_last_progress(spark, moto_endpoint, sqs, queue_url, tmp_path):
+    send_numbered(sqs, queue_url, 50)
+    query = (
+        _stream(
+            spark,
+            moto_endpoint,
+            queue_url,
+            str(tmp_path / "journal"),
+            maxMessagesPerTrigger=10,
+            numPartitions=1,
+        )
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .start()
+    )
+    try:
+        progress = wait_until(
+            lambda: next(
+                (
+                    p
+                    for p in query.recentProgress
+                    if p["numInputRows"] and p["sources"][0].get("latestOffset")
+                ),
+                None,
+            ),
+            180,
+            "a progress report with the backlog",
+        )
+    finally:
+        query.stop()
+    latest = json.loads(progress["sources"][0]["latestOffset"])
+    assert set(latest) >= {"batch", "visibleMessages", "inFlightMessages", "delayedMessages"}
+    assert 0 < latest["visibleMessages"] + latest["inFlightMessages"] <= 50
+
+
+def test_min_messages_waits_for_more_but_not_longer_than_max_trigger_delay(
+    spark, moto_endpoint, sqs, queue_url, tmp_path
+):
+    delay = 15.0
+    seen: list[tuple[float, int]] = []
+
+    def sink(df: Any, batch_id: int) -> None:
+        count = df.count()
+        if count:
+            seen.append((time.monotonic(), count))
+
+    started = time.monotonic()
+    query = (
+        _stream(
+            spark,
+            moto_endpoint,
+            queue_url,
+            str(tmp_path / "journal"),
+            minMessagesPerTrigger=30,
+            maxTriggerDelay=delay,
+            queuePollInterval=0.2,
+        )
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .start()
+    )
+    try:
+        send_numbered(sqs, queue_url, 5)
+        wait_until(lambda: seen, 120, "the small batch after maxTriggerDelay")
+        # Fewer than minMessagesPerTrigger: held back until maxTriggerDelay since the source
+        # started (no batch ran before).
+        assert seen[0][1] == 5
+        assert seen[0][0] - started >= delay
+
+        # Enough messages: the next batch does not wait for the delay.
+        send_numbered(sqs, queue_url, 40, start=5)
+        wait_until(lambda: len(seen) >= 2, 120, "the next batch")
+        assert seen[1][0] - seen[0][0] < delay
+        wait_until(lambda: sum(c for _, c in seen) == 45, 120, "every message")
+    finally:
+        query.stop()

@@ -1,0 +1,88 @@
+"""How much a micro-batch may take and when it starts (pure logic, fake clock)."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_sqs import flow_control
+from spark_sqs.flow_control import AvailableNow, FlowControl, default_read_limit
+from spark_sqs.options import SqsOptions
+from tests.unit.factories import make_options
+
+needs_limits = pytest.mark.skipif(
+    flow_control.ReadMaxRows is None, reason="read limits exist from Spark 4.2"
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def flow(**options: object) -> tuple[FlowControl, Clock]:
+    clock = Clock()
+    parsed: SqsOptions = make_options(**options)
+    return FlowControl(parsed, clock=clock), clock
+
+
+def test_without_a_read_limit_the_option_applies() -> None:
+    control, _ = flow(maxMessagesPerTrigger="250")
+    assert control.batch_limit(None, in_flight=0) == 250
+
+
+@needs_limits
+def test_read_max_rows_from_spark_is_honoured() -> None:
+    control, _ = flow(maxMessagesPerTrigger="250")
+    assert default_read_limit(make_options(maxMessagesPerTrigger="250")).max_rows == 250
+    assert control.batch_limit(flow_control.ReadMaxRows(40), in_flight=0) == 40
+
+
+@needs_limits
+def test_read_all_available_ignores_the_option_but_not_the_in_flight_ceiling() -> None:
+    control, _ = flow(maxMessagesPerTrigger="250", maxInFlightMessages="5000")
+    assert control.batch_limit(flow_control.ReadAllAvailable(), in_flight=0) == 5000
+    assert control.batch_limit(flow_control.ReadAllAvailable(), in_flight=4900) == 100
+
+
+def test_in_flight_ceiling_caps_and_stops_batches(caplog: pytest.LogCaptureFixture) -> None:
+    control, _ = flow(maxMessagesPerTrigger="1000", maxInFlightMessages="1200")
+    assert control.batch_limit(None, in_flight=500) == 700
+    assert control.batch_limit(None, in_flight=1200) == 0
+    assert "maxInFlightMessages=1200" in caplog.text
+
+
+def test_min_messages_waits_until_the_delay_is_over() -> None:
+    control, clock = flow(minMessagesPerTrigger="100", maxTriggerDelay="30")
+    assert control.wait_for_more(visible=10)
+    clock.now += 29.9
+    assert control.wait_for_more(visible=10)
+    clock.now += 0.2
+    assert not control.wait_for_more(visible=10), "never longer than maxTriggerDelay"
+    control.started_batch()
+    assert control.wait_for_more(visible=10), "the delay counts from the last batch"
+    assert not control.wait_for_more(visible=100), "enough messages start a batch at once"
+
+
+def test_no_minimum_never_waits() -> None:
+    control, _ = flow()
+    assert not control.wait_for_more(visible=1)
+
+
+def test_available_now_counts_down_what_was_visible_at_the_start() -> None:
+    control, _ = flow(minMessagesPerTrigger="100")
+    assert control.remaining_available_now(delivered=7) is None
+    control.available_now = AvailableNow(target=300, delivered_at_start=50)
+    assert control.remaining_available_now(delivered=50) == 300
+    assert control.remaining_available_now(delivered=290) == 60
+    assert control.remaining_available_now(delivered=400) == 0
+    assert not control.wait_for_more(visible=1), "AvailableNow never waits for a fuller batch"
+
+
+def test_min_above_max_is_rejected() -> None:
+    from spark_sqs.errors import InvalidOptionError
+
+    with pytest.raises(InvalidOptionError, match="minMessagesPerTrigger"):
+        make_options(minMessagesPerTrigger="500", maxMessagesPerTrigger="100")
