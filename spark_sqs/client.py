@@ -140,8 +140,13 @@ def classify(exc: BaseException, action: str, resource: str) -> SqsSourceError:
     return SqsSourceError(f"SQS {action} on {resource} failed: {type(exc).__name__}: {exc}")
 
 
+# Receipt handles are long base64 strings; AWS error messages sometimes quote them.
+_LONG_TOKEN = re.compile(r"[A-Za-z0-9+/=_-]{64,}")
+
+
 def _message(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Message", ""))[:300]
+    text = str(exc.response.get("Error", {}).get("Message", ""))
+    return _LONG_TOKEN.sub("<redacted>", text)[:300]
 
 
 def resolve_queue_url(client: Any, options: SqsOptions) -> str:

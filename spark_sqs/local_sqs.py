@@ -63,6 +63,7 @@ def serialise_moto_sqs() -> None:
     SQSBackend.receive_message = receive_message
     _make_receipt_handles_strict()
     _record_receive_requests()
+    _speed_up_per_message_work()
     _PATCHED = True
 
 
@@ -109,6 +110,36 @@ def _locked(fn: Any) -> Any:
             return fn(*args, **kwargs)
 
     return wrapper
+
+
+def _speed_up_per_message_work() -> None:
+    """moto's SQS slows down with queue depth (PLATFORM.md): every message check reads the
+    clock through datetime arithmetic, and every received message recomputes all queue
+    attributes (which scans every message) to learn the retention period. Same semantics,
+    without the quadratic cost."""
+    import moto.sqs.models as models
+
+    def unix_time(dt: Any = None) -> float:
+        if dt is not None:
+            return _original_unix_time(dt)
+        return time.time()
+
+    def unix_time_millis(dt: Any = None) -> float:
+        return unix_time(dt) * 1000.0
+
+    _original_unix_time = models.unix_time
+    models.unix_time = unix_time
+    models.unix_time_millis = unix_time_millis
+
+    def is_message_valid_based_on_retention_period(
+        self: Any, queue_name: str, message: Any
+    ) -> bool:
+        retention = int(self.get_queue(queue_name).message_retention_period)
+        return retention + message.sent_timestamp / 1000 > time.time()
+
+    models.SQSBackend.is_message_valid_based_on_retention_period = _locked(
+        is_message_valid_based_on_retention_period
+    )
 
 
 class ReceiveRequests:

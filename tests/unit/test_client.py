@@ -1,0 +1,59 @@
+"""AWS error classification: what a person must fix vs. what a retry fixes, and no secrets."""
+
+from __future__ import annotations
+
+from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
+
+from spark_sqs.client import classify, error_code
+from spark_sqs.errors import QueueNotFoundError, SqsAccessError, SqsSourceError, TransientSqsError
+
+HANDLE = "AQEB" + "x7Yz" * 60
+
+
+def client_error(code: str, message: str = "", status: int = 400) -> ClientError:
+    return ClientError(
+        {
+            "Error": {"Code": code, "Message": message},
+            "ResponseMetadata": {"HTTPStatusCode": status},
+        },
+        "ReceiveMessage",
+    )
+
+
+def test_missing_queue_names_the_fix() -> None:
+    err = classify(client_error("AWS.SimpleQueueService.NonExistentQueue"), "GetQueueUrl", "q")
+    assert isinstance(err, QueueNotFoundError) and not err.retriable
+    assert "does not exist" in str(err) and "Fix:" in str(err)
+
+
+def test_access_errors_name_the_action() -> None:
+    for error in (client_error("AccessDenied", status=403), client_error("Whatever", status=403)):
+        err = classify(error, "DeleteMessage", "q")
+        assert isinstance(err, SqsAccessError) and "sqs:DeleteMessage" in str(err)
+
+
+def test_missing_credentials_say_how_to_provide_them() -> None:
+    err = classify(NoCredentialsError(), "GetQueueAttributes", "q")
+    assert isinstance(err, SqsAccessError) and "awsAccessKeyId" in str(err)
+
+
+def test_throttling_5xx_and_network_errors_are_retriable() -> None:
+    for exc in (
+        client_error("ThrottlingException"),
+        client_error("InternalError", status=500),
+        EndpointConnectionError(endpoint_url="https://sqs.example"),
+    ):
+        err = classify(exc, "ReceiveMessage", "q")
+        assert isinstance(err, TransientSqsError) and err.retriable
+
+
+def test_xml_error_bodies_yield_the_real_code() -> None:
+    exc = client_error("403", "<Error><Code>InvalidClientTokenId</Code></Error>", status=403)
+    assert error_code(exc) == "InvalidClientTokenId"
+
+
+def test_receipt_handles_in_aws_messages_are_redacted() -> None:
+    exc = client_error("InvalidParameterValue", f'Value "{HANDLE}" for ReceiptHandle is invalid')
+    err = classify(exc, "ChangeMessageVisibility", "q")
+    assert type(err) is SqsSourceError
+    assert HANDLE not in str(err) and "<redacted>" in str(err)
