@@ -1,0 +1,117 @@
+"""The ``spark-sqs`` command: ``demo``, ``send`` and ``inspect``. Runs on: a workstation.
+
+spark-sqs demo [--messages N --rate R]
+spark-sqs send --queue-url URL [--count N] [--endpoint-url URL]
+spark-sqs inspect --queue-url URL [--journal LOCATION] [--endpoint-url URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from .options import SqsOptions
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="spark-sqs", description="spark-sqs tools")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    commands.add_parser(
+        "demo", help="embedded SQS, producer, streaming query, verdict", add_help=False
+    )
+
+    send = commands.add_parser("send", help="send numbered test messages to a queue")
+    _queue_args(send)
+    send.add_argument("--count", type=int, default=100)
+    send.add_argument("--group", default=None, help="MessageGroupId (FIFO queues)")
+
+    inspect = commands.add_parser("inspect", help="queue backlog and what a journal holds")
+    _queue_args(inspect)
+    inspect.add_argument("--journal", default=None, help="a query's journalLocation")
+
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "demo":
+        from .demo import main as demo
+
+        return demo(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.command == "send":
+        return _send(args)
+    return _inspect(args)
+
+
+def _queue_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--queue-url", required=True)
+    parser.add_argument("--endpoint-url", default=None)
+    parser.add_argument("--region", default=None)
+
+
+def _client(args: argparse.Namespace) -> tuple[Any, SqsOptions]:
+    from .client import make_client
+
+    raw = {"queueUrl": args.queue_url, "journalLocation": getattr(args, "journal", None) or "-"}
+    if args.endpoint_url:
+        raw["endpointUrl"] = args.endpoint_url
+    if args.region:
+        raw["region"] = args.region
+    options = SqsOptions.parse(raw)
+    return make_client(options), options
+
+
+def _send(args: argparse.Namespace) -> int:
+    client, options = _client(args)
+    fifo = options.is_fifo
+    for start in range(0, args.count, 10):
+        entries = []
+        for n in range(start, min(start + 10, args.count)):
+            entry: dict[str, Any] = {"Id": str(n), "MessageBody": json.dumps({"n": n})}
+            if fifo:
+                entry["MessageGroupId"] = args.group or "spark-sqs"
+                entry["MessageDeduplicationId"] = f"spark-sqs-send-{n}"
+            entries.append(entry)
+        response = client.send_message_batch(QueueUrl=args.queue_url, Entries=entries)
+        if response.get("Failed"):
+            print(f"failed: {response['Failed']}", file=sys.stderr)
+            return 1
+    print(f"sent {args.count} messages to {args.queue_url}")
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from .client import queue_attributes
+    from .journal import Journal
+
+    client, options = _client(args)
+    attrs = queue_attributes(client, args.queue_url, ["All"])
+    report: dict[str, Any] = {
+        "queue": args.queue_url,
+        "visible": int(attrs.get("ApproximateNumberOfMessages", 0)),
+        "inFlight": int(attrs.get("ApproximateNumberOfMessagesNotVisible", 0)),
+        "delayed": int(attrs.get("ApproximateNumberOfMessagesDelayed", 0)),
+        "visibilityTimeout": int(attrs.get("VisibilityTimeout", 0)),
+        "deadLetterQueue": json.loads(attrs["RedrivePolicy"]) if "RedrivePolicy" in attrs else None,
+    }
+    if args.journal:
+        journal = Journal(args.journal, options)
+        state = journal.read_state()
+        pending = {
+            b: sum(len(r.message_ids) for r in journal.batch_receipts(b)) for b in journal.batches()
+        }
+        report["journal"] = {
+            "plannedBatch": state.planned_batch,
+            "acknowledgedBatch": state.acked_batch,
+            # batch -> messages journaled and not yet deleted
+            "unacknowledgedBatches": {str(b): n for b, n in pending.items()},
+            "unacknowledgedMessages": sum(pending.values()),
+            "recentBatches": journal.read_metrics()[-5:],
+        }
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""The spark-sqs command against an in-process moto (send, then inspect queue and journal)."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from spark_sqs.cli import main
+from spark_sqs.journal import Journal, JournalState
+from spark_sqs.schema import messages_to_table
+from tests.unit.factories import make_options, sqs_message
+
+
+@pytest.fixture
+def queue_url(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with mock_aws():
+        yield boto3.client("sqs").create_queue(QueueName="cli")["QueueUrl"]
+
+
+def test_send_then_inspect_reports_backlog_and_journal(queue_url, tmp_path, capsys) -> None:
+    assert main(["send", "--queue-url", queue_url, "--count", "25"]) == 0
+    journal = Journal(str(tmp_path / "j"), make_options(str(tmp_path / "j")))
+    journal.write_entry(3, 0, messages_to_table([sqs_message(1), sqs_message(2)], queue_url))
+    journal.write_state(JournalState(planned_batch=3, acked_batch=2, initial_batch=0))
+    capsys.readouterr()
+
+    assert main(["inspect", "--queue-url", queue_url, "--journal", str(tmp_path / "j")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["visible"] == 25 and report["inFlight"] == 0
+    assert report["journal"]["plannedBatch"] == 3
+    assert report["journal"]["unacknowledgedBatches"] == {"3": 2}
+    assert "AQEB" not in json.dumps(report), "no receipt handles in the output"
+
+
+def test_unknown_arguments_are_rejected(queue_url) -> None:
+    with pytest.raises(SystemExit):
+        main(["send", "--queue-url", queue_url, "--bogus"])
