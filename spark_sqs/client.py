@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from typing import Any
 
 import boto3
+import botocore.session
 from botocore.config import Config
+from botocore.credentials import RefreshableCredentials
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
     NoCredentialsError,
     PartialCredentialsError,
+    ProfileNotFound,
 )
 from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
@@ -75,17 +79,69 @@ def make_client(options: SqsOptions, *, max_pool_connections: int = 16) -> Any:
     kwargs: dict[str, Any] = {"config": config}
     if options.endpoint_url:
         kwargs["endpoint_url"] = options.endpoint_url
+    return make_session(options).client("sqs", **kwargs)
+
+
+def make_session(options: SqsOptions) -> boto3.session.Session:
+    """A boto3 session with the options' credentials: explicit keys, a profile, or the default
+    chain, then (with ``roleArn``) an assumed role that botocore refreshes before it expires."""
     creds = options.credentials
     if creds is not None:
-        session = boto3.session.Session(
+        base = boto3.session.Session(
             aws_access_key_id=creds.access_key_id,
             aws_secret_access_key=creds.secret_access_key,
             aws_session_token=creds.session_token,
             region_name=options.region,
         )
     else:
-        session = boto3.session.Session(region_name=options.region)
-    return session.client("sqs", **kwargs)
+        try:
+            base = boto3.session.Session(profile_name=options.profile, region_name=options.region)
+        except ProfileNotFound:
+            raise SqsAccessError(
+                f"AWS profile {options.profile!r} is not defined. Fix: define it in the AWS "
+                "config files on the driver and on every executor, or remove the 'profile' "
+                "option"
+            ) from None
+    role = options.assume_role
+    if role is None:
+        return base
+    sts = base.client("sts", region_name=options.region)
+
+    def assume() -> dict[str, str]:
+        kwargs: dict[str, Any] = {"RoleArn": role.role_arn, "RoleSessionName": role.session_name}
+        if role.external_id:
+            kwargs["ExternalId"] = role.external_id
+        try:
+            issued = sts.assume_role(**kwargs)["Credentials"]
+        except Exception as exc:
+            raise classify(exc, "AssumeRole", role.role_arn) from None
+        return {
+            "access_key": issued["AccessKeyId"],
+            "secret_key": issued["SecretAccessKey"],
+            "token": issued["SessionToken"],
+            "expiry_time": issued["Expiration"].isoformat(),
+        }
+
+    credentials = RefreshableCredentials.create_from_metadata(
+        metadata=assume(), refresh_using=assume, method="sts-assume-role"
+    )
+    botocore_session = botocore.session.get_session()
+    botocore_session._credentials = credentials
+    return boto3.session.Session(botocore_session=botocore_session, region_name=options.region)
+
+
+_CACHE: dict[SqsOptions, Any] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def cached_client(options: SqsOptions) -> Any:
+    """One client per options per process: Python workers are reused across tasks, and a new
+    client (and, with roleArn, a new AssumeRole call) per task is slow."""
+    with _CACHE_LOCK:
+        client = _CACHE.get(options)
+        if client is None:
+            client = _CACHE[options] = make_client(options)
+        return client
 
 
 def error_code(exc: BaseException) -> str:

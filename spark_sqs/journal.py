@@ -497,4 +497,12 @@ def _open_s3(parsed: Any, options: SqsOptions) -> pafs.FileSystem:
             secret_key=creds.secret_access_key,
             session_token=creds.session_token,
         )
+    if options.assume_role is not None:
+        # pyarrow assumes the role itself (and refreshes it) on top of the base credentials.
+        kwargs.update(
+            role_arn=options.assume_role.role_arn,
+            session_name=options.assume_role.session_name,
+        )
+        if options.assume_role.external_id:
+            kwargs["external_id"] = options.assume_role.external_id
     return pafs.S3FileSystem(**kwargs)

@@ -117,6 +117,18 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "awsAccessKeyId", None, "Explicit credentials; default is the AWS credential chain."
     ),
+    OptionSpec(
+        "profile",
+        None,
+        "Named profile from the AWS config files (must exist on the driver and every executor).",
+    ),
+    OptionSpec(
+        "roleArn",
+        None,
+        "IAM role to assume (with the base credentials); refreshed before the session expires.",
+    ),
+    OptionSpec("roleExternalId", None, "External id for `roleArn`, if the role requires one."),
+    OptionSpec("roleSessionName", "spark-sqs", "Session name for `roleArn`."),
     OptionSpec("awsSecretAccessKey", None, "Secret for `awsAccessKeyId`."),
     OptionSpec("awsSessionToken", None, "Session token for temporary credentials."),
 )
@@ -128,6 +140,13 @@ _DEFAULTS = {spec.name: spec.default for spec in OPTIONS}
 # https://sqs.cn-north-1.amazonaws.com.cn/..., https://sqs-fips.us-gov-west-1.amazonaws.com/...
 _REGION_IN_URL = re.compile(r"^https?://(?:sqs(?:-fips)?\.)?(?P<region>[a-z]{2}(?:-[a-z]+)+-\d+)\.")
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$|^[A-Za-z0-9_-]{1,75}\.fifo$")
+
+
+@dataclass(frozen=True)
+class AssumeRole:
+    role_arn: str
+    external_id: str | None = field(default=None, repr=False)
+    session_name: str = "spark-sqs"
 
 
 @dataclass(frozen=True)
@@ -161,6 +180,8 @@ class SqsOptions:
     heartbeat_interval: float
     dedupe_window: float
     credentials: AwsCredentials | None = field(default=None, repr=False)
+    profile: str | None = None
+    assume_role: AssumeRole | None = None
 
     @property
     def receive_budget_seconds(self) -> float:
@@ -339,6 +360,41 @@ class SqsOptions:
                 "'awsAccessKeyId' and 'awsSecretAccessKey'. Fix: set all three, or none"
             )
 
+        profile = _nonblank(raw, "profile")
+        if profile and credentials is not None:
+            raise InvalidOptionError.for_option(
+                "profile",
+                profile,
+                "conflicts with 'awsAccessKeyId'/'awsSecretAccessKey'",
+                "use either a profile or explicit keys",
+            )
+        role_arn = _nonblank(raw, "roleArn")
+        external_id = _nonblank(raw, "roleExternalId")
+        session_name = _nonblank(raw, "roleSessionName") or "spark-sqs"
+        assume_role = None
+        if role_arn:
+            if not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+", role_arn):
+                raise InvalidOptionError.for_option(
+                    "roleArn",
+                    role_arn,
+                    "is not an IAM role ARN",
+                    "use arn:aws:iam::<account>:role/<name>",
+                )
+            if not re.fullmatch(r"[\w+=,.@-]{2,64}", session_name):
+                raise InvalidOptionError.for_option(
+                    "roleSessionName",
+                    session_name,
+                    "is not a valid role session name (2-64 of letters, digits, +=,.@-_)",
+                    "choose another name",
+                )
+            assume_role = AssumeRole(role_arn, external_id, session_name)
+        elif external_id or _nonblank(raw, "roleSessionName"):
+            key = "roleExternalId" if external_id else "roleSessionName"
+            raise InvalidOptionError(
+                f"Invalid SQS source option '{key}': it only applies with 'roleArn'. Fix: set "
+                "'roleArn' or remove it"
+            )
+
         return cls(
             queue_url=queue_url,
             queue_name=queue_name,
@@ -360,6 +416,8 @@ class SqsOptions:
             heartbeat_interval=heartbeat,
             dedupe_window=dedupe_window,
             credentials=credentials,
+            profile=profile,
+            assume_role=assume_role,
         )
 
 

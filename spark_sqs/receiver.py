@@ -20,7 +20,7 @@ import pyarrow as pa
 from botocore.exceptions import ClientError
 
 from .acknowledgement import BatchCaller, Entry
-from .client import classify, make_client
+from .client import cached_client, classify
 from .errors import JournalError
 from .journal import DROPPED, PENDING_DELETE, RECEIVED_AT, Journal
 from .planning import ReceiverPartition
@@ -185,7 +185,7 @@ def read_partition(
         )
         return
 
-    client = client_factory() if client_factory else make_client(options)
+    client = client_factory() if client_factory else cached_client(options)
     if options.delete_after_journal:
         yield from _read_deleting_after_journal(journal, client, partition)
         return

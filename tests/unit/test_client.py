@@ -57,3 +57,40 @@ def test_receipt_handles_in_aws_messages_are_redacted() -> None:
     err = classify(exc, "ChangeMessageVisibility", "q")
     assert type(err) is SqsSourceError
     assert HANDLE not in str(err) and "<redacted>" in str(err)
+
+
+def test_assumed_role_credentials_are_used_and_refreshable(monkeypatch) -> None:
+    import boto3
+    from moto import mock_aws
+
+    from spark_sqs.client import make_client, make_session
+    from tests.unit.factories import make_options
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        boto3.client("sqs", region_name="us-east-1").create_queue(QueueName="orders")
+        options = make_options(
+            roleArn="arn:aws:iam::123456789012:role/reader",
+            roleExternalId="ext-1",
+            roleSessionName="job-7",
+        )
+        session = make_session(options)
+        credentials = session.get_credentials()
+        assert credentials.method == "sts-assume-role"
+        assert credentials.refresh_needed() is False  # refreshable, and fresh now
+        assert credentials.access_key != "testing", "the role's keys, not the base keys"
+        client = make_client(options)
+        assert client.get_queue_url(QueueName="orders")["QueueUrl"].endswith("/orders")
+
+
+def test_unknown_profile_says_where_to_define_it(monkeypatch, tmp_path) -> None:
+    from spark_sqs.client import make_client
+    from tests.unit.factories import make_options
+
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    import pytest
+
+    with pytest.raises(SqsAccessError, match="profile 'nightly' is not defined"):
+        make_client(make_options(profile="nightly"))

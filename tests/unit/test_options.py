@@ -9,6 +9,7 @@ import pytest
 
 from spark_sqs.errors import InvalidOptionError
 from spark_sqs.options import OPTIONS, AwsCredentials, SqsOptions
+from tests.unit.factories import QUEUE_URL
 
 URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders"
 JOURNAL = "/data/journals/orders"
@@ -695,3 +696,37 @@ def test_options_are_immutable() -> None:
     opts = parse(**BASE)
     with pytest.raises(AttributeError):
         opts.num_partitions = 9  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"roleArn": "reader"}, "'roleArn' = 'reader': is not an IAM role ARN"),
+        ({"roleExternalId": "x"}, "'roleExternalId': it only applies with 'roleArn'"),
+        (
+            {"profile": "p", "awsAccessKeyId": "AKIAX", "awsSecretAccessKey": "s"},
+            "'profile' = 'p': conflicts with",
+        ),
+    ],
+)
+def test_credential_option_errors(extra: dict[str, str], message: str) -> None:
+    raw = {"queueUrl": QUEUE_URL, "journalLocation": "/j", **extra}
+    with pytest.raises(InvalidOptionError) as info:
+        SqsOptions.parse(raw, env={})
+    assert message in str(info.value) and "Fix:" in str(info.value)
+
+
+def test_assume_role_options_are_parsed_and_external_id_hidden() -> None:
+    parsed = SqsOptions.parse(
+        {
+            "queueUrl": QUEUE_URL,
+            "journalLocation": "/j",
+            "ROLEARN": "arn:aws:iam::123456789012:role/reader",
+            "roleExternalId": "very-secret-external-id",
+        },
+        env={},
+    )
+    assert parsed.assume_role is not None
+    assert parsed.assume_role.role_arn.endswith("role/reader")
+    assert parsed.assume_role.session_name == "spark-sqs"
+    assert "very-secret-external-id" not in repr(parsed)
