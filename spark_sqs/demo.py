@@ -171,10 +171,11 @@ def _watch(
         visible = int(attrs["ApproximateNumberOfMessages"])
         in_flight = int(attrs["ApproximateNumberOfMessagesNotVisible"])
         deleted = producer.count - visible - in_flight
+        received = deleted + in_flight
         bar = _bar(deleted / total)
         sys.stdout.write(
-            f"\r{bar} sent {producer.count}/{total} | written {rows} in {batches} batches | "
-            f"queued {visible} | in flight {in_flight} | acknowledged {deleted}   "
+            f"\r{bar} sent {producer.count}/{total} | received {received} | written {rows} "
+            f"in {batches} batches | acknowledged {deleted} | queued {visible}   "
         )
         sys.stdout.flush()
         if producer.count >= total and visible == 0 and in_flight == 0 and rows >= total:
