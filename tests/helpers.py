@@ -75,3 +75,21 @@ def process_all_available(query: Any, timeout: float) -> None:
         raise AssertionError(f"query did not process all available data within {timeout:.0f}s")
     if errors:
         raise errors[0]
+
+
+def sqs_stream(spark: Any, endpoint: str, queue_url: str, journal: str, **options: Any) -> Any:
+    """``spark.readStream.format("sqs")`` on the test server, with extra options."""
+    reader = (
+        spark.readStream.format("sqs")
+        .option("queueUrl", queue_url)
+        .option("endpointUrl", endpoint)
+        .option("journalLocation", journal)
+    )
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return reader.load()
+
+
+def body_numbers(rows: Any) -> list[int]:
+    """The sorted sequence numbers carried in the bodies of ``send_numbered`` messages."""
+    return sorted(json.loads(r.body)["n"] for r in rows)

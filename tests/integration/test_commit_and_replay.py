@@ -7,25 +7,16 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import process_all_available, queue_counts, send_numbered, wait_until
+from tests.helpers import (
+    body_numbers,
+    process_all_available,
+    queue_counts,
+    send_numbered,
+    sqs_stream,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
-
-
-def _stream(spark: Any, endpoint: str, queue_url: str, journal: str, **options: Any) -> Any:
-    reader = (
-        spark.readStream.format("sqs")
-        .option("queueUrl", queue_url)
-        .option("endpointUrl", endpoint)
-        .option("journalLocation", journal)
-    )
-    for key, value in options.items():
-        reader = reader.option(key, str(value))
-    return reader.load()
-
-
-def _numbers(rows: Any) -> list[int]:
-    return sorted(json.loads(r.body)["n"] for r in rows)
 
 
 def _receive_all(sqs: Any, queue_url: str, expected: int, timeout: float) -> list[int]:
@@ -51,12 +42,12 @@ def test_failed_batch_leaves_its_messages_in_the_queue(
 
     def sink(df: Any, batch_id: int) -> None:
         rows = df.collect()
-        seen[batch_id] = _numbers(rows)
+        seen[batch_id] = body_numbers(rows)
         if rows and len([b for b in seen.values() if b]) == 2:
             raise RuntimeError("sink failure injected by the test")
 
     query = (
-        _stream(
+        sqs_stream(
             spark,
             moto_endpoint,
             queue_url,
@@ -92,7 +83,7 @@ def test_restart_replays_the_same_messages_and_sink_gets_each_once(
 
     def write(df: Any, batch_id: int, fail_on_second: bool) -> None:
         rows = df.collect()
-        numbers = _numbers(rows)
+        numbers = body_numbers(rows)
         attempts.setdefault(batch_id, []).append(numbers)
         if fail_on_second and numbers and sum(1 for a in attempts.values() if a[0]) == 2:
             raise RuntimeError("sink failure injected by the test")
@@ -101,7 +92,7 @@ def test_restart_replays_the_same_messages_and_sink_gets_each_once(
 
     def run(fail: bool) -> Any:
         return (
-            _stream(
+            sqs_stream(
                 spark,
                 moto_endpoint,
                 queue_url,
@@ -134,7 +125,7 @@ def test_restart_replays_the_same_messages_and_sink_gets_each_once(
     # The replayed batch is exactly what the failed attempt saw.
     assert attempts[failed_batch][1] == failed_numbers
     rows = spark.read.parquet(str(out)).collect()
-    assert _numbers(rows) == list(range(90))
+    assert body_numbers(rows) == list(range(90))
     assert len({r.messageId for r in rows}) == 90
 
 
@@ -142,7 +133,7 @@ def test_delete_on_commit_false_never_deletes(spark, moto_endpoint, sqs, queue_u
     send_numbered(sqs, queue_url, 15)
     out = tmp_path / "out"
     query = (
-        _stream(
+        sqs_stream(
             spark,
             moto_endpoint,
             queue_url,
@@ -159,7 +150,7 @@ def test_delete_on_commit_false_never_deletes(spark, moto_endpoint, sqs, queue_u
         process_all_available(query, timeout=240)
     finally:
         query.stop()
-    assert _numbers(spark.read.parquet(str(out)).collect()) == list(range(15))
+    assert body_numbers(spark.read.parquet(str(out)).collect()) == list(range(15))
     # Read, committed and acknowledged, but still in the queue (in flight until the timeout).
     assert queue_counts(sqs, queue_url) == (0, 15)
     assert not list((tmp_path / "journal" / "batches").glob("*/*.arrow"))
@@ -180,7 +171,7 @@ def test_new_checkpoint_with_a_used_journal_delivers_its_uncommitted_messages(
             raise RuntimeError("sink failure injected by the test")
 
     first = (
-        _stream(
+        sqs_stream(
             spark,
             moto_endpoint,
             queue_url,
@@ -197,7 +188,7 @@ def test_new_checkpoint_with_a_used_journal_delivers_its_uncommitted_messages(
     assert list((journal / "batches").glob("*/*.arrow"))
 
     second = (
-        _stream(spark, moto_endpoint, queue_url, str(journal), maxMessagesPerTrigger=25)
+        sqs_stream(spark, moto_endpoint, queue_url, str(journal), maxMessagesPerTrigger=25)
         .writeStream.format("parquet")
         .option("path", str(out))
         .option("checkpointLocation", str(tmp_path / "ckpt-new"))
@@ -208,4 +199,4 @@ def test_new_checkpoint_with_a_used_journal_delivers_its_uncommitted_messages(
         wait_until(lambda: queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue")
     finally:
         second.stop()
-    assert _numbers(spark.read.parquet(str(out)).collect()) == list(range(40))
+    assert body_numbers(spark.read.parquet(str(out)).collect()) == list(range(40))

@@ -3,32 +3,18 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
-from tests.helpers import process_all_available, queue_counts, send_numbered, wait_until
+from tests.helpers import process_all_available, queue_counts, send_numbered, sqs_stream, wait_until
 
 pytestmark = pytest.mark.integration
-
-
-def _reader(spark: Any, endpoint: str, queue_url: str, journal: str, **options: Any) -> Any:
-    reader = (
-        spark.readStream.format("sqs")
-        .option("queueUrl", queue_url)
-        .option("endpointUrl", endpoint)
-        .option("region", "us-east-1")
-        .option("journalLocation", journal)
-    )
-    for key, value in options.items():
-        reader = reader.option(key, str(value))
-    return reader.load()
 
 
 def test_every_message_exactly_once_with_columns(spark, moto_endpoint, sqs, queue_url, tmp_path):
     numbers = send_numbered(sqs, queue_url, 300)
     out, checkpoint, journal = tmp_path / "out", tmp_path / "ckpt", tmp_path / "journal"
-    df = _reader(
+    df = sqs_stream(
         spark,
         moto_endpoint,
         queue_url,
@@ -80,7 +66,9 @@ def test_empty_queue_runs_no_batches_and_new_messages_start_one(
     spark, moto_endpoint, sqs, queue_url, tmp_path
 ):
     out, checkpoint = tmp_path / "out", tmp_path / "ckpt"
-    df = _reader(spark, moto_endpoint, queue_url, str(tmp_path / "journal"), queuePollInterval=0.2)
+    df = sqs_stream(
+        spark, moto_endpoint, queue_url, str(tmp_path / "journal"), queuePollInterval=0.2
+    )
     query = (
         df.writeStream.format("parquet")
         .option("path", str(out))
@@ -117,7 +105,7 @@ def test_journal_on_s3(spark, moto_endpoint, sqs, s3, queue_url, tmp_path):
     journal = f"s3://{bucket}/queries/q1?endpoint_override={host_port}&scheme=http"
     numbers = send_numbered(sqs, queue_url, 80)
     out = tmp_path / "out"
-    df = _reader(
+    df = sqs_stream(
         spark, moto_endpoint, queue_url, journal, numPartitions=2, maxMessagesPerTrigger=30
     )
     query = (

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from spark_sqs.local_sqs import RECEIVE_REQUESTS
-from tests.helpers import process_all_available, queue_counts, wait_until
+from tests.helpers import process_all_available, queue_counts, sqs_stream, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -31,18 +31,6 @@ def _send_groups(sqs: Any, queue_url: str, per_group: int) -> None:
         ]
         response = sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
         assert not response.get("Failed")
-
-
-def _stream(spark: Any, endpoint: str, queue_url: str, journal: str, **options: Any) -> Any:
-    reader = (
-        spark.readStream.format("sqs")
-        .option("queueUrl", queue_url)
-        .option("endpointUrl", endpoint)
-        .option("journalLocation", journal)
-    )
-    for key, value in options.items():
-        reader = reader.option(key, str(value))
-    return reader.load()
 
 
 def _check_group_order(batches: dict[int, list[Any]], per_group: int) -> None:
@@ -81,7 +69,7 @@ def test_fifo_groups_complete_and_in_order_across_replay_and_restart(
 
     def run(fail_at: int | None) -> Any:
         return (
-            _stream(
+            sqs_stream(
                 spark,
                 moto_endpoint,
                 fifo_queue_url,
@@ -124,7 +112,7 @@ def test_fifo_receive_attempt_id_is_sent_and_repeated_by_a_retried_task(
         committed[batch_id] = df.collect()
 
     query = (
-        _stream(
+        sqs_stream(
             spark,
             moto_endpoint,
             fifo_queue_url,
@@ -185,7 +173,7 @@ def test_group_throughput_per_batch_and_fast_mode_guarantees(
 
     def run(fail: bool) -> Any:
         return (
-            _stream(
+            sqs_stream(
                 spark,
                 moto_endpoint,
                 fifo_queue_url,

@@ -10,7 +10,14 @@ import pyspark
 import pytest
 
 from spark_sqs.journal import Journal
-from tests.helpers import process_all_available, queue_counts, send_numbered, wait_until
+from tests.helpers import (
+    body_numbers,
+    process_all_available,
+    queue_counts,
+    send_numbered,
+    sqs_stream,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -20,29 +27,13 @@ needs_4_2 = pytest.mark.skipif(
 )
 
 
-def _stream(spark: Any, endpoint: str, queue_url: str, journal: str, **options: Any) -> Any:
-    reader = (
-        spark.readStream.format("sqs")
-        .option("queueUrl", queue_url)
-        .option("endpointUrl", endpoint)
-        .option("journalLocation", journal)
-    )
-    for key, value in options.items():
-        reader = reader.option(key, str(value))
-    return reader.load()
-
-
-def _numbers(rows: Any) -> list[int]:
-    return sorted(json.loads(r.body)["n"] for r in rows)
-
-
 def test_max_messages_per_trigger_bounds_every_batch_and_counters_are_recorded(
     spark, moto_endpoint, sqs, queue_url, tmp_path
 ):
     send_numbered(sqs, queue_url, 1000)
     out, journal = tmp_path / "out", tmp_path / "journal"
     query = (
-        _stream(spark, moto_endpoint, queue_url, str(journal), maxMessagesPerTrigger=100)
+        sqs_stream(spark, moto_endpoint, queue_url, str(journal), maxMessagesPerTrigger=100)
         .writeStream.format("parquet")
         .option("path", str(out))
         .option("checkpointLocation", str(tmp_path / "ckpt"))
@@ -55,7 +46,7 @@ def test_max_messages_per_trigger_bounds_every_batch_and_counters_are_recorded(
         query.stop()
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert sum(sizes) == 1000 and max(sizes) <= 100, sizes
-    assert _numbers(spark.read.parquet(str(out)).collect()) == list(range(1000))
+    assert body_numbers(spark.read.parquet(str(out)).collect()) == list(range(1000))
 
     # Per-batch counters, readable by a program from the journal.
     metrics = Journal(str(journal)).read_metrics()
@@ -72,7 +63,7 @@ def test_available_now_drains_what_is_there_acknowledges_and_terminates(
     send_numbered(sqs, queue_url, 2000)
     out = tmp_path / "out"
     query = (
-        _stream(
+        sqs_stream(
             spark, moto_endpoint, queue_url, str(tmp_path / "journal"), maxMessagesPerTrigger=500
         )
         .writeStream.format("parquet")
@@ -85,7 +76,7 @@ def test_available_now_drains_what_is_there_acknowledges_and_terminates(
     assert query.exception() is None
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert max(sizes) <= 500, sizes
-    assert _numbers(spark.read.parquet(str(out)).collect()) == list(range(2000))
+    assert body_numbers(spark.read.parquet(str(out)).collect()) == list(range(2000))
     # The last batch was acknowledged before the query ended.
     assert queue_counts(sqs, queue_url) == (0, 0)
 
@@ -94,7 +85,7 @@ def test_available_now_drains_what_is_there_acknowledges_and_terminates(
 def test_backlog_appears_in_last_progress(spark, moto_endpoint, sqs, queue_url, tmp_path):
     send_numbered(sqs, queue_url, 50)
     query = (
-        _stream(
+        sqs_stream(
             spark,
             moto_endpoint,
             queue_url,
@@ -139,7 +130,7 @@ def test_min_messages_waits_for_more_but_not_longer_than_max_trigger_delay(
 
     started = time.monotonic()
     query = (
-        _stream(
+        sqs_stream(
             spark,
             moto_endpoint,
             queue_url,

@@ -9,23 +9,11 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import process_all_available, queue_counts, send_numbered, wait_until
+from tests.helpers import process_all_available, queue_counts, send_numbered, sqs_stream, wait_until
 
 pytestmark = pytest.mark.integration
 
 VISIBILITY = 4
-
-
-def _stream(spark: Any, endpoint: str, queue_url: str, journal: str, **options: Any) -> Any:
-    reader = (
-        spark.readStream.format("sqs")
-        .option("queueUrl", queue_url)
-        .option("endpointUrl", endpoint)
-        .option("journalLocation", journal)
-    )
-    for key, value in options.items():
-        reader = reader.option(key, str(value))
-    return reader.load()
 
 
 def test_slow_sink_keeps_messages_invisible_to_other_consumers(
@@ -47,7 +35,7 @@ def test_slow_sink_keeps_messages_invisible_to_other_consumers(
         written.append(sorted(json.loads(r.body)["n"] for r in rows))
 
     query = (
-        _stream(
+        sqs_stream(
             spark,
             moto_endpoint,
             queue_url,
@@ -88,7 +76,7 @@ def test_stop_after_batch_then_restart_after_visibility_timeout_has_no_duplicate
 
     def start(trigger: str) -> Any:
         return (
-            _stream(
+            sqs_stream(
                 spark,
                 moto_endpoint,
                 queue_url,
