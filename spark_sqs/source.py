@@ -9,10 +9,11 @@ out of pickles, and everything a receiver needs travels in its ``ReceiverPartiti
 The protocol, per micro-batch N:
 
 1. ``latestOffset(start)``: every batch up to ``start`` is in Spark's commit log, so their
-   messages are deleted (cumulative, idempotent). If the queue has visible messages, the next
-   batch number is recorded in the journal state and returned.
+   messages are deleted (cumulative, idempotent). If the queue has visible messages and flow
+   control allows a batch (``flow_control``), or journaled batches unknown to Spark wait to be
+   delivered, the next batch number is recorded in the journal state and returned.
 2. ``partitions(start, end)``: one receiver per partition; journaled receivers of a replayed
-   batch are always included.
+   batch are always included, and batches unknown to Spark's offset log are adopted into it.
 3. ``read`` on executors: replay the journal entry, or receive, journal, then yield.
 4. ``commit(end)``: acknowledges too, but Spark calls it late or never (PLATFORM.md), so step 1
    is what guarantees progress.
