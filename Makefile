@@ -14,8 +14,8 @@ demo: venv
 	$(PY) -m spark_sqs.demo $(DEMO_ARGS)
 
 test: venv
-	$(PY) -m ruff check spark_sqs tests
-	$(PY) -m ruff format --check spark_sqs tests
+	$(PY) -m ruff check spark_sqs tests notebooks
+	$(PY) -m ruff format --check spark_sqs tests notebooks
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The same tests on the oldest supported PySpark (4.0), in its own virtualenv.
@@ -28,12 +28,12 @@ unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 lint: venv
-	$(PY) -m ruff check spark_sqs tests
-	$(PY) -m ruff format --check spark_sqs tests
+	$(PY) -m ruff check spark_sqs tests notebooks
+	$(PY) -m ruff format --check spark_sqs tests notebooks
 
 format: venv
-	$(PY) -m ruff format spark_sqs tests
-	$(PY) -m ruff check --fix spark_sqs tests
+	$(PY) -m ruff format spark_sqs tests notebooks
+	$(PY) -m ruff check --fix spark_sqs tests notebooks
 
 clean:
 	rm -rf $(VENV) .pytest_cache build dist *.egg-info

@@ -12,7 +12,9 @@ import json
 import sys
 from typing import Any
 
+from .console import say
 from .options import SqsOptions
+from .producer import numbered_entries
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,20 +66,14 @@ def _client(args: argparse.Namespace) -> tuple[Any, SqsOptions]:
 
 def _send(args: argparse.Namespace) -> int:
     client, options = _client(args)
-    fifo = options.is_fifo
+    group = (args.group or "spark-sqs") if options.is_fifo else None
     for start in range(0, args.count, 10):
-        entries = []
-        for n in range(start, min(start + 10, args.count)):
-            entry: dict[str, Any] = {"Id": str(n), "MessageBody": json.dumps({"n": n})}
-            if fifo:
-                entry["MessageGroupId"] = args.group or "spark-sqs"
-                entry["MessageDeduplicationId"] = f"spark-sqs-send-{n}"
-            entries.append(entry)
+        entries = numbered_entries(start, min(start + 10, args.count), fifo_group=group)
         response = client.send_message_batch(QueueUrl=args.queue_url, Entries=entries)
         if response.get("Failed"):
-            print(f"failed: {response['Failed']}", file=sys.stderr)
+            say(f"failed: {response['Failed']}", stream=sys.stderr)
             return 1
-    print(f"sent {args.count} messages to {args.queue_url}")
+    say(f"sent {args.count} messages to {args.queue_url}")
     return 0
 
 
@@ -109,7 +105,7 @@ def _inspect(args: argparse.Namespace) -> int:
             "unacknowledgedMessages": sum(pending.values()),
             "recentBatches": journal.read_metrics()[-5:],
         }
-    print(json.dumps(report, indent=2))
+    say(json.dumps(report, indent=2))
     return 0
 
 

@@ -20,6 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .console import say
+from .producer import numbered_entries
+
 REPO_CONF = Path(__file__).resolve().parent.parent / "conf"
 
 
@@ -37,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
 
         from .local_sqs import MotoServer
     except ImportError as exc:
-        print(f"spark-sqs demo needs moto[server] ({exc}). Fix: pip install 'spark-sqs[test]'")
+        say(f"spark-sqs demo needs moto[server] ({exc}). Fix: pip install 'spark-sqs[test]'")
         return 2
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "demo")
@@ -50,12 +53,12 @@ def main(argv: list[str] | None = None) -> int:
     for sub in ("out", "checkpoint", "journal"):
         shutil.rmtree(workdir / sub, ignore_errors=True)
 
-    print("Starting the embedded SQS (moto) on 127.0.0.1 ...", flush=True)
+    say("Starting the embedded SQS (moto) on 127.0.0.1 ...")
     server = MotoServer()
     sqs = boto3.client("sqs", region_name="us-east-1", endpoint_url=server.endpoint)
     queue_url = sqs.create_queue(QueueName="spark-sqs-demo")["QueueUrl"]
 
-    print("Starting Spark (local[2]); the first start takes 15-30 s ...", flush=True)
+    say("Starting Spark (local[2]); the first start takes 15-30 s ...")
     spark = _spark()
     from . import SqsDataSource
 
@@ -89,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     verdict = _verify(spark, workdir / "out", args.messages, sqs, queue_url) if ok else False
     spark.stop()
     server.stop()
-    print(f"Output kept in {workdir}")
+    say(f"Output kept in {workdir}")
     return 0 if verdict else 1
 
 
@@ -125,19 +128,15 @@ class _Producer(threading.Thread):
     def run(self) -> None:
         started = time.monotonic()
         while self.count < self._total and not self._halt.is_set():
-            batch = [
-                {
-                    "Id": str(i),
-                    "MessageBody": json.dumps({"n": self.count + i, "text": "hello from the demo"}),
-                    "MessageAttributes": {
-                        "producer": {"DataType": "String", "StringValue": "demo"}
-                    },
-                }
-                for i in range(min(10, self._total - self.count))
-            ]
+            batch = numbered_entries(
+                self.count,
+                min(self.count + 10, self._total),
+                text="hello from the demo",
+                attributes={"producer": {"DataType": "String", "StringValue": "demo"}},
+            )
             self._sqs.send_message_batch(QueueUrl=self._url, Entries=batch)
             self.count += len(batch)
-            # Keep a steady rate: moto slows down as its queue grows (PLATFORM.md).
+            # A steady rate, as a real producer would send, rather than one burst.
             ahead = self.count / self._rate - (time.monotonic() - started)
             if ahead > 0:
                 self._halt.wait(ahead)
@@ -159,7 +158,7 @@ def _watch(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if query.exception() is not None:
-            print(f"\nThe query failed: {query.exception()}")
+            say(f"\nThe query failed: {query.exception()}")
             return False
         progress = query.recentProgress
         rows = sum(p["numInputRows"] for p in progress)
@@ -179,10 +178,10 @@ def _watch(
         )
         sys.stdout.flush()
         if producer.count >= total and visible == 0 and in_flight == 0 and rows >= total:
-            print()
+            say()
             return True
         time.sleep(1.0)
-    print("\nTimed out before every message was written and acknowledged.")
+    say("\nTimed out before every message was written and acknowledged.")
     return False
 
 
@@ -200,12 +199,12 @@ def _verify(spark: Any, out: Path, total: int, sqs: Any, queue_url: str) -> bool
     left = int(attrs["ApproximateNumberOfMessages"]) + int(
         attrs["ApproximateNumberOfMessagesNotVisible"]
     )
-    print(
+    say(
         f"Verdict: sent {total}, in sink {len(numbers)}, missing {len(missing)}, "
         f"duplicated {duplicated}, left in queue {left}"
     )
     ok = not missing and duplicated == 0 and left == 0 and len(numbers) == total
-    print("EXACTLY ONCE: every message written once, queue empty." if ok else "FAILED")
+    say("EXACTLY ONCE: every message written once, queue empty." if ok else "FAILED")
     return ok
 
 

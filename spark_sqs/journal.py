@@ -152,25 +152,12 @@ class Journal:
             dropped=int(metadata.get(DROPPED, b"0")),
         )
 
-    def read_handles(self, batch: int, receiver: int) -> list[tuple[str, str]]:
-        """(message id, receipt handle) pairs of an entry, without reading bodies."""
-        receipts = self.read_receipts(batch, receiver)
-        if receipts is None:
-            return []
-        return list(zip(receipts.message_ids, receipts.receipt_handles, strict=True))
-
     def batch_receipts(self, batch: int) -> list[EntryReceipts]:
         out = []
         for receiver in self.receivers(batch):
             receipts = self.read_receipts(batch, receiver)
             if receipts is not None:
                 out.append(receipts)
-        return out
-
-    def batch_handles(self, batch: int) -> list[tuple[str, str]]:
-        out: list[tuple[str, str]] = []
-        for receiver in self.receivers(batch):
-            out.extend(self.read_handles(batch, receiver))
         return out
 
     def write_entry(self, batch: int, receiver: int, table: pa.Table) -> bool:
@@ -214,14 +201,6 @@ class Journal:
             for info in self._list(self._path("batches"))
             if _BATCH.match(info.base_name)
         )
-
-    def read_batch(self, batch: int) -> list[tuple[int, pa.Table]]:
-        out = []
-        for receiver in self.receivers(batch):
-            table = self.read_entry(batch, receiver)
-            if table is not None:
-                out.append((receiver, table))
-        return out
 
     def adopt(self, orphan: int, batch: int, first_receiver: int) -> int:
         """Move the entries of ``orphan`` (a batch no Spark offset log knows) into ``batch`` as

@@ -244,22 +244,23 @@ def _read_deleting_after_journal(
     tables = [table for _, table in earlier]
     # Whether the failed attempt deleted them is unknown: the driver deletes them again.
     pending: set[str] = {i for t in tables for i in t.column("messageId").to_pylist()}
-    dropped_count = [0]
-    next_part = [earlier[-1][0] + 1 if earlier else 0]
+    dropped_count = 0
+    next_part = earlier[-1][0] + 1 if earlier else 0
     caller = BatchCaller(client, partition.queue_url)
 
     def on_chunk(messages: list[dict[str, Any]]) -> None:
+        nonlocal dropped_count, next_part
         kept = [m for m in messages if m["MessageId"] not in partition.drop_ids]
         dropped = [m for m in messages if m["MessageId"] in partition.drop_ids]
         table = messages_to_table(kept, partition.queue_url).replace_schema_metadata(
             {RECEIVED_AT: repr(time.time())}
         )
-        if not journal.write_part(partition.batch, partition.receiver, next_part[0], table):
+        if not journal.write_part(partition.batch, partition.receiver, next_part, table):
             raise JournalError(
-                f"batch {partition.batch} receiver {partition.receiver}: part {next_part[0]} "
+                f"batch {partition.batch} receiver {partition.receiver}: part {next_part} "
                 "was written by a concurrent attempt of this task"
             )
-        next_part[0] += 1
+        next_part += 1
         tables.append(table)
         entries = [Entry(m["MessageId"], m["ReceiptHandle"]) for m in kept]
         try:
@@ -270,7 +271,7 @@ def _read_deleting_after_journal(
             logger.warning("deleting journaled messages failed; deleting on commit: %s", exc)
             pending.update(e.message_id for e in entries)
         if dropped:
-            dropped_count[0] += len(dropped)
+            dropped_count += len(dropped)
             _delete_redeliveries(client, partition, dropped)
 
     already = sum(t.num_rows for t in tables)
@@ -288,7 +289,7 @@ def _read_deleting_after_journal(
         {
             RECEIVED_AT: repr(first_receive),
             PENDING_DELETE: json.dumps(sorted(pending)),
-            DROPPED: str(dropped_count[0]),
+            DROPPED: str(dropped_count),
         }
     )
     if not journal.write_entry(partition.batch, partition.receiver, combined):

@@ -7,6 +7,7 @@ replayed batch is byte-for-byte the first attempt's rows.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -52,6 +53,7 @@ COLUMNS = tuple(SCHEMA.fieldNames())
 RECEIPT_HANDLE = "_receiptHandle"
 
 
+@functools.cache
 def arrow_output_schema() -> pa.Schema:
     """The Arrow schema PySpark expects from ``read()`` for ``SCHEMA``.
 
@@ -68,6 +70,7 @@ def arrow_output_schema() -> pa.Schema:
     return to_arrow_schema(SCHEMA)
 
 
+@functools.cache
 def arrow_journal_schema() -> pa.Schema:
     return arrow_output_schema().append(pa.field(RECEIPT_HANDLE, pa.string(), nullable=False))
 

@@ -93,3 +93,13 @@ def sqs_stream(spark: Any, endpoint: str, queue_url: str, journal: str, **option
 def body_numbers(rows: Any) -> list[int]:
     """The sorted sequence numbers carried in the bodies of ``send_numbered`` messages."""
     return sorted(json.loads(r.body)["n"] for r in rows)
+
+
+def drain_and_stop(query: Any, sqs: Any, queue_url: str, timeout: float) -> None:
+    """Run ``query`` until it has processed everything, wait for the queue to be empty (the
+    last batch acknowledged), and stop it whatever happens."""
+    try:
+        process_all_available(query, timeout=timeout)
+        wait_until(lambda: queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue")
+    finally:
+        query.stop()

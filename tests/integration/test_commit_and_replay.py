@@ -9,6 +9,7 @@ import pytest
 
 from tests.helpers import (
     body_numbers,
+    drain_and_stop,
     process_all_available,
     queue_counts,
     send_numbered,
@@ -116,11 +117,7 @@ def test_restart_replays_the_same_messages_and_sink_gets_each_once(
     assert list((journal / "batches").glob("*/*.arrow"))
 
     query = run(fail=False)
-    try:
-        process_all_available(query, timeout=240)
-        wait_until(lambda: queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue")
-    finally:
-        query.stop()
+    drain_and_stop(query, sqs, queue_url, timeout=240)
 
     # The replayed batch is exactly what the failed attempt saw.
     assert attempts[failed_batch][1] == failed_numbers
@@ -194,9 +191,5 @@ def test_new_checkpoint_with_a_used_journal_delivers_its_uncommitted_messages(
         .option("checkpointLocation", str(tmp_path / "ckpt-new"))
         .start()
     )
-    try:
-        process_all_available(second, timeout=240)
-        wait_until(lambda: queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue")
-    finally:
-        second.stop()
+    drain_and_stop(second, sqs, queue_url, timeout=240)
     assert body_numbers(spark.read.parquet(str(out)).collect()) == list(range(40))

@@ -6,7 +6,13 @@ import json
 
 import pytest
 
-from tests.helpers import process_all_available, queue_counts, send_numbered, sqs_stream, wait_until
+from tests.helpers import (
+    drain_and_stop,
+    queue_counts,
+    send_numbered,
+    sqs_stream,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -30,11 +36,7 @@ def test_every_message_exactly_once_with_columns(spark, moto_endpoint, sqs, queu
         .trigger(processingTime="0 seconds")
         .start()
     )
-    try:
-        process_all_available(query, timeout=240)
-        wait_until(lambda: queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue")
-    finally:
-        query.stop()
+    drain_and_stop(query, sqs, queue_url, timeout=240)
 
     rows = spark.read.parquet(str(out)).collect()
     bodies = [json.loads(r.body)["n"] for r in rows]
@@ -114,11 +116,7 @@ def test_journal_on_s3(spark, moto_endpoint, sqs, s3, queue_url, tmp_path):
         .option("checkpointLocation", str(tmp_path / "ckpt"))
         .start()
     )
-    try:
-        process_all_available(query, timeout=240)
-        wait_until(lambda: queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue")
-    finally:
-        query.stop()
+    drain_and_stop(query, sqs, queue_url, timeout=240)
     rows = spark.read.parquet(str(out)).collect()
     assert sorted(json.loads(r.body)["n"] for r in rows) == numbers
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]

@@ -9,7 +9,12 @@ from typing import Any
 import pytest
 
 from spark_sqs.local_sqs import RECEIVE_REQUESTS
-from tests.helpers import process_all_available, queue_counts, sqs_stream, wait_until
+from tests.helpers import (
+    drain_and_stop,
+    queue_counts,
+    sqs_stream,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -89,11 +94,7 @@ def test_fifo_groups_complete_and_in_order_across_replay_and_restart(
     replayed = max(attempts)
 
     query = run(fail_at=None)
-    try:
-        process_all_available(query, timeout=300)
-        wait_until(lambda: queue_counts(sqs, fifo_queue_url) == (0, 0), 60, "an empty queue")
-    finally:
-        query.stop()
+    drain_and_stop(query, sqs, fifo_queue_url, timeout=300)
     assert attempts[replayed] == 2, "the failed batch was replayed after the restart"
     _check_group_order(committed, per_group)
 
@@ -201,11 +202,7 @@ def test_group_throughput_per_batch_and_fast_mode_guarantees(
         assert left == len(GROUPS) * per_group - done
 
     query = run(fail=False)
-    try:
-        process_all_available(query, timeout=300)
-        wait_until(lambda: queue_counts(sqs, fifo_queue_url) == (0, 0), 60, "an empty queue")
-    finally:
-        query.stop()
+    drain_and_stop(query, sqs, fifo_queue_url, timeout=300)
     assert attempts[failed] == 2
     _check_group_order(committed, per_group)
     largest = _largest_group_share(committed)

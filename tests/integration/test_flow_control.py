@@ -12,7 +12,7 @@ import pytest
 from spark_sqs.journal import Journal
 from tests.helpers import (
     body_numbers,
-    process_all_available,
+    drain_and_stop,
     queue_counts,
     send_numbered,
     sqs_stream,
@@ -39,11 +39,7 @@ def test_max_messages_per_trigger_bounds_every_batch_and_counters_are_recorded(
         .option("checkpointLocation", str(tmp_path / "ckpt"))
         .start()
     )
-    try:
-        process_all_available(query, timeout=300)
-        wait_until(lambda: queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue")
-    finally:
-        query.stop()
+    drain_and_stop(query, sqs, queue_url, timeout=300)
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert sum(sizes) == 1000 and max(sizes) <= 100, sizes
     assert body_numbers(spark.read.parquet(str(out)).collect()) == list(range(1000))

@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import process_all_available, queue_counts, send_numbered, sqs_stream, wait_until
+from tests.helpers import (
+    drain_and_stop,
+    process_all_available,
+    queue_counts,
+    send_numbered,
+    sqs_stream,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -111,11 +118,7 @@ def test_stop_after_batch_then_restart_after_visibility_timeout_has_no_duplicate
         sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, VisibilityTimeout=0)
 
     query = start("0 seconds")
-    try:
-        process_all_available(query, timeout=180)
-        wait_until(lambda: queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue")
-    finally:
-        query.stop()
+    drain_and_stop(query, sqs, queue_url, timeout=180)
     rows = spark.read.parquet(str(out)).collect()
     assert sorted(json.loads(r.body)["n"] for r in rows) == list(range(30))
     assert len({r.messageId for r in rows}) == 30

@@ -27,6 +27,11 @@ def table_of(*numbers: int, **kwargs: Any) -> pa.Table:
     return messages_to_table([sqs_message(n, **kwargs) for n in numbers], QUEUE_URL)
 
 
+def pairs(receipts: list[Any]) -> list[tuple[str, str]]:
+    """(message id, receipt handle) of journal receipts, in order."""
+    return [pair for r in receipts for pair in zip(r.message_ids, r.receipt_handles, strict=True)]
+
+
 def handles_of(table: pa.Table) -> list[tuple[str, str]]:
     return list(
         zip(
@@ -112,29 +117,29 @@ def test_receivers_and_batches_listing(journal: Journal, location: str) -> None:
     assert journal.receivers(3) == [0, 2, 11]
     assert journal.receivers(12) == [0]
     assert journal.receivers(2) == []
-    assert [r for r, _ in journal.read_batch(3)] == [0, 2, 11]
+    assert [r.receiver for r in journal.batch_receipts(3)] == [0, 2, 11]
 
 
-def test_read_handles_returns_message_ids_and_receipt_handles(journal: Journal) -> None:
+def test_read_receipts_returns_message_ids_and_receipt_handles(journal: Journal) -> None:
     table = table_of(0, 1, 2, receive_count=2)
     journal.write_entry(5, 1, table)
 
-    assert journal.read_handles(5, 1) == [
+    assert pairs([journal.read_receipts(5, 1)]) == [
         ("00000000-0000-4000-8000-000000000000", "AQEB-receipt-0-2"),
         ("00000000-0000-4000-8000-000000000001", "AQEB-receipt-1-2"),
         ("00000000-0000-4000-8000-000000000002", "AQEB-receipt-2-2"),
     ]
-    assert journal.read_handles(5, 9) == []
+    assert journal.read_receipts(5, 9) is None
 
 
-def test_batch_handles_collects_every_receiver(journal: Journal) -> None:
+def test_batch_receipts_collects_every_receiver(journal: Journal) -> None:
     a, b = table_of(0, 1), table_of(2)
     journal.write_entry(6, 0, a)
     journal.write_entry(6, 4, b)
     journal.write_entry(7, 0, table_of(9))
 
-    assert journal.batch_handles(6) == handles_of(a) + handles_of(b)
-    assert journal.batch_handles(8) == []
+    assert pairs(journal.batch_receipts(6)) == handles_of(a) + handles_of(b)
+    assert pairs(journal.batch_receipts(8)) == []
 
 
 def test_read_receipts_carries_the_receive_time(journal: Journal) -> None:
@@ -204,7 +209,7 @@ def test_remove_batch(journal: Journal) -> None:
     assert journal.batches() == [2]
     assert journal.receivers(1) == []
     assert journal.read_entry(1, 0) is None
-    assert journal.batch_handles(1) == []
+    assert pairs(journal.batch_receipts(1)) == []
     assert journal.read_entry(2, 0) is not None
     # Removing again (a repeated acknowledgement) is harmless.
     journal.remove_batch(1)
@@ -220,7 +225,7 @@ def test_corrupt_entry_raises_journal_error_with_a_fix(journal: Journal, locatio
     with pytest.raises(JournalError, match="corrupt.*Fix:"):
         journal.read_entry(1, 0)
     with pytest.raises(JournalError, match="Cannot read journal file"):
-        journal.read_handles(1, 0)
+        journal.read_receipts(1, 0)
 
 
 # -- state and ownership -----------------------------------------------------------------------
@@ -434,7 +439,7 @@ def test_s3_journal(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert back is not None and back.equals(first)
     assert other.batches() == [2]
     assert other.receivers(2) == [0, 3]
-    assert other.batch_handles(2) == handles_of(first) + handles_of(second)
+    assert pairs(other.batch_receipts(2)) == handles_of(first) + handles_of(second)
     with pytest.raises(JournalError, match="belongs to queue"):
         other.check_owner(OTHER_QUEUE_URL)
 
