@@ -4,8 +4,9 @@ LOCK ?= requirements/lock-spark-4.3.txt
 PY := $(VENV)/bin/python
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+LINTED := spark_sqs tests notebooks chaos
 
-.PHONY: venv demo test test-oldest unit lint format clean
+.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick soak
 
 venv:
 	@scripts/bootstrap.sh $(VENV) $(LOCK)
@@ -14,9 +15,23 @@ demo: venv
 	$(PY) -m spark_sqs.demo $(DEMO_ARGS)
 
 test: venv
-	$(PY) -m ruff check spark_sqs tests notebooks
-	$(PY) -m ruff format --check spark_sqs tests notebooks
+	$(PY) -m ruff check $(LINTED)
+	$(PY) -m ruff format --check $(LINTED)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The fault harness (docs/chaos.md): SIGKILLed queries and failing SQS calls, then a count of
+# lost, duplicated and left-behind messages. CHAOS_ARGS passes options, e.g. --fault-rate 0.3.
+chaos: venv
+	$(PY) -m chaos $(CHAOS_ARGS)
+
+# The short run CI makes: standard and FIFO queues, two kills each.
+chaos-quick: venv
+	$(PY) -m chaos --quick $(CHAOS_ARGS)
+
+# Steady traffic for SOAK_SECONDS with kills and faults throughout, then the same count.
+SOAK_SECONDS ?= 600
+soak: venv
+	$(PY) -m chaos --soak $(SOAK_SECONDS) --scenarios standard fifo $(CHAOS_ARGS)
 
 # The same tests on the oldest supported PySpark (4.0), in its own virtualenv.
 test-oldest:
@@ -28,12 +43,12 @@ unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 lint: venv
-	$(PY) -m ruff check spark_sqs tests notebooks
-	$(PY) -m ruff format --check spark_sqs tests notebooks
+	$(PY) -m ruff check $(LINTED)
+	$(PY) -m ruff format --check $(LINTED)
 
 format: venv
-	$(PY) -m ruff format spark_sqs tests notebooks
-	$(PY) -m ruff check --fix spark_sqs tests notebooks
+	$(PY) -m ruff format $(LINTED)
+	$(PY) -m ruff check --fix $(LINTED)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build dist *.egg-info

@@ -187,6 +187,25 @@ class Journal:
                     parts.append((int(match.group(2)), table))
         return sorted(parts, key=lambda p: p[0])
 
+    def unfinished_parts(self, batch: int) -> dict[int, set[str]]:
+        """Receivers of ``batch`` with parts but no entry (``deleteAfterJournal``: an attempt
+        that died mid-loop), with the message ids of their parts. Those messages belong to
+        that receiver's rows; the ones it could not delete yet come back once their visibility
+        times out, and any receiver of the batch must then drop them."""
+        infos = self._list(self._path(self.batch_dir(batch)))
+        finished = {int(m.group(1)) for i in infos if (m := _ENTRY.match(i.base_name))}
+        out: dict[int, set[str]] = {}
+        for info in infos:
+            match = _PART.match(info.base_name)
+            if not match or int(match.group(1)) in finished:
+                continue
+            data = self._read_bytes(info.path)
+            if data is None:
+                continue
+            ids = pa.ipc.open_file(pa.BufferReader(data)).read_all().column("messageId")
+            out.setdefault(int(match.group(1)), set()).update(ids.to_pylist())
+        return out
+
     def receivers(self, batch: int) -> list[int]:
         out = []
         for info in self._list(self._path(self.batch_dir(batch))):

@@ -40,18 +40,23 @@ def plan(
     options: SqsOptions,
     journaled: list[int] | tuple[int, ...] = (),
     drop_ids: frozenset[str] = frozenset(),
+    resuming: list[int] | tuple[int, ...] = (),
 ) -> list[ReceiverPartition]:
     """Split ``max_messages`` over ``numPartitions`` receivers.
 
-    ``journaled`` lists receivers that already have a journal entry for this batch (a replay).
-    They are always planned, even if ``numPartitions`` has since been lowered, because their
-    messages must reach the sink before the batch can be acknowledged.
+    ``journaled`` lists receivers that already have a journal entry for this batch (a replay),
+    ``resuming`` those that journaled parts but no entry (``deleteAfterJournal``). Both are
+    always planned, even if ``numPartitions`` has since been lowered, because their messages
+    must reach the sink before the batch can be acknowledged.
     """
     count = max(1, min(options.num_partitions, max_messages))
     share, extra = divmod(max_messages, count)
     limits = {i: share + (1 if i < extra else 0) for i in range(count)}
     for receiver in journaled:
         # The limit of a journaled receiver is irrelevant: it replays, it does not receive.
+        limits.setdefault(receiver, 0)
+    for receiver in resuming:
+        # Outside the current share: it yields its parts and receives nothing more.
         limits.setdefault(receiver, 0)
     return [
         ReceiverPartition(

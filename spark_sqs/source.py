@@ -296,6 +296,12 @@ class _DriverState:
             journaled = self.journal.receivers(batch)
             self.acknowledger.track(batch)
             drop_ids = self.acknowledger.drop_ids(batch)
+            # A replay after a crash mid-loop (deleteAfterJournal): messages journaled in parts
+            # but not yet deleted reappear when their visibility times out, and must not be
+            # journaled a second time by any receiver of this batch.
+            unfinished = self.journal.unfinished_parts(batch)
+            if unfinished:
+                drop_ids = drop_ids.union(*unfinished.values())
             # The queue is asked again after every batch, rather than after queuePollInterval.
             self._poll_due = True
             self._replayed[batch] = len(journaled)
@@ -306,6 +312,7 @@ class _DriverState:
                 self.options,
                 journaled,
                 drop_ids,
+                resuming=sorted(unfinished),
             )
             logger.info(
                 "batch %d: %d receivers (%d replaying from the journal), %d ids to drop",

@@ -459,3 +459,15 @@ def test_s3_journal_rejects_unknown_location_parameters(s3_endpoint: str) -> Non
     journal = Journal(location, make_options(location, region="us-east-1"))
     with pytest.raises(JournalError, match=r"Cannot open journalLocation.*colour"):
         journal.read_state()
+
+
+def test_unfinished_parts_are_those_of_receivers_without_an_entry(journal: Journal) -> None:
+    # Receiver 0 finished (parts and entry); receiver 1 died after two parts; 2 never started.
+    journal.write_part(4, 0, 0, table_of(0, 1))
+    journal.write_entry(4, 0, table_of(0, 1))
+    journal.write_part(4, 1, 0, table_of(2, 3))
+    journal.write_part(4, 1, 1, table_of(4))
+    ids = {n: sqs_message(n)["MessageId"] for n in range(5)}
+
+    assert journal.unfinished_parts(4) == {1: {ids[2], ids[3], ids[4]}}
+    assert journal.unfinished_parts(5) == {}

@@ -135,3 +135,13 @@ def test_partitions_with_ids_to_drop_pickle() -> None:
     restored = pickle.loads(pickle.dumps(parts))
     assert restored == parts
     assert restored[1].drop_ids == ids
+
+
+def test_resuming_receivers_beyond_num_partitions_are_planned_with_the_ids_to_drop() -> None:
+    parts = plan(7, 100, URL, options(2), drop_ids=frozenset({"m"}), resuming=[3])
+    by_receiver = {p.receiver: p for p in parts}
+    assert sorted(by_receiver) == [0, 1, 3]
+    # It yields its parts and receives no more; what reappears of its parts must be dropped.
+    assert by_receiver[3].max_messages == 0
+    assert by_receiver[3].drop_ids == frozenset({"m"})
+    assert by_receiver[0].max_messages + by_receiver[1].max_messages == 100

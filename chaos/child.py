@@ -1,0 +1,98 @@
+"""The query under test: ``readStream.format("sqs")`` into a Parquet file sink, in its own
+process so the harness can SIGKILL it (Python driver, JVM and Python workers together). A few
+messages stall their micro-batch past the visibility timeout (``--stall-every``).
+
+Writes ``<control>/started`` once the query runs, exits 0 when ``<control>/stop`` appears (after
+stopping the query), and exits 2 if the query fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+import zlib
+from pathlib import Path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    for name in ("endpoint", "queue-url", "journal", "checkpoint", "out", "control"):
+        parser.add_argument(f"--{name}", required=True)
+    parser.add_argument("--visibility", default="10")
+    parser.add_argument("--receivers", default="2")
+    parser.add_argument("--max-per-trigger", default="200")
+    parser.add_argument("--delete-after-journal", action="store_true")
+    parser.add_argument("--stall-every", type=int, default=0)
+    parser.add_argument("--stall-seconds", type=float, default=0.0)
+    args = parser.parse_args()
+    control = Path(args.control)
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+    from pyspark.sql import SparkSession
+    from pyspark.sql.functions import udf
+
+    from spark_sqs import SqsDataSource
+
+    spark = (
+        # Up to 4 attempts per task: receivers fail when faults outlast botocore's retries.
+        SparkSession.builder.master("local[2,4]")
+        .appName("spark-sqs-chaos")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        # Keep one metadata file per batch: the harness checks FIFO order batch by batch.
+        .config("spark.sql.streaming.fileSink.log.compactInterval", "1000000")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(SqsDataSource)
+
+    stall_every, stall_seconds = args.stall_every, args.stall_seconds
+
+    @udf("string")
+    def pass_through(message_id, body):  # noqa: ANN001, ANN202 - hints would make it a pandas UDF
+        # About one message in stall_every makes its micro-batch outlast the visibility timeout,
+        # so the heartbeat has to keep the batch's messages hidden. crc32: the same messages
+        # stall in every process and on every replay.
+        if stall_every and zlib.crc32(message_id.encode()) % stall_every == 0:
+            time.sleep(stall_seconds)
+        return body
+
+    query = (
+        spark.readStream.format("sqs")
+        .option("queueUrl", args.queue_url)
+        .option("endpointUrl", args.endpoint)
+        .option("journalLocation", args.journal)
+        .option("visibilityTimeout", args.visibility)
+        .option("numPartitions", args.receivers)
+        .option("maxMessagesPerTrigger", args.max_per_trigger)
+        .option("deleteAfterJournal", str(args.delete_after_journal).lower())
+        .load()
+        .select("messageId", pass_through("messageId", "body").alias("body"), "messageGroupId")
+        .writeStream.format("parquet")
+        .option("path", args.out)
+        .option("checkpointLocation", args.checkpoint)
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+    (control / "started").write_text(str(os.getpid()))
+    while not (control / "stop").exists():
+        failure = query.exception()
+        if failure is not None:
+            logging.getLogger("chaos.child").error("query failed: %s", failure)
+            return 2
+        time.sleep(0.2)
+    query.stop()
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

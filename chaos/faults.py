@@ -1,0 +1,227 @@
+"""Fault injection on the real boto3 SQS client. Runs in: every process of the query under test
+(the driver, Spark's Python streaming-source runner, the executors' Python workers), loaded by
+``chaos/inject/sitecustomize.py`` when ``SPARK_SQS_CHAOS`` is set.
+
+Each SQS client gets a ``before-send`` handler that, at a configurable rate, replaces the HTTP
+exchange of chosen operations with a failure. botocore then sees exactly what a bad network or an
+overloaded SQS would give it, so its retries, our classification and our recovery all run as
+they would in production. The kinds:
+
+- ``throttle``: HTTP 400 ``ThrottlingException``; the request never reached SQS.
+- ``server-error``: HTTP 500 ``InternalFailure``; the request never reached SQS.
+- ``reset``: the connection closes before the request is sent.
+- ``timeout``: the request *is* sent and SQS acts on it, then the response is lost (a read
+  timeout). A lost ReceiveMessage leaves messages in flight that nobody knows about; a lost
+  DeleteMessageBatch deleted messages that the caller thinks are still there. These are the
+  cases an exactly-once source must survive.
+
+Every injected fault is appended, one line each, to the log file named in the configuration, so
+the harness can count them across processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+ENV = "SPARK_SQS_CHAOS"
+KINDS = ("throttle", "server-error", "reset", "timeout")
+OPERATIONS = (
+    "ReceiveMessage",
+    "DeleteMessageBatch",
+    "ChangeMessageVisibilityBatch",
+    "GetQueueAttributes",
+)
+
+
+@dataclass(frozen=True)
+class FaultConfig:
+    rate: float
+    log: str
+    seed: int = 0
+    kinds: tuple[str, ...] = KINDS
+    operations: tuple[str, ...] = OPERATIONS
+
+    def to_env(self) -> str:
+        return json.dumps(
+            {
+                "rate": self.rate,
+                "log": self.log,
+                "seed": self.seed,
+                "kinds": list(self.kinds),
+                "operations": list(self.operations),
+            }
+        )
+
+    @classmethod
+    def from_env(cls, text: str) -> FaultConfig:
+        raw = json.loads(text)
+        return cls(
+            rate=float(raw["rate"]),
+            log=str(raw["log"]),
+            seed=int(raw.get("seed", 0)),
+            kinds=tuple(raw.get("kinds", KINDS)),
+            operations=tuple(raw.get("operations", OPERATIONS)),
+        )
+
+
+class _Raw:
+    """The part of a urllib3 response botocore reads a body from."""
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def stream(self, **_: Any) -> Any:
+        yield self._body
+
+
+class FaultInjector:
+    """The ``before-send`` handler. One per process; decisions are random per process (Python
+    workers are forked from one daemon, so the generator is re-seeded after a fork)."""
+
+    def __init__(self, config: FaultConfig) -> None:
+        self.config = config
+        self._lock = threading.Lock()
+        self._pid = -1
+        self._rng = random.Random()
+        self._http: Any = None
+
+    def _draw(self) -> str | None:
+        with self._lock:
+            pid = os.getpid()
+            if pid != self._pid:
+                self._pid = pid
+                self._rng = random.Random(f"{self.config.seed}-{pid}")
+            if self._rng.random() >= self.config.rate:
+                return None
+            return self._rng.choice(self.config.kinds)
+
+    def __call__(self, request: Any, event_name: str = "", **_: Any) -> Any:
+        operation = event_name.rsplit(".", 1)[-1]
+        if operation not in self.config.operations:
+            return None
+        kind = self._draw()
+        if kind is None:
+            return None
+        self._record(operation, kind)
+        from botocore.exceptions import ConnectionClosedError, ReadTimeoutError
+
+        if kind == "throttle":
+            return self._error(request, 400, "ThrottlingException", "Rate exceeded")
+        if kind == "server-error":
+            return self._error(request, 500, "InternalFailure", "We encountered an internal error")
+        if kind == "reset":
+            raise ConnectionClosedError(endpoint_url=request.url)
+        # timeout: SQS receives and acts on the request; its answer never arrives.
+        self._send(request)
+        raise ReadTimeoutError(endpoint_url=request.url)
+
+    def _send(self, request: Any) -> None:
+        from botocore.httpsession import URLLib3Session
+
+        with self._lock:
+            if self._http is None:
+                self._http = URLLib3Session(timeout=60)
+            http = self._http
+        http.send(request)
+
+    @staticmethod
+    def _error(request: Any, status: int, code: str, message: str) -> Any:
+        from botocore.awsrequest import AWSResponse, HeadersDict
+
+        body = json.dumps({"__type": f"com.amazonaws.sqs#{code}", "message": message}).encode()
+        headers = HeadersDict(
+            {
+                "Content-Type": "application/x-amz-json-1.0",
+                "x-amzn-RequestId": "chaos-injected",
+                "Content-Length": str(len(body)),
+            }
+        )
+        return AWSResponse(request.url, status, headers, _Raw(body))
+
+    def _record(self, operation: str, kind: str) -> None:
+        line = f"{os.getpid()} {operation} {kind} {_role()}\n".encode()
+        # O_APPEND writes this small are atomic, so processes can share one log.
+        fd = os.open(self.config.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+
+def _role() -> str:
+    """Which part of the query this process is, for the report. Spark starts its Python
+    processes with ``python -m <module>``."""
+    import sys
+
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    main = getattr(spec, "name", "") or ""
+    if main.endswith("python_streaming_source_runner"):
+        return "driver"
+    if main in ("pyspark.daemon", "pyspark.worker"):
+        return "executor"
+    return "other"
+
+
+_INSTALLED: FaultInjector | None = None
+
+
+def install(config: FaultConfig | None = None) -> FaultInjector | None:
+    """Attach the injector to every SQS client this process creates from now on."""
+    global _INSTALLED
+    if _INSTALLED is not None:
+        return _INSTALLED
+    if config is None:
+        text = os.environ.get(ENV)
+        if not text:
+            return None
+        config = FaultConfig.from_env(text)
+    import botocore.session
+
+    injector = FaultInjector(config)
+    original = botocore.session.Session.create_client
+
+    def create_client(self: Any, service_name: str, *args: Any, **kwargs: Any) -> Any:
+        client = original(self, service_name, *args, **kwargs)
+        if service_name == "sqs":
+            client.meta.events.register("before-send.sqs", injector)
+        return client
+
+    botocore.session.Session.create_client = create_client  # type: ignore[method-assign]
+    _INSTALLED = injector
+    return injector
+
+
+def count_faults(log: str) -> dict[tuple[str, str], int]:
+    """``(operation, kind) -> count`` from a fault log."""
+    counts: dict[tuple[str, str], int] = {}
+    try:
+        with open(log, encoding="utf-8") as handle:
+            for line in handle:
+                parts = line.split()
+                if len(parts) >= 3:
+                    key = (parts[1], parts[2])
+                    counts[key] = counts.get(key, 0) + 1
+    except FileNotFoundError:
+        pass
+    return counts
+
+
+def faults_by_role(log: str) -> dict[str, tuple[int, int]]:
+    """``role -> (faults, distinct processes)``: where the faults landed."""
+    faults: dict[str, int] = {}
+    processes: dict[str, set[str]] = {}
+    try:
+        with open(log, encoding="utf-8") as handle:
+            for line in handle:
+                parts = line.split()
+                if len(parts) == 4:
+                    faults[parts[3]] = faults.get(parts[3], 0) + 1
+                    processes.setdefault(parts[3], set()).add(parts[0])
+    except FileNotFoundError:
+        pass
+    return {role: (faults[role], len(processes[role])) for role in faults}

@@ -1,0 +1,494 @@
+"""``make chaos`` / ``make soak``: kill the query and break its SQS calls, then count.
+
+Runs in: the harness process (an embedded moto SQS, a producer thread, the kill loop). The query
+runs in a child process (``chaos/child.py``) that is SIGKILLed at random moments and restarted
+from its checkpoint, while every SQS call it makes fails at ``--fault-rate`` (see
+``chaos/faults.py``). At the end the committed output of the file sink is checked by message id
+and payload number against what the producer sent, and the queue must be empty.
+
+A scenario passes with zero lost, zero duplicated, nothing left in the queue and, on FIFO
+queues, every message group in order. The exit status is 0 only if every scenario passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos.faults import ENV, KINDS, OPERATIONS, FaultConfig, count_faults, faults_by_role
+from chaos.sink import committed_batches
+
+REPO = Path(__file__).resolve().parent.parent
+INJECT = Path(__file__).resolve().parent / "inject"
+CHILD = Path(__file__).resolve().parent / "child.py"
+FIFO_GROUPS = 8
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    fifo: bool
+    delete_after_journal: bool = False
+
+
+SCENARIOS = {
+    "standard": Scenario("standard", fifo=False),
+    "standard-journal-delete": Scenario("standard-journal-delete", False, True),
+    "fifo": Scenario("fifo", fifo=True),
+    "fifo-journal-delete": Scenario("fifo-journal-delete", True, True),
+}
+
+
+@dataclass
+class Outcome:
+    scenario: str
+    sent: int = 0
+    kills: int = 0
+    runs: int = 0
+    query_failures: int = 0
+    faults: dict[tuple[str, str], int] = field(default_factory=dict)
+    fault_roles: dict[str, tuple[int, int]] = field(default_factory=dict)
+    rows: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    unexpected: int = 0
+    left_in_queue: int = 0
+    order_violations: int = 0
+    seconds: float = 0.0
+    drained: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return (
+            self.drained
+            and self.lost == 0
+            and self.duplicated == 0
+            and self.unexpected == 0
+            and self.left_in_queue == 0
+            and self.order_violations == 0
+        )
+
+
+def say(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.5) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+class Producer(threading.Thread):
+    """Numbered messages at a steady rate; remembers what SQS accepted."""
+
+    def __init__(
+        self,
+        sqs: Any,
+        queue_url: str,
+        *,
+        fifo: bool,
+        rate: float,
+        total: int | None,
+        until: float | None,
+    ) -> None:
+        super().__init__(name="chaos-producer", daemon=True)
+        self._sqs, self._url, self._fifo, self._rate = sqs, queue_url, fifo, rate
+        self._total, self._until = total, until
+        self._halt = threading.Event()
+        self.sent: dict[int, str] = {}
+
+    def run(self) -> None:
+        from spark_sqs.producer import numbered_entries
+
+        started = time.monotonic()
+        n = 0
+        while not self._halt.is_set():
+            if self._total is not None and n >= self._total:
+                break
+            if self._until is not None and time.monotonic() >= self._until:
+                break
+            stop = n + 10 if self._total is None else min(n + 10, self._total)
+            group = f"g{(n // 10) % FIFO_GROUPS}" if self._fifo else None
+            entries = numbered_entries(n, stop, fifo_group=group)
+            response = self._sqs.send_message_batch(QueueUrl=self._url, Entries=entries)
+            if response.get("Failed"):
+                raise RuntimeError(f"the producer's send failed: {response['Failed']}")
+            for ok in response["Successful"]:
+                self.sent[int(ok["Id"])] = ok["MessageId"]
+            n = stop
+            ahead = n / self._rate - (time.monotonic() - started)
+            if ahead > 0:
+                self._halt.wait(ahead)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(30)
+
+
+class Child:
+    """One run of the query process."""
+
+    def __init__(
+        self,
+        work: Path,
+        run: int,
+        endpoint: str,
+        queue_url: str,
+        args: Any,
+        scenario: Scenario,
+        faults: FaultConfig | None,
+    ) -> None:
+        self.control = work / f"control-{run}"
+        self.control.mkdir()
+        self.log = work / f"child-{run}.log"
+        command = [
+            sys.executable, str(CHILD),
+            "--endpoint", endpoint, "--queue-url", queue_url,
+            "--journal", str(work / "journal"), "--checkpoint", str(work / "checkpoint"),
+            "--out", str(work / "out"), "--control", str(self.control),
+            "--visibility", str(args.visibility), "--receivers", str(args.receivers),
+            "--max-per-trigger", str(args.max_per_trigger),
+            "--stall-every", str(args.stall_every),
+            "--stall-seconds", str(args.stall_factor * args.visibility),
+        ]  # fmt: skip
+        if scenario.delete_after_journal:
+            command.append("--delete-after-journal")
+        env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+        # sitecustomize in INJECT installs the faults in every Python process of the query.
+        env["PYTHONPATH"] = os.pathsep.join([str(INJECT), str(REPO), env.get("PYTHONPATH", "")])
+        if faults is not None:
+            env[ENV] = faults.to_env()
+        with open(self.log, "wb") as log:
+            # Its own session, so that the whole tree (driver, JVM, Python workers) dies at once,
+            # as it does when a driver node is lost.
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+
+    @property
+    def started(self) -> bool:
+        return (self.control / "started").exists()
+
+    def up(self) -> bool:
+        """Started, or already gone."""
+        return self.started or self.exited()
+
+    def exited(self) -> bool:
+        return self.process.poll() is not None
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(60)
+
+    def stop(self, timeout: float) -> None:
+        (self.control / "stop").write_text("")
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        else:
+            # Python workers can outlive a clean exit by a moment; nothing may keep running.
+            self.kill()
+
+    def tail(self, chars: int = 2500) -> str:
+        return self.log.read_text(errors="replace")[-chars:]
+
+
+def queue_depth(sqs: Any, queue_url: str) -> int:
+    attrs = sqs.get_queue_attributes(
+        QueueUrl=queue_url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return int(attrs["ApproximateNumberOfMessages"]) + int(
+        attrs["ApproximateNumberOfMessagesNotVisible"]
+    )
+
+
+def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Outcome:
+    import boto3
+
+    work = root / scenario.name
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    outcome = Outcome(scenario.name)
+    started = time.monotonic()
+    rng = random.Random(f"{args.seed}-{scenario.name}")
+    sqs = boto3.client("sqs", region_name="us-east-1", endpoint_url=endpoint)
+    name = f"chaos-{scenario.name}-{os.getpid()}-{int(time.time())}"
+    attributes = {"FifoQueue": "true"} if scenario.fifo else {}
+    queue_url = sqs.create_queue(
+        QueueName=name + (".fifo" if scenario.fifo else ""), Attributes=attributes
+    )["QueueUrl"]
+    faults = None
+    if args.fault_rate > 0:
+        faults = FaultConfig(
+            rate=args.fault_rate, log=str(work / "faults.log"), seed=args.seed,
+            kinds=tuple(args.fault_kinds), operations=tuple(args.fault_operations),
+        )  # fmt: skip
+    soak_until = started + args.soak if args.soak else None
+    producer = Producer(
+        sqs, queue_url, fifo=scenario.fifo, rate=args.rate,
+        total=None if args.soak else args.messages, until=soak_until,
+    )  # fmt: skip
+    producer.start()
+    say(f"[{scenario.name}] queue {queue_url}, work dir {work}")
+
+    def more_kills() -> bool:
+        if soak_until is not None:
+            return time.monotonic() < soak_until
+        return outcome.kills < args.kills
+
+    try:
+        while more_kills():
+            outcome.runs += 1
+            child = Child(work, outcome.runs, endpoint, queue_url, args, scenario, faults)
+            if not wait_for(child.up, args.start_timeout):
+                child.kill()
+                raise RuntimeError(f"the query did not start:\n{child.tail()}")
+            if child.exited():
+                outcome.query_failures += 1
+                say(f"[{scenario.name}] run {outcome.runs} failed to start:\n{child.tail()}")
+                continue
+            delay = rng.uniform(args.kill_min, args.kill_max)
+            if wait_for(child.exited, delay, interval=0.2):
+                outcome.query_failures += 1
+                say(f"[{scenario.name}] run {outcome.runs}: the query failed:\n{child.tail()}")
+                continue
+            child.kill()
+            outcome.kills += 1
+            say(
+                f"[{scenario.name}] run {outcome.runs}: SIGKILL after {delay:.1f} s "
+                f"(sent {len(producer.sent)}, committed rows {len(_rows(work))})"
+            )
+        # The last run: no kill; it must take everything that is left.
+        producer.join()
+        outcome.runs += 1
+        final = Child(work, outcome.runs, endpoint, queue_url, args, scenario, faults)
+        expected = set(producer.sent)
+
+        def done() -> bool:
+            if final.exited():
+                return True
+            numbers = {n for n, _ in _numbers(_rows(work))}
+            return expected <= numbers and queue_depth(sqs, queue_url) == 0
+
+        outcome.drained = wait_for(done, args.drain_timeout, interval=1.0) and not final.exited()
+        if final.exited():
+            outcome.query_failures += 1
+            say(f"[{scenario.name}] the last run failed:\n{final.tail()}")
+        final.stop(120)
+    finally:
+        producer.stop()
+
+    _count(outcome, work, producer.sent, scenario.fifo)
+    outcome.left_in_queue = queue_depth(sqs, queue_url)
+    if faults is not None:
+        outcome.faults = count_faults(faults.log)
+        outcome.fault_roles = faults_by_role(faults.log)
+    outcome.seconds = time.monotonic() - started
+    return outcome
+
+
+def _rows(work: Path) -> list[tuple[int, dict[str, Any]]]:
+    return [
+        (batch, row)
+        for batch, rows in committed_batches(work / "out", ["messageId", "body", "messageGroupId"])
+        for row in rows
+    ]
+
+
+def _numbers(rows: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, int]]:
+    return [(json.loads(str(row["body"]))["n"], batch) for batch, row in rows]
+
+
+def _count(outcome: Outcome, work: Path, sent: dict[int, str], fifo: bool) -> None:
+    rows = _rows(work)
+    outcome.sent = len(sent)
+    outcome.rows = len(rows)
+    numbers = [n for n, _ in _numbers(rows)]
+    ids = [str(row["messageId"]) for _, row in rows]
+    seen = set(numbers)
+    outcome.lost = len(set(sent) - seen)
+    outcome.duplicated = max(len(numbers) - len(seen), len(ids) - len(set(ids)))
+    # A row whose number or id the producer never got back would be a corrupted or foreign row.
+    sent_ids = set(sent.values())
+    outcome.unexpected = len(seen - set(sent)) + sum(1 for i in set(ids) if i not in sent_ids)
+    if fifo:
+        outcome.order_violations = _order_violations(rows)
+
+
+def _order_violations(rows: list[tuple[int, dict[str, Any]]]) -> int:
+    """Per message group, every micro-batch must hold later messages than the batches before it
+    (rows of one group within one batch may come from several receivers)."""
+    by_group: dict[str, dict[int, list[int]]] = {}
+    for batch, row in rows:
+        n = json.loads(str(row["body"]))["n"]
+        by_group.setdefault(str(row["messageGroupId"]), {}).setdefault(batch, []).append(n)
+    violations = 0
+    for batches in by_group.values():
+        highest = -1
+        for batch in sorted(batches):
+            numbers = batches[batch]
+            if min(numbers) < highest:
+                violations += 1
+            highest = max(highest, max(numbers))
+    return violations
+
+
+def render(outcomes: list[Outcome], args: Any) -> str:
+    lines = [
+        "| scenario | sent | kills | runs | query failures | faults injected | lost | "
+        "duplicated | left in queue | FIFO order violations | time | result |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for o in outcomes:
+        lines.append(
+            f"| {o.scenario} | {o.sent} | {o.kills} | {o.runs} | {o.query_failures} | "
+            f"{sum(o.faults.values())} | {o.lost} | {o.duplicated} | {o.left_in_queue} | "
+            f"{o.order_violations if 'fifo' in o.scenario else '-'} | {o.seconds:.0f} s | "
+            f"{'PASS' if o.passed else 'FAIL'} |"
+        )
+    lines += ["", "Faults injected, by operation and kind (all processes of the query):", ""]
+    kinds = list(args.fault_kinds)
+    lines.append("| scenario | operation | " + " | ".join(kinds) + " |")
+    lines.append("|---|---|" + "---|" * len(kinds))
+    for o in outcomes:
+        for operation in args.fault_operations:
+            counts = [str(o.faults.get((operation, kind), 0)) for kind in kinds]
+            lines.append(f"| {o.scenario} | {operation} | " + " | ".join(counts) + " |")
+    lines += ["", "Where the faults landed:", "", "| scenario | role | faults | processes |"]
+    lines.append("|---|---|---|---|")
+    for o in outcomes:
+        for role, (count, processes) in sorted(o.fault_roles.items()):
+            lines.append(f"| {o.scenario} | {role} | {count} | {processes} |")
+    lines += [
+        "",
+        f"Parameters: messages {args.messages if not args.soak else 'unbounded'}, "
+        f"rate {args.rate}/s, soak {args.soak or 0} s, kills {args.kills}, kill "
+        f"{args.kill_min}-{args.kill_max} s after the query started, fault rate "
+        f"{args.fault_rate} per call, visibilityTimeout {args.visibility} s, receivers "
+        f"{args.receivers}, maxMessagesPerTrigger {args.max_per_trigger}, one message in "
+        f"{args.stall_every} stalls its batch for {args.stall_factor * args.visibility:.0f} s, "
+        f"seed {args.seed}.",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__)
+    parser.add_argument(
+        "--scenarios",
+        nargs="+",
+        choices=sorted(SCENARIOS),
+        default=["standard", "fifo", "fifo-journal-delete"],
+    )
+    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--rate", type=float, default=15.0, help="messages sent per second")
+    parser.add_argument("--kills", type=int, default=6)
+    parser.add_argument(
+        "--kill-min", type=float, default=3.0, help="earliest kill, seconds after the query started"
+    )
+    # A cold query start takes 15-30 s here, so kills land both in start-up and in processing.
+    parser.add_argument("--kill-max", type=float, default=40.0)
+    parser.add_argument(
+        "--fault-rate",
+        type=float,
+        default=0.2,
+        help="share of SQS calls that fail (0 disables injection)",
+    )
+    parser.add_argument("--fault-kinds", nargs="+", choices=KINDS, default=list(KINDS))
+    parser.add_argument(
+        "--fault-operations", nargs="+", choices=OPERATIONS, default=list(OPERATIONS)
+    )
+    parser.add_argument("--visibility", type=int, default=10, help="visibilityTimeout")
+    parser.add_argument("--receivers", type=int, default=2)
+    parser.add_argument(
+        "--stall-every",
+        type=int,
+        default=500,
+        help="about one message in this many stalls its micro-batch (0: never)",
+    )
+    parser.add_argument(
+        "--stall-factor",
+        type=float,
+        default=1.5,
+        help="a stall lasts this many visibility timeouts",
+    )
+    parser.add_argument("--max-per-trigger", type=int, default=200)
+    parser.add_argument(
+        "--soak",
+        type=float,
+        default=0.0,
+        help="run for this many seconds at --rate, killing until the end",
+    )
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--start-timeout", type=float, default=240.0)
+    parser.add_argument("--drain-timeout", type=float, default=600.0)
+    parser.add_argument("--workdir", default=None)
+    parser.add_argument("--report", default=None, help="also write the Markdown report here")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="the short CI run: standard and FIFO, 300 messages, 2 kills each (other options "
+        "still apply)",
+    )
+    if parser.parse_known_args(argv)[0].quick:
+        parser.set_defaults(
+            scenarios=["standard", "fifo"], messages=300, rate=10.0, kills=2, stall_every=150
+        )
+    args = parser.parse_args(argv)
+    if args.seed is None:
+        args.seed = random.SystemRandom().randrange(1_000_000)
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "chaos")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "chaos")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    os.environ.pop(ENV, None)
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    from spark_sqs.local_sqs import MotoServer
+
+    root = Path(args.workdir or tempfile.mkdtemp(prefix="spark-sqs-chaos-"))
+    root.mkdir(parents=True, exist_ok=True)
+    say(f"chaos: seed {args.seed}, scenarios {', '.join(args.scenarios)}, work dir {root}")
+    server = MotoServer()
+    outcomes = []
+    try:
+        for name in args.scenarios:
+            outcome = run_scenario(SCENARIOS[name], server.endpoint, root, args)
+            outcomes.append(outcome)
+            say(f"[{name}] {'PASS' if outcome.passed else 'FAIL'}")
+    finally:
+        server.stop()
+    report = render(outcomes, args)
+    say()
+    say(report)
+    if args.report:
+        Path(args.report).write_text(report + "\n", encoding="utf-8")
+    return 0 if outcomes and all(o.passed for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

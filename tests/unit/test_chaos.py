@@ -1,0 +1,227 @@
+"""The fault harness's own parts: the injector does to a real client what it claims, and the
+sink reader and counters see through uncommitted files, duplicates and reordering."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
+
+from chaos import faults
+from chaos.faults import FaultConfig, FaultInjector, count_faults, faults_by_role
+from chaos.run import Outcome, _count, _order_violations
+from chaos.sink import committed_batches, committed_files
+from spark_sqs.client import classify
+from spark_sqs.errors import TransientSqsError
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Any:
+    from spark_sqs.local_sqs import MotoServer
+
+    server = MotoServer()
+    yield server.endpoint
+    server.stop()
+
+
+def _client(endpoint: str, injector: FaultInjector | None = None) -> Any:
+    client = boto3.client(
+        "sqs",
+        region_name="us-east-1",
+        endpoint_url=endpoint,
+        aws_access_key_id="k",
+        aws_secret_access_key="s",
+        # One attempt: the raw fault, not botocore's retry of it.
+        config=Config(retries={"total_max_attempts": 1}),
+    )
+    if injector is not None:
+        client.meta.events.register("before-send.sqs", injector)
+    return client
+
+
+def _queue_with_one_message(endpoint: str, name: str) -> tuple[Any, str]:
+    plain = _client(endpoint)
+    url = plain.create_queue(QueueName=name)["QueueUrl"]
+    plain.send_message(QueueUrl=url, MessageBody="m")
+    return plain, url
+
+
+def _counts(client: Any, url: str) -> tuple[int, int]:
+    attrs = client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    return int(attrs["ApproximateNumberOfMessages"]), int(
+        attrs["ApproximateNumberOfMessagesNotVisible"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "code", "status"),
+    [("throttle", "ThrottlingException", 400), ("server-error", "InternalFailure", 500)],
+)
+def test_error_responses_never_reach_sqs_and_classify_as_transient(
+    endpoint, tmp_path, kind, code, status
+):
+    plain, url = _queue_with_one_message(endpoint, f"chaos-{kind}")
+    log = tmp_path / "faults.log"
+    client = _client(endpoint, FaultInjector(FaultConfig(rate=1.0, log=str(log), kinds=(kind,))))
+    with pytest.raises(ClientError) as info:
+        client.receive_message(QueueUrl=url, VisibilityTimeout=60)
+    assert info.value.response["Error"]["Code"] == code
+    assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == status
+    assert _counts(plain, url) == (1, 0)
+    assert isinstance(classify(info.value, "ReceiveMessage", url), TransientSqsError)
+    assert count_faults(str(log)) == {("ReceiveMessage", kind): 1}
+
+
+def test_reset_fails_before_the_request_is_sent(endpoint, tmp_path):
+    plain, url = _queue_with_one_message(endpoint, "chaos-reset")
+    config = FaultConfig(rate=1.0, log=str(tmp_path / "f.log"), kinds=("reset",))
+    client = _client(endpoint, FaultInjector(config))
+    with pytest.raises(ConnectionClosedError) as info:
+        client.receive_message(QueueUrl=url, VisibilityTimeout=60)
+    assert _counts(plain, url) == (1, 0)
+    assert isinstance(classify(info.value, "ReceiveMessage", url), TransientSqsError)
+
+
+def test_timeout_acts_on_the_request_and_loses_the_answer(endpoint, tmp_path):
+    plain, url = _queue_with_one_message(endpoint, "chaos-timeout")
+    config = FaultConfig(rate=1.0, log=str(tmp_path / "f.log"), kinds=("timeout",))
+    client = _client(endpoint, FaultInjector(config))
+    with pytest.raises(ReadTimeoutError):
+        client.receive_message(QueueUrl=url, VisibilityTimeout=60)
+    # SQS handed the message out: it is in flight, and the caller never saw it.
+    assert _counts(plain, url) == (0, 1)
+
+
+def test_only_the_chosen_operations_fail(endpoint, tmp_path):
+    plain, url = _queue_with_one_message(endpoint, "chaos-ops")
+    config = FaultConfig(
+        rate=1.0, log=str(tmp_path / "f.log"), kinds=("reset",), operations=("DeleteMessageBatch",)
+    )
+    client = _client(endpoint, FaultInjector(config))
+    assert len(client.receive_message(QueueUrl=url, VisibilityTimeout=60)["Messages"]) == 1
+    with pytest.raises(ConnectionClosedError):
+        client.delete_message_batch(QueueUrl=url, Entries=[{"Id": "0", "ReceiptHandle": "x"}])
+
+
+def test_rate_zero_injects_nothing(endpoint, tmp_path):
+    plain, url = _queue_with_one_message(endpoint, "chaos-none")
+    log = tmp_path / "f.log"
+    client = _client(endpoint, FaultInjector(FaultConfig(rate=0.0, log=str(log))))
+    for _ in range(20):
+        client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])
+    assert not log.exists()
+
+
+def test_configuration_travels_through_the_environment():
+    config = FaultConfig(rate=0.25, log="/x/f.log", seed=7, kinds=("reset",), operations=("A",))
+    assert FaultConfig.from_env(config.to_env()) == config
+
+
+def test_install_hooks_every_new_sqs_client_once(endpoint, tmp_path, monkeypatch):
+    import botocore.session
+
+    monkeypatch.setattr(faults, "_INSTALLED", None)
+    monkeypatch.setattr(
+        botocore.session.Session, "create_client", botocore.session.Session.create_client
+    )
+    monkeypatch.delenv(faults.ENV, raising=False)
+    assert faults.install() is None  # nothing configured, nothing installed
+    config = FaultConfig(rate=1.0, log=str(tmp_path / "f.log"), kinds=("reset",))
+    monkeypatch.setenv(faults.ENV, config.to_env())
+    first = faults.install()
+    assert first is not None and faults.install() is first
+    _, url = _queue_with_one_message(endpoint, "chaos-install")
+    with pytest.raises(ConnectionClosedError):
+        _client(endpoint).receive_message(QueueUrl=url)
+
+
+def test_fault_log_counts_by_operation_kind_and_role(tmp_path):
+    log = tmp_path / "f.log"
+    log.write_text(
+        "1 ReceiveMessage reset executor\n"
+        "2 ReceiveMessage reset executor\n"
+        "3 DeleteMessageBatch timeout driver\n"
+    )
+    assert count_faults(str(log)) == {
+        ("ReceiveMessage", "reset"): 2,
+        ("DeleteMessageBatch", "timeout"): 1,
+    }
+    assert faults_by_role(str(log)) == {"executor": (2, 2), "driver": (1, 1)}
+
+
+def _write_part(sink: Path, name: str, rows: list[dict[str, Any]]) -> Path:
+    path = sink / name
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def _log(sink: Path, name: str, *entries: tuple[Path, str]) -> None:
+    lines = ["v1"] + [
+        json.dumps({"path": f"file://{path}", "size": 1, "action": action})
+        for path, action in entries
+    ]
+    (sink / "_spark_metadata" / name).write_text("\n".join(lines))
+
+
+def _row(n: int, group: str = "g0") -> dict[str, Any]:
+    return {"messageId": f"id-{n}", "body": json.dumps({"n": n}), "messageGroupId": group}
+
+
+def test_sink_reader_takes_only_committed_files(tmp_path):
+    sink = tmp_path / "out"
+    (sink / "_spark_metadata").mkdir(parents=True)
+    a = _write_part(sink, "part-a.parquet", [_row(0), _row(1)])
+    b = _write_part(sink, "part-b.parquet", [_row(2)])
+    # Written by an attempt that was killed before its batch was committed.
+    _write_part(sink, "part-orphan.parquet", [_row(2)])
+    _log(sink, "0", (a, "add"))
+    _log(sink, "1", (b, "add"))
+    (sink / "_spark_metadata" / ".2.tmp").write_text("v1\n")
+    assert committed_files(sink) == [(0, a), (1, b)]
+    rows = committed_batches(sink, ["messageId", "body", "messageGroupId"])
+    assert [(batch, [r["messageId"] for r in part]) for batch, part in rows] == [
+        (0, ["id-0", "id-1"]),
+        (1, ["id-2"]),
+    ]
+
+
+def test_sink_reader_starts_from_the_newest_compaction(tmp_path):
+    sink = tmp_path / "out"
+    (sink / "_spark_metadata").mkdir(parents=True)
+    a = _write_part(sink, "a.parquet", [_row(0)])
+    b = _write_part(sink, "b.parquet", [_row(1)])
+    c = _write_part(sink, "c.parquet", [_row(2)])
+    _log(sink, "8", (a, "add"))  # superseded by 9.compact
+    _log(sink, "9.compact", (a, "add"), (b, "add"))
+    _log(sink, "10", (c, "add"), (a, "delete"))
+    assert committed_files(sink) == [(9, b), (10, c)]
+
+
+def test_counts_lost_duplicated_and_foreign_rows(tmp_path):
+    sink = tmp_path / "out"
+    (sink / "_spark_metadata").mkdir(parents=True)
+    a = _write_part(sink, "a.parquet", [_row(0), _row(1), _row(1), _row(9)])
+    _log(sink, "0", (a, "add"))
+    outcome = Outcome("standard")
+    _count(outcome, tmp_path, {0: "id-0", 1: "id-1", 2: "id-2"}, fifo=False)
+    assert (outcome.sent, outcome.rows) == (3, 4)
+    assert (outcome.lost, outcome.duplicated, outcome.unexpected) == (1, 1, 2)
+    assert not outcome.passed
+
+
+def test_fifo_order_is_checked_per_group_across_batches():
+    def rows(*spec: tuple[int, int, str]) -> list[tuple[int, dict[str, Any]]]:
+        return [(batch, _row(n, group)) for batch, n, group in spec]
+
+    in_order = rows((0, 0, "a"), (0, 1, "a"), (0, 0, "b"), (1, 2, "a"), (1, 1, "b"))
+    assert _order_violations(in_order) == 0
+    # Within a batch, several receivers may hold one group: no order across their files.
+    assert _order_violations(rows((0, 1, "a"), (0, 0, "a"), (1, 2, "a"))) == 0
+    assert _order_violations(rows((0, 0, "a"), (0, 2, "a"), (1, 1, "a"))) == 1
