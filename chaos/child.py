@@ -55,13 +55,18 @@ def main() -> int:
     spark.dataSource.register(SqsDataSource)
 
     stall_every, stall_seconds = args.stall_every, args.stall_seconds
+    stalled = str(Path(args.out).parent / "stalled")
 
     @udf("string")
-    def pass_through(message_id, body):  # noqa: ANN001, ANN202 - hints would make it a pandas UDF
-        # About one message in stall_every makes its micro-batch outlast the visibility timeout,
-        # so the heartbeat has to keep the batch's messages hidden. crc32: the same messages
-        # stall in every process and on every replay.
+    def pass_through(message_id, body):  # no type hints: PySpark reads them as a pandas UDF
+        # About one message in stall_every makes its micro-batch outlast the visibility timeout
+        # (once, across all runs), so the heartbeat has to keep the batch's messages hidden.
         if stall_every and zlib.crc32(message_id.encode()) % stall_every == 0:
+            os.makedirs(stalled, exist_ok=True)
+            try:
+                os.close(os.open(f"{stalled}/{message_id}", os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                return body
             time.sleep(stall_seconds)
         return body
 

@@ -57,6 +57,7 @@ class Outcome:
     scenario: str
     sent: int = 0
     kills: int = 0
+    worker_kills: int = 0
     runs: int = 0
     query_failures: int = 0
     faults: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -67,6 +68,7 @@ class Outcome:
     unexpected: int = 0
     left_in_queue: int = 0
     order_violations: int = 0
+    stalls: int = 0
     seconds: float = 0.0
     drained: bool = False
 
@@ -201,6 +203,24 @@ class Child:
             pass
         self.process.wait(60)
 
+    def kill_a_worker(self, rng: random.Random) -> bool:
+        """SIGKILL one Python worker that Spark's daemon forked for a task: the task fails and
+        Spark retries it. Linux only (reads /proc)."""
+        workers = []
+        for pid, (parent, session, command) in _processes().items():
+            if session != self.process.pid or b"pyspark.worker" not in command:
+                continue
+            # Forked by the daemon (same command line as its parent), not the daemon itself.
+            if _processes_cache.get(parent, (0, 0, b""))[2] == command:
+                workers.append(pid)
+        if not workers:
+            return False
+        try:
+            os.kill(rng.choice(sorted(workers)), signal.SIGKILL)
+        except ProcessLookupError:
+            return False
+        return True
+
     def stop(self, timeout: float) -> None:
         (self.control / "stop").write_text("")
         try:
@@ -213,6 +233,26 @@ class Child:
 
     def tail(self, chars: int = 2500) -> str:
         return self.log.read_text(errors="replace")[-chars:]
+
+
+_processes_cache: dict[int, tuple[int, int, bytes]] = {}
+
+
+def _processes() -> dict[int, tuple[int, int, bytes]]:
+    """``pid -> (parent pid, session id, command line)`` of every process, from /proc."""
+    found: dict[int, tuple[int, int, bytes]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_bytes()
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        # The command name in parentheses may contain spaces: split after its closing one.
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        found[int(entry.name)] = (int(fields[1]), int(fields[3]), command)
+    _processes_cache.clear()
+    _processes_cache.update(found)
+    return found
 
 
 def queue_depth(sqs: Any, queue_url: str) -> int:
@@ -271,7 +311,17 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
                 say(f"[{scenario.name}] run {outcome.runs} failed to start:\n{child.tail()}")
                 continue
             delay = rng.uniform(args.kill_min, args.kill_max)
-            if wait_for(child.exited, delay, interval=0.2):
+            # Single Python workers die at random moments before the whole tree does.
+            moments = sorted(rng.uniform(0, delay) for _ in range(args.worker_kills))
+            waited, failed = 0.0, False
+            for moment in [*moments, delay]:
+                if wait_for(child.exited, moment - waited, interval=0.2):
+                    failed = True
+                    break
+                waited = moment
+                if moment != delay and child.kill_a_worker(rng):
+                    outcome.worker_kills += 1
+            if failed:
                 outcome.query_failures += 1
                 say(f"[{scenario.name}] run {outcome.runs}: the query failed:\n{child.tail()}")
                 continue
@@ -303,6 +353,8 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
 
     _count(outcome, work, producer.sent, scenario.fifo)
     outcome.left_in_queue = queue_depth(sqs, queue_url)
+    stalled = work / "stalled"
+    outcome.stalls = len(list(stalled.iterdir())) if stalled.is_dir() else 0
     if faults is not None:
         outcome.faults = count_faults(faults.log)
         outcome.fault_roles = faults_by_role(faults.log)
@@ -358,14 +410,17 @@ def _order_violations(rows: list[tuple[int, dict[str, Any]]]) -> int:
 
 def render(outcomes: list[Outcome], args: Any) -> str:
     lines = [
-        "| scenario | sent | kills | runs | query failures | faults injected | lost | "
-        "duplicated | left in queue | FIFO order violations | time | result |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| scenario | sent | kills | worker kills | runs | query failures | faults injected "
+        "| batches stalled past the visibility timeout | lost | duplicated | left in queue "
+        "| FIFO order violations | time | result |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for o in outcomes:
         lines.append(
-            f"| {o.scenario} | {o.sent} | {o.kills} | {o.runs} | {o.query_failures} | "
-            f"{sum(o.faults.values())} | {o.lost} | {o.duplicated} | {o.left_in_queue} | "
+            f"| {o.scenario} | {o.sent} | {o.kills} | {o.worker_kills} | {o.runs} | "
+            f"{o.query_failures} | "
+            f"{sum(o.faults.values())} | {o.stalls} | {o.lost} | {o.duplicated} | "
+            f"{o.left_in_queue} | "
             f"{o.order_violations if 'fifo' in o.scenario else '-'} | {o.seconds:.0f} s | "
             f"{'PASS' if o.passed else 'FAIL'} |"
         )
@@ -385,7 +440,8 @@ def render(outcomes: list[Outcome], args: Any) -> str:
     lines += [
         "",
         f"Parameters: messages {args.messages if not args.soak else 'unbounded'}, "
-        f"rate {args.rate}/s, soak {args.soak or 0} s, kills {args.kills}, kill "
+        f"rate {args.rate}/s, soak {args.soak or 0} s, kills {args.kills} (and "
+        f"{args.worker_kills} worker kills per run), kill "
         f"{args.kill_min}-{args.kill_max} s after the query started, fault rate "
         f"{args.fault_rate} per call, visibilityTimeout {args.visibility} s, receivers "
         f"{args.receivers}, maxMessagesPerTrigger {args.max_per_trigger}, one message in "
@@ -406,6 +462,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=2000)
     parser.add_argument("--rate", type=float, default=15.0, help="messages sent per second")
     parser.add_argument("--kills", type=int, default=6)
+    parser.add_argument(
+        "--worker-kills",
+        type=int,
+        default=1,
+        help="SIGKILLs of single executor Python workers per run, before the run is killed",
+    )
     parser.add_argument(
         "--kill-min", type=float, default=3.0, help="earliest kill, seconds after the query started"
     )

@@ -4,6 +4,8 @@ sink reader and counters see through uncommitted files, duplicates and reorderin
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutE
 
 from chaos import faults
 from chaos.faults import FaultConfig, FaultInjector, count_faults, faults_by_role
-from chaos.run import Outcome, _count, _order_violations
+from chaos.run import Outcome, _count, _order_violations, _processes
 from chaos.sink import committed_batches, committed_files
 from spark_sqs.client import classify
 from spark_sqs.errors import TransientSqsError
@@ -225,3 +227,10 @@ def test_fifo_order_is_checked_per_group_across_batches():
     # Within a batch, several receivers may hold one group: no order across their files.
     assert _order_violations(rows((0, 1, "a"), (0, 0, "a"), (1, 2, "a"))) == 0
     assert _order_violations(rows((0, 0, "a"), (0, 2, "a"), (1, 1, "a"))) == 1
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_process_table_gives_parent_session_and_command() -> None:
+    parent, session, command = _processes()[os.getpid()]
+    assert (parent, session) == (os.getppid(), os.getsid(0))
+    assert sys.executable.encode() in command or b"python" in command
