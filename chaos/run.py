@@ -206,12 +206,13 @@ class Child:
     def kill_a_worker(self, rng: random.Random) -> bool:
         """SIGKILL one Python worker that Spark's daemon forked for a task: the task fails and
         Spark retries it. Linux only (reads /proc)."""
+        table = _processes()
         workers = []
-        for pid, (parent, session, command) in _processes().items():
+        for pid, (parent, session, command) in table.items():
             if session != self.process.pid or b"pyspark.worker" not in command:
                 continue
             # Forked by the daemon (same command line as its parent), not the daemon itself.
-            if _processes_cache.get(parent, (0, 0, b""))[2] == command:
+            if table.get(parent, (0, 0, b""))[2] == command:
                 workers.append(pid)
         if not workers:
             return False
@@ -235,9 +236,6 @@ class Child:
         return self.log.read_text(errors="replace")[-chars:]
 
 
-_processes_cache: dict[int, tuple[int, int, bytes]] = {}
-
-
 def _processes() -> dict[int, tuple[int, int, bytes]]:
     """``pid -> (parent pid, session id, command line)`` of every process, from /proc."""
     found: dict[int, tuple[int, int, bytes]] = {}
@@ -250,8 +248,6 @@ def _processes() -> dict[int, tuple[int, int, bytes]]:
         # The command name in parentheses may contain spaces: split after its closing one.
         fields = stat[stat.rindex(b")") + 2 :].split()
         found[int(entry.name)] = (int(fields[1]), int(fields[3]), command)
-    _processes_cache.clear()
-    _processes_cache.update(found)
     return found
 
 
@@ -295,6 +291,8 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
     say(f"[{scenario.name}] queue {queue_url}, work dir {work}")
 
     def more_kills() -> bool:
+        if outcome.query_failures > max(3, args.kills):
+            return False  # something is broken: stop killing, report
         if soak_until is not None:
             return time.monotonic() < soak_until
         return outcome.kills < args.kills
