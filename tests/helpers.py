@@ -90,6 +90,27 @@ def sqs_stream(spark: Any, endpoint: str, queue_url: str, journal: str, **option
     return reader.load()
 
 
+def start_and_fail(
+    spark: Any, options: dict[str, str], checkpoint: str, timeout: float = 180
+) -> str:
+    """Start a query on the SQS source with ``options`` into a no-op sink; it must fail within
+    ``timeout`` seconds. Returns the failure's text."""
+    reader = spark.readStream.format("sqs")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    query = reader.load().writeStream.format("noop").option("checkpointLocation", checkpoint)
+    started = query.start()
+    try:
+        finished = started.awaitTermination(timeout)
+    except Exception as exc:  # noqa: BLE001 - the failure is what the caller checks
+        return str(exc)
+    finally:
+        started.stop()
+    raise AssertionError(
+        "the query should have failed" if finished else f"the query still ran after {timeout:.0f}s"
+    )
+
+
 def body_numbers(rows: Any) -> list[int]:
     """The sorted sequence numbers carried in the bodies of ``send_numbered`` messages."""
     return sorted(json.loads(r.body)["n"] for r in rows)

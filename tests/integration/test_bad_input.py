@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from tests.helpers import queue_counts, send_numbered
+from tests.helpers import queue_counts, send_numbered, start_and_fail
 
 pytestmark = pytest.mark.integration
 
@@ -53,21 +51,9 @@ def test_user_schema_is_rejected(spark, moto_endpoint, queue_url, tmp_path):
         reader.load().writeStream.format("noop").start().awaitTermination(60)
 
 
-def _start_and_fail(spark: Any, options: dict[str, str], checkpoint: str) -> str:
-    reader = spark.readStream.format("sqs")
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    query = reader.load().writeStream.format("noop").option("checkpointLocation", checkpoint)
-    started = query.start()
-    with pytest.raises(Exception) as info:
-        started.awaitTermination(120)
-        pytest.fail("the query should have failed at start")
-    return str(info.value)
-
-
 def test_missing_queue_fails_at_query_start(spark, moto_endpoint, queue_url, tmp_path):
     missing = queue_url.rsplit("/", 1)[0] + "/no-such-queue"
-    message = _start_and_fail(
+    message = start_and_fail(
         spark, _options(missing, moto_endpoint, str(tmp_path / "j")), str(tmp_path / "c")
     )
     assert "no-such-queue does not exist" in message and "Fix:" in message
@@ -80,14 +66,14 @@ def test_missing_queue_name_fails_at_query_start(spark, moto_endpoint, tmp_path)
         "endpointUrl": moto_endpoint,
         "journalLocation": str(tmp_path / "j"),
     }
-    message = _start_and_fail(spark, options, str(tmp_path / "c"))
+    message = start_and_fail(spark, options, str(tmp_path / "c"))
     assert "'no-such-queue' does not exist" in message
 
 
 def test_unwritable_journal_fails_at_query_start(spark, moto_endpoint, queue_url, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    message = _start_and_fail(
+    message = start_and_fail(
         spark, _options(queue_url, moto_endpoint, str(blocker / "journal")), str(tmp_path / "c")
     )
     assert "is not writable" in message and "Fix:" in message
@@ -98,7 +84,7 @@ def test_journal_of_another_queue_is_refused(spark, moto_endpoint, sqs, queue_ur
     journal = tmp_path / "j"
     journal.mkdir()
     (journal / "_meta.json").write_text(f'{{"format": 1, "queueUrl": "{other}"}}')
-    message = _start_and_fail(
+    message = start_and_fail(
         spark, _options(queue_url, moto_endpoint, str(journal)), str(tmp_path / "c")
     )
     assert "belongs to queue" in message and "own 'journalLocation'" in message
@@ -114,7 +100,7 @@ def test_rejected_credentials_fail_at_query_start_and_lose_nothing(
     options.update(awsAccessKeyId="AKIAUNKNOWNKEY000000", awsSecretAccessKey="wrong-secret-xyz")
     # From here on moto checks every request against its IAM users: these keys are unknown.
     monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
-    message = _start_and_fail(spark, options, str(tmp_path / "c"))
+    message = start_and_fail(spark, options, str(tmp_path / "c"))
     monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", float("inf"))
     assert "AWS rejected SQS GetQueueAttributes" in message and "Fix:" in message
     assert "wrong-secret-xyz" not in message
