@@ -219,6 +219,10 @@ class _DriverState:
             committed = offsets.batch_of(start) if start is not None else self._last_end
             if committed is not None:
                 self._acknowledge(committed)
+            if self.heartbeat.fatal is not None:
+                # Raised only now: the heartbeat's thread cannot raise into Spark, and what
+                # Spark committed is acknowledged first.
+                raise self.heartbeat.fatal
             # Journaled batches beyond what Spark has committed, outside any replay (the
             # journal outlived its checkpoint, or this is the first call of a 4.0 run): a batch
             # is needed to deliver or settle them, queue empty or not.

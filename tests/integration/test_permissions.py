@@ -21,6 +21,7 @@ import pytest
 
 from tests.conftest import REGION
 from tests.helpers import (
+    HoldingSink,
     body_numbers,
     process_all_available,
     queue_counts,
@@ -77,10 +78,10 @@ def documented_policy(queue_arn: str, without: str | None = None) -> dict[str, A
     return policy
 
 
-def iam_user(endpoint: str, policy: dict[str, Any]) -> dict[str, str]:
+def iam_user(endpoint: str, policy: dict[str, Any], name: str | None = None) -> dict[str, str]:
     """A new IAM user with ``policy``; returns its access key and secret."""
     iam = boto3.client("iam", region_name=REGION, endpoint_url=endpoint)
-    name = f"u-{uuid.uuid4().hex[:10]}"
+    name = name or f"u-{uuid.uuid4().hex[:10]}"
     iam.create_user(UserName=name)
     iam.put_user_policy(UserName=name, PolicyName="spark-sqs", PolicyDocument=json.dumps(policy))
     key = iam.create_access_key(UserName=name)["AccessKey"]
@@ -88,22 +89,30 @@ def iam_user(endpoint: str, policy: dict[str, Any]) -> dict[str, str]:
 
 
 @pytest.fixture
-def admin_sqs(moto_endpoint: str) -> Any:
-    """An SQS client that may do anything, also while IAM is enforced."""
-    keys = iam_user(
+def admin_keys(moto_endpoint: str) -> dict[str, str]:
+    """Keys of a user who may do anything, also while IAM is enforced."""
+    return iam_user(
         moto_endpoint,
         {
             "Version": "2012-10-17",
             "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}],
         },
     )
+
+
+def client(service: str, endpoint: str, keys: dict[str, str]) -> Any:
     return boto3.client(
-        "sqs",
+        service,
         region_name=REGION,
-        endpoint_url=moto_endpoint,
+        endpoint_url=endpoint,
         aws_access_key_id=keys["awsAccessKeyId"],
         aws_secret_access_key=keys["awsSecretAccessKey"],
     )
+
+
+@pytest.fixture
+def admin_sqs(moto_endpoint: str, admin_keys: dict[str, str]) -> Any:
+    return client("sqs", moto_endpoint, admin_keys)
 
 
 def queue_arn(sqs: Any, queue_url: str) -> str:
@@ -190,3 +199,59 @@ def test_policy_without_delete_is_enough_when_the_source_never_deletes(
         finally:
             started.stop()
     assert body_numbers(spark.table(started.name).collect()) == numbers
+
+
+def test_visibility_permission_revoked_mid_stream_stops_the_query_and_loses_nothing(
+    spark, moto_endpoint, sqs, admin_keys, admin_sqs, queue_url, tmp_path
+):
+    arn = queue_arn(sqs, queue_url)
+    user = f"u-{uuid.uuid4().hex[:10]}"
+    keys = iam_user(moto_endpoint, documented_policy(arn), name=user)
+    iam = client("iam", moto_endpoint, admin_keys)
+    numbers = send_numbered(sqs, queue_url, 5)
+    options = {
+        **source_options(moto_endpoint, queue_url, tmp_path / "j", keys),
+        "numPartitions": "1",
+        # The heartbeat (every 0.8 s) must extend messages while the batch is in the sink.
+        "visibilityTimeout": "4",
+        "waitTimeSeconds": "1",
+    }
+    reader = spark.readStream.format("sqs")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    sink = HoldingSink()
+    with iam_enforced():
+        query = (
+            reader.load()
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "c"))
+            .start()
+        )
+        try:
+            assert sink.holding.wait(180), "no batch reached the sink"
+            iam.put_user_policy(
+                UserName=user,
+                PolicyName="spark-sqs",
+                PolicyDocument=json.dumps(
+                    documented_policy(arn, without="ChangeMessageVisibility")
+                ),
+            )
+            # Without extensions the held batch's messages become visible again.
+            wait_until(
+                lambda: queue_counts(admin_sqs, queue_url) == (len(numbers), 0),
+                60,
+                "the held messages to become visible",
+            )
+            sink.release()
+            with pytest.raises(Exception) as info:
+                query.awaitTermination(120)
+                pytest.fail("the query should have stopped")
+            # The committed batch was acknowledged before the query stopped.
+            assert queue_counts(admin_sqs, queue_url) == (0, 0)
+        finally:
+            sink.release()
+            query.stop()
+    message = str(info.value)
+    assert "AWS rejected SQS ChangeMessageVisibility" in message, message[:2000]
+    assert "allow 'sqs:ChangeMessageVisibility'" in message
+    assert sink.numbers() == numbers

@@ -4,51 +4,21 @@ query keeps running; messages sent afterwards are delivered once)."""
 
 from __future__ import annotations
 
-import json
-import threading
 from typing import Any
 
 import pytest
 
 from spark_sqs.journal import Journal
-from tests.helpers import process_all_available, queue_counts, send_numbered, sqs_stream, wait_until
+from tests.helpers import (
+    HoldingSink,
+    process_all_available,
+    queue_counts,
+    send_numbered,
+    sqs_stream,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
-
-
-class HoldingSink:
-    """``foreachBatch`` sink keeping each batch's rows by batch id (a replay replaces its first
-    attempt, as an idempotent sink does). The first non-empty batch waits in the sink, after
-    its rows were journaled and before Spark commits it, until ``release()``."""
-
-    def __init__(self) -> None:
-        self.batches: dict[int, list[int]] = {}
-        self.holding = threading.Event()
-        self._release = threading.Event()
-        self._held = False
-        self._lock = threading.Lock()
-
-    def __call__(self, df: Any, batch_id: int) -> None:
-        numbers = [json.loads(r.body)["n"] for r in df.select("body").collect()]
-        if not numbers:
-            return
-        with self._lock:
-            self.batches[batch_id] = numbers
-            hold, self._held = not self._held, True
-        if hold:
-            self.holding.set()
-            assert self._release.wait(180), "the test never released the sink"
-
-    def release(self) -> None:
-        self._release.set()
-
-    def numbers(self) -> list[int]:
-        with self._lock:
-            return sorted(n for rows in self.batches.values() for n in rows)
-
-    def held_numbers(self) -> list[int]:
-        with self._lock:
-            return sorted(self.batches[min(self.batches)])
 
 
 def start(spark: Any, endpoint: str, queue_url: str, tmp: Any, sink: HoldingSink) -> Any:
