@@ -19,6 +19,7 @@ from typing import Any
 import boto3
 import pytest
 
+from spark_sqs.journal import Journal
 from tests.conftest import REGION
 from tests.helpers import (
     HoldingSink,
@@ -255,3 +256,64 @@ def test_visibility_permission_revoked_mid_stream_stops_the_query_and_loses_noth
     assert "AWS rejected SQS ChangeMessageVisibility" in message, message[:2000]
     assert "allow 'sqs:ChangeMessageVisibility'" in message
     assert sink.numbers() == numbers
+
+
+def test_delete_permission_revoked_mid_stream_stops_the_query_and_the_next_run_settles(
+    spark, moto_endpoint, sqs, admin_keys, admin_sqs, queue_url, tmp_path
+):
+    arn = queue_arn(sqs, queue_url)
+    user = f"u-{uuid.uuid4().hex[:10]}"
+    keys = iam_user(moto_endpoint, documented_policy(arn), name=user)
+    iam = client("iam", moto_endpoint, admin_keys)
+
+    def grant(policy: dict[str, Any]) -> None:
+        iam.put_user_policy(
+            UserName=user, PolicyName="spark-sqs", PolicyDocument=json.dumps(policy)
+        )
+
+    numbers = send_numbered(sqs, queue_url, 5)
+    options = {
+        **source_options(moto_endpoint, queue_url, tmp_path / "j", keys),
+        "numPartitions": "1",
+    }
+    sink = HoldingSink()
+
+    def start() -> Any:
+        reader = spark.readStream.format("sqs")
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return (
+            reader.load()
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "c"))
+            .start()
+        )
+
+    with iam_enforced():
+        query = start()
+        try:
+            assert sink.holding.wait(180), "no batch reached the sink"
+            grant(documented_policy(arn, without="DeleteMessage"))
+            sink.release()
+            with pytest.raises(Exception) as info:
+                query.awaitTermination(120)
+                pytest.fail("the query should have stopped")
+        finally:
+            sink.release()
+            query.stop()
+        message = str(info.value)
+        assert "AWS rejected SQS DeleteMessage" in message, message[:2000]
+        assert "allow 'sqs:DeleteMessage'" in message
+        # Committed by Spark, not deleted: still in the queue, and still in the journal.
+        assert sum(queue_counts(admin_sqs, queue_url)) == len(numbers)
+        assert Journal(str(tmp_path / "j")).batches()
+
+        grant(documented_policy(arn))
+        query = start()
+        try:
+            process_all_available(query, timeout=180)
+            wait_until(lambda: queue_counts(admin_sqs, queue_url) == (0, 0), 60, "an empty queue")
+        finally:
+            query.stop()
+    assert sink.numbers() == numbers, "delivered once, before and after the restart"
+    assert not Journal(str(tmp_path / "j")).batches()
