@@ -229,8 +229,8 @@ def queue_attributes(client: Any, queue_url: str, names: list[str]) -> dict[str,
         raise classify(exc, "GetQueueAttributes", queue_url) from None
 
 
-# Can never name a message: SQS answers an authorised call with a per-entry
-# ReceiptHandleIsInvalid, and a denied one with 403 before it looks at the handle.
+# Can never name a message: an authorised call fails for the handle (ReceiptHandleIsInvalid), a
+# denied one with 403 before the handle is looked at.
 _PROBE_HANDLE = "spark-sqs-permission-probe"
 
 
@@ -238,10 +238,11 @@ def check_permissions(client: Any, queue_url: str, *, delete: bool) -> None:
     """Fail at query start if the credentials may not change visibility or (``delete``) delete.
 
     Without this, a missing ``sqs:DeleteMessage`` shows only after the first micro-batch
-    received and wrote its messages, and a missing ``sqs:ChangeMessageVisibility`` only as
-    heartbeat errors in the log. The calls use a receipt handle that matches no message, so
-    they change nothing. Only an access or missing-queue error stops the query; anything else
-    (throttling, an emulator that answers differently) is logged and left to the real calls.
+    received and wrote its messages, and a missing ``sqs:ChangeMessageVisibility`` only once the
+    heartbeat has to extend a long batch. The calls use a receipt handle that matches no
+    message, so they change nothing. Only an access or missing-queue error stops the query;
+    anything else (throttling, an emulator that answers differently) is logged and left to the
+    real calls.
     """
     checks: list[tuple[str, Any]] = [
         (
