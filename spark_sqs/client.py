@@ -227,3 +227,46 @@ def queue_attributes(client: Any, queue_url: str, names: list[str]) -> dict[str,
         )
     except Exception as exc:
         raise classify(exc, "GetQueueAttributes", queue_url) from None
+
+
+# Can never name a message: an authorised call fails for the handle (ReceiptHandleIsInvalid), a
+# denied one with 403 before the handle is looked at.
+_PROBE_HANDLE = "spark-sqs-permission-probe"
+
+
+def check_permissions(client: Any, queue_url: str, *, delete: bool) -> None:
+    """Fail at query start if the credentials may not change visibility or (``delete``) delete.
+
+    Without this, a missing ``sqs:DeleteMessage`` shows only after the first micro-batch
+    received and wrote its messages, and a missing ``sqs:ChangeMessageVisibility`` only once the
+    heartbeat has to extend a long batch. The calls use a receipt handle that matches no
+    message, so they change nothing. Only an access or missing-queue error stops the query;
+    anything else (throttling, an emulator that answers differently) is logged and left to the
+    real calls.
+    """
+    checks: list[tuple[str, Any]] = [
+        (
+            "ChangeMessageVisibility",
+            lambda: client.change_message_visibility_batch(
+                QueueUrl=queue_url,
+                Entries=[{"Id": "probe", "ReceiptHandle": _PROBE_HANDLE, "VisibilityTimeout": 0}],
+            ),
+        )
+    ]
+    if delete:
+        checks.append(
+            (
+                "DeleteMessage",
+                lambda: client.delete_message_batch(
+                    QueueUrl=queue_url, Entries=[{"Id": "probe", "ReceiptHandle": _PROBE_HANDLE}]
+                ),
+            )
+        )
+    for action, call in checks:
+        try:
+            call()
+        except Exception as exc:
+            err = classify(exc, action, queue_url)
+            if isinstance(err, (SqsAccessError, QueueNotFoundError)):
+                raise err from None
+            logger.warning("could not check the %s permission at start: %s", action, err)

@@ -9,8 +9,9 @@ batch, when a message gets within an hour of that ceiling.
 Failures are sorted: an entry whose handle is stale or whose message is gone can never be
 extended, so the message is marked lost (the acknowledger then records it for redelivery
 dedupe); transient failures are retried by the batch caller with backoff and again at the next
-tick. A failed tick is logged and counted; the thread never dies and never raises into Spark.
-``stop()`` cancels and waits.
+tick. A failed tick is logged and counted; the thread never dies and never raises into Spark. A
+failure only a person can fix (access denied, queue deleted) is kept in ``fatal``, and the
+driver stops the query with it at the next batch boundary. ``stop()`` cancels and waits.
 
 The acknowledger holds ``lock`` while it deletes a batch and then calls ``forget``, so the
 heartbeat never touches an acknowledged message.
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .acknowledgement import BatchCaller, Entry
+from .errors import QueueNotFoundError, SqsAccessError, SqsSourceError
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +86,8 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.stats = HeartbeatStats()
+        # The first failure no retry can fix; the driver raises it into Spark.
+        self.fatal: SqsSourceError | None = None
 
     # -- batches --------------------------------------------------------------------------------
 
@@ -129,16 +133,22 @@ class Heartbeat:
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
-            try:
-                self.tick()
-            except Exception:
-                # Never let the thread die: a dead heartbeat would let messages reappear.
-                self.stats.tick_errors += 1
-                logger.exception(
-                    "visibility heartbeat tick failed (%d so far); retrying in %.1fs",
-                    self.stats.tick_errors,
-                    self._interval,
-                )
+            self.tick_safely()
+
+    def tick_safely(self) -> None:
+        """One tick that never raises: the thread's body."""
+        try:
+            self.tick()
+        except Exception as exc:
+            # Never let the thread die: a dead heartbeat would let messages reappear.
+            self.stats.tick_errors += 1
+            if isinstance(exc, (SqsAccessError, QueueNotFoundError)) and self.fatal is None:
+                self.fatal = exc
+            logger.exception(
+                "visibility heartbeat tick failed (%d so far); retrying in %.1fs",
+                self.stats.tick_errors,
+                self._interval,
+            )
 
     # -- one pass -------------------------------------------------------------------------------
 

@@ -62,6 +62,7 @@ def serialise_moto_sqs() -> None:
 
     SQSBackend.receive_message = receive_message
     _make_receipt_handles_strict()
+    _authorise_like_sqs()
     _record_receive_requests()
     _speed_up_per_message_work()
     _PATCHED = True
@@ -101,6 +102,45 @@ def _make_receipt_handles_strict() -> None:
 
     Queue.delete_message = delete_message
     SQSBackend.change_message_visibility = _locked(change_message_visibility)
+
+
+# SQS authorises each batch action with the permission of its single-message action (there is no
+# sqs:DeleteMessageBatch permission); moto checks the batch action's own name.
+_BATCH_PERMISSIONS = {
+    "sqs:DeleteMessageBatch": "sqs:DeleteMessage",
+    "sqs:ChangeMessageVisibilityBatch": "sqs:ChangeMessageVisibility",
+    "sqs:SendMessageBatch": "sqs:SendMessage",
+}
+
+
+def _authorise_like_sqs() -> None:
+    """When moto enforces IAM (``moto.settings.INITIAL_NO_AUTH_ACTION_COUNT``), check what SQS
+    checks: batch actions need the single-message permission, and ``GetQueueUrl`` is authorised
+    on the named queue's ARN (moto checks it against ``*``, so a policy naming the queue fails)."""
+    from moto.iam.access_control import IAMRequestBase
+    from moto.sqs.exceptions import QueueDoesNotExist
+    from moto.sqs.responses import SQSResponse
+
+    original_init = IAMRequestBase.__init__
+
+    @functools.wraps(original_init)
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        self._action = _BATCH_PERMISSIONS.get(self._action, self._action)
+
+    original_resource = SQSResponse._determine_resource
+
+    def determine_resource(self: Any) -> str:
+        name = self._get_param("QueueName")
+        if name and not self._get_param("QueueUrl"):
+            try:
+                return self.sqs_backend.get_queue(name).queue_arn
+            except QueueDoesNotExist:
+                return "*"
+        return original_resource(self)
+
+    IAMRequestBase.__init__ = init
+    SQSResponse._determine_resource = determine_resource
 
 
 def _locked(fn: Any) -> Any:

@@ -421,13 +421,25 @@ class SqsOptions:
         )
 
 
+# Options people give the source that belong elsewhere; Spark passes keys lower-cased. A
+# close-match suggestion would mislead here ('checkpointLocation' is near 'journalLocation').
+_MISPLACED = {
+    "checkpointlocation": "'checkpointLocation' is an option of the sink: give it to "
+    ".writeStream.option('checkpointLocation', ...), and the source its own 'journalLocation'.",
+    "path": "the SQS source takes no path: name the queue with .option('queueUrl', ...) "
+    "instead of .load(<path>).",
+}
+
+
 def _normalise_keys(options: Mapping[str, Any]) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in options.items():
         canonical = _CANONICAL.get(str(key).lower())
         if canonical is None:
             close = difflib.get_close_matches(str(key).lower(), list(_CANONICAL), n=1)
-            hint = f"did you mean '{_CANONICAL[close[0]]}'?" if close else "see the option table"
+            hint = _MISPLACED.get(str(key).lower()) or (
+                f"did you mean '{_CANONICAL[close[0]]}'?" if close else "see the option table"
+            )
             raise InvalidOptionError(
                 f"Unknown SQS source option '{key}'. Fix: remove it or correct the name; {hint} "
                 f"Accepted options: {', '.join(s.name for s in OPTIONS)}"

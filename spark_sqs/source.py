@@ -32,7 +32,7 @@ from pyspark.sql.types import StructType
 
 from . import offsets
 from .acknowledgement import Acknowledger, BatchCaller
-from .client import make_client, queue_attributes, resolve_queue_url
+from .client import check_permissions, make_client, queue_attributes, resolve_queue_url
 from .errors import InvalidOptionError, SqsSourceError
 from .flow_control import AvailableNow, FlowControl, default_read_limit
 from .heartbeat import Heartbeat
@@ -182,6 +182,7 @@ class _DriverState:
         queue_url = resolve_queue_url(client, options)
         # Proves the queue exists and the credentials may read it before any batch runs.
         queue_attributes(client, queue_url, ["QueueArn"])
+        check_permissions(client, queue_url, delete=options.delete_on_commit)
         journal = Journal(options.journal_location, options)
         journal.probe_writable()
         journal.check_owner(queue_url)
@@ -218,6 +219,10 @@ class _DriverState:
             committed = offsets.batch_of(start) if start is not None else self._last_end
             if committed is not None:
                 self._acknowledge(committed)
+            if self.heartbeat.fatal is not None:
+                # Raised only now: the heartbeat's thread cannot raise into Spark, and what
+                # Spark committed is acknowledged first.
+                raise self.heartbeat.fatal
             # Journaled batches beyond what Spark has committed, outside any replay (the
             # journal outlived its checkpoint, or this is the first call of a 4.0 run): a batch
             # is needed to deliver or settle them, queue empty or not.

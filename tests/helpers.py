@@ -90,6 +90,27 @@ def sqs_stream(spark: Any, endpoint: str, queue_url: str, journal: str, **option
     return reader.load()
 
 
+def start_and_fail(
+    spark: Any, options: dict[str, str], checkpoint: str, timeout: float = 180
+) -> str:
+    """Start a query on the SQS source with ``options`` into a no-op sink; it must fail within
+    ``timeout`` seconds. Returns the failure's text."""
+    reader = spark.readStream.format("sqs")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    query = reader.load().writeStream.format("noop").option("checkpointLocation", checkpoint)
+    started = query.start()
+    try:
+        finished = started.awaitTermination(timeout)
+    except Exception as exc:  # noqa: BLE001 - the failure is what the caller checks
+        return str(exc)
+    finally:
+        started.stop()
+    raise AssertionError(
+        "the query should have failed" if finished else f"the query still ran after {timeout:.0f}s"
+    )
+
+
 def body_numbers(rows: Any) -> list[int]:
     """The sorted sequence numbers carried in the bodies of ``send_numbered`` messages."""
     return sorted(json.loads(r.body)["n"] for r in rows)
@@ -103,3 +124,38 @@ def drain_and_stop(query: Any, sqs: Any, queue_url: str, timeout: float) -> None
         wait_until(lambda: queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue")
     finally:
         query.stop()
+
+
+class HoldingSink:
+    """``foreachBatch`` sink keeping each batch's rows by batch id (a replay replaces its first
+    attempt, as an idempotent sink does). The first non-empty batch waits in the sink, after
+    its rows were journaled and before Spark commits it, until ``release()``."""
+
+    def __init__(self) -> None:
+        self.batches: dict[int, list[int]] = {}
+        self.holding = threading.Event()
+        self._release = threading.Event()
+        self._held = False
+        self._lock = threading.Lock()
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        numbers = [json.loads(r.body)["n"] for r in df.select("body").collect()]
+        if not numbers:
+            return
+        with self._lock:
+            self.batches[batch_id] = numbers
+            hold, self._held = not self._held, True
+        if hold:
+            self.holding.set()
+            assert self._release.wait(180), "the test never released the sink"
+
+    def release(self) -> None:
+        self._release.set()
+
+    def numbers(self) -> list[int]:
+        with self._lock:
+            return sorted(n for rows in self.batches.values() for n in rows)
+
+    def held_numbers(self) -> list[int]:
+        with self._lock:
+            return sorted(self.batches[min(self.batches)])

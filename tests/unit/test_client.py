@@ -94,3 +94,67 @@ def test_unknown_profile_says_where_to_define_it(monkeypatch, tmp_path) -> None:
 
     with pytest.raises(SqsAccessError, match="profile 'nightly' is not defined"):
         make_client(make_options(profile="nightly"))
+
+
+class _ProbeClient:
+    """Answers the permission probe's batch calls with the given error, or a per-entry failure
+    as SQS answers a receipt handle that names no message."""
+
+    def __init__(self, errors: dict[str, Exception] | None = None) -> None:
+        self.errors = errors or {}
+        self.calls: list[tuple[str, dict]] = []
+
+    def _answer(self, action: str, kwargs: dict) -> dict:
+        self.calls.append((action, kwargs))
+        if action in self.errors:
+            raise self.errors[action]
+        return {"Failed": [{"Id": "probe", "Code": "ReceiptHandleIsInvalid", "SenderFault": True}]}
+
+    def change_message_visibility_batch(self, **kwargs):  # noqa: ANN003, ANN201
+        return self._answer("ChangeMessageVisibility", kwargs)
+
+    def delete_message_batch(self, **kwargs):  # noqa: ANN003, ANN201
+        return self._answer("DeleteMessage", kwargs)
+
+
+def test_permission_check_passes_when_sqs_only_rejects_the_probe_handle() -> None:
+    from spark_sqs.client import check_permissions
+
+    client = _ProbeClient()
+    check_permissions(client, "https://sqs/q", delete=True)
+    assert [a for a, _ in client.calls] == ["ChangeMessageVisibility", "DeleteMessage"]
+    # The probe handle can never match a real message.
+    assert all(
+        k["Entries"][0]["ReceiptHandle"] == "spark-sqs-permission-probe" for _, k in client.calls
+    )
+
+
+def test_permission_check_names_the_denied_permission() -> None:
+    import pytest
+
+    from spark_sqs.client import check_permissions
+
+    for action in ("ChangeMessageVisibility", "DeleteMessage"):
+        client = _ProbeClient({action: client_error("AccessDenied", status=403)})
+        with pytest.raises(SqsAccessError, match=f"allow 'sqs:{action}'"):
+            check_permissions(client, "https://sqs/q", delete=True)
+
+
+def test_permission_check_skips_delete_when_the_source_never_deletes() -> None:
+    from spark_sqs.client import check_permissions
+
+    client = _ProbeClient({"DeleteMessage": client_error("AccessDenied", status=403)})
+    check_permissions(client, "https://sqs/q", delete=False)
+    assert [a for a, _ in client.calls] == ["ChangeMessageVisibility"]
+
+
+def test_permission_check_ignores_transient_and_unexpected_answers() -> None:
+    from spark_sqs.client import check_permissions
+
+    client = _ProbeClient(
+        {
+            "ChangeMessageVisibility": client_error("ThrottlingException"),
+            "DeleteMessage": client_error("InvalidParameterValue", "odd emulator"),
+        }
+    )
+    check_permissions(client, "https://sqs/q", delete=True)

@@ -979,3 +979,37 @@ def test_the_thread_survives_a_failing_tick_and_stops(caplog: pytest.LogCaptureF
     assert hb.stats.tick_errors == 1
     assert hb.stats.ticks >= 3
     assert any("tick failed" in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+def test_a_failure_a_person_must_fix_is_kept_for_the_driver_to_raise() -> None:
+    world = World()
+    world.receive(1, 3, ago=VISIBILITY - 1)
+    world.heartbeat.watch(1)
+    world.sqs.errors = [client_error("AccessDenied", 403)]
+
+    world.heartbeat.tick_safely()
+    world.sqs.errors = [client_error("AWS.SimpleQueueService.NonExistentQueue", 400)]
+    world.heartbeat.tick_safely()
+
+    # The first such failure is kept, naming the permission; the thread's ticks go on.
+    assert isinstance(world.heartbeat.fatal, SqsAccessError)
+    assert "sqs:ChangeMessageVisibility" in str(world.heartbeat.fatal)
+    assert world.heartbeat.stats.tick_errors == 2
+
+
+def test_failures_a_retry_may_fix_are_never_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
+    world = World()
+    world.receive(1, 3, ago=VISIBILITY - 1)
+    world.heartbeat.watch(1)
+
+    def unreachable(batch: int) -> list[int]:
+        raise OSError("journal store unreachable (injected)")
+
+    monkeypatch.setattr(world.journal, "receivers", unreachable)
+    world.heartbeat.tick_safely()
+    monkeypatch.undo()
+    world.sqs.errors = [client_error("ServiceUnavailable", 503)] * 5
+    world.heartbeat.tick_safely()
+
+    assert world.heartbeat.fatal is None
+    assert world.heartbeat.stats.tick_errors == 1

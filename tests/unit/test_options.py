@@ -296,6 +296,15 @@ ERROR_CASES: list[tuple[str, dict[str, Any], str, str]] = [
     ("unknown-option-case", with_base(QUEUEURLL="x"), "QUEUEURLL", "did you mean 'queueUrl'?"),
     ("unknown-option-far", with_base(checkpointLocation="/c"), "checkpointLocation", "Unknown"),
     (
+        # Spark hands the source lower-cased keys; the hint must not be "did you mean
+        # 'journalLocation'?".
+        "checkpoint-given-to-the-source",
+        with_base(checkpointlocation="/c"),
+        "checkpointLocation",
+        "is an option of the sink: give it to .writeStream.option('checkpointLocation'",
+    ),
+    ("load-with-a-path", with_base(path=URL), "queueUrl", "the SQS source takes no path"),
+    (
         "url-and-name",
         with_base(queueName="orders"),
         "queueName",

@@ -1,0 +1,100 @@
+"""The queue changes under a running query: deleted (the query stops with an error naming the
+queue; what was journaled survives and is settled by the next run) or purged (documented: the
+query keeps running; messages sent afterwards are delivered once)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from spark_sqs.journal import Journal
+from tests.helpers import (
+    HoldingSink,
+    process_all_available,
+    queue_counts,
+    send_numbered,
+    sqs_stream,
+    wait_until,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def start(spark: Any, endpoint: str, queue_url: str, tmp: Any, sink: HoldingSink) -> Any:
+    return (
+        sqs_stream(spark, endpoint, queue_url, str(tmp / "journal"), numPartitions=1)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp / "ckpt"))
+        .start()
+    )
+
+
+def test_queue_deleted_mid_stream_stops_the_query_and_loses_nothing_journaled(
+    spark, moto_endpoint, sqs, queue_url, tmp_path
+):
+    send_numbered(sqs, queue_url, 10)
+    sink = HoldingSink()
+    query = start(spark, moto_endpoint, queue_url, tmp_path, sink)
+    try:
+        assert sink.holding.wait(180), "no batch reached the sink"
+        held = sink.held_numbers()
+        journal = Journal(str(tmp_path / "journal"))
+        (batch,) = journal.batches()
+        sqs.delete_queue(QueueUrl=queue_url)
+        sink.release()
+        # Spark commits the held batch; deleting its messages then finds no queue.
+        with pytest.raises(Exception) as info:
+            query.awaitTermination(180)
+            pytest.fail("the query should have stopped")
+    finally:
+        sink.release()
+        query.stop()
+    message = str(info.value)
+    assert f"SQS queue {queue_url} does not exist" in message, message[:2000]
+    assert "Fix: check 'queueUrl'/'queueName'" in message
+    # The held batch reached the sink once, and its journal entries were kept (not acknowledged).
+    assert sink.numbers() == held
+    assert journal.batches() == [batch]
+    assert sum(r.rows for r in journal.batch_receipts(batch)) == len(held)
+
+    # The queue comes back (same name, so same URL): the next run settles the journaled batch
+    # without delivering it again, then reads the new messages.
+    assert sqs.create_queue(QueueName=queue_url.rsplit("/", 1)[1])["QueueUrl"] == queue_url
+    new = send_numbered(sqs, queue_url, 5, start=100)
+    query = start(spark, moto_endpoint, queue_url, tmp_path, sink)
+    try:
+        process_all_available(query, timeout=180)
+        wait_until(lambda: queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue")
+        wait_until(lambda: not journal.batches(), 60, "the journal to be settled")
+    finally:
+        query.stop()
+    assert sink.numbers() == held + new, "each received message exactly once"
+
+
+def test_queue_purged_mid_stream_keeps_running_and_delivers_later_messages_once(
+    spark, moto_endpoint, sqs, queue_url, tmp_path
+):
+    send_numbered(sqs, queue_url, 10)
+    sink = HoldingSink()
+    query = start(spark, moto_endpoint, queue_url, tmp_path, sink)
+    try:
+        assert sink.holding.wait(180), "no batch reached the sink"
+        held = sink.held_numbers()
+        # Removes every message, also the held batch's (in flight): their deletes then fail
+        # with invalid receipt handles, which the source records and moves past.
+        sqs.purge_queue(QueueUrl=queue_url)
+        sink.release()
+        new = send_numbered(sqs, queue_url, 10, start=100)
+        wait_until(lambda: set(new) <= set(sink.numbers()), 180, "the messages sent after")
+        wait_until(lambda: queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue")
+        wait_until(
+            lambda: not Journal(str(tmp_path / "journal")).batches(), 60, "a settled journal"
+        )
+        assert query.isActive and query.exception() is None
+    finally:
+        sink.release()
+        query.stop()
+    # Messages still queued at the purge are gone (that is what a purge does); everything
+    # received is delivered exactly once.
+    assert sink.numbers() == held + new
