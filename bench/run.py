@@ -36,7 +36,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", default=str(RESULTS), help="results directory")
     p.add_argument("--receivers", default="1,2,4,8", help="concurrency levels")
     p.add_argument("--delay-ms", type=float, default=20.0, help="delay proxy: ms per request")
-    p.add_argument("--window", type=float, default=20.0, help="steady state: seconds measured")
+    p.add_argument("--window", type=float, default=30.0, help="steady state: seconds measured")
     p.add_argument("--warmup", type=float, default=5.0, help="steady state: seconds not measured")
     p.add_argument("--depth", type=int, default=200, help="moto steady state: visible messages")
     p.add_argument("--moto-batch", type=int, default=250, help="moto: messages/receiver/batch")
@@ -367,6 +367,8 @@ def memory_section(spark: Any, wd: Any, eps: Endpoints, args: argparse.Namespace
             {
                 "batch_size": size,
                 "rows": run.rows,
+                "rate": run.rate,
+                "batch_ms": run.median_batch_ms,
                 "peak_rss": peak,
                 "rss_at_start": sampler.start_rss,
             }

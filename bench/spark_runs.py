@@ -325,7 +325,10 @@ def latency(
     producer.start()
     time.sleep(seconds)
     producer.stop()
-    time.sleep(5)
+    # Every sent message must reach the sink: a receiver may still be collecting.
+    deadline = time.monotonic() + 60
+    while len(sink.latencies) < producer.sent and time.monotonic() < deadline:
+        time.sleep(0.5)
     _stop(query)
     values = sink.latencies[len(sink.latencies) // 10 :]  # drop the warm-up tenth
     return _latency_summary(values, producer.sent)
