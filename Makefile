@@ -4,9 +4,9 @@ LOCK ?= requirements/lock-spark-4.3.txt
 PY := $(VENV)/bin/python
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
-LINTED := spark_sqs tests notebooks chaos
+LINTED := spark_sqs tests notebooks chaos bench
 
-.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick soak
+.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick soak bench
 
 venv:
 	@scripts/bootstrap.sh $(VENV) $(LOCK)
@@ -38,6 +38,12 @@ test-oldest:
 	@scripts/bootstrap.sh .venv-spark4.0 requirements/lock-spark-4.0.txt
 	PYSPARK_PYTHON=$(abspath .venv-spark4.0/bin/python) PYSPARK_DRIVER_PYTHON=$(abspath .venv-spark4.0/bin/python) \
 		.venv-spark4.0/bin/python -m pytest $(PYTEST_ARGS)
+
+# Benchmarks against a plain boto3 consumer (15-25 min); results in bench/results/README.md.
+# BENCH_ARGS="--quick" is a smoke test of a few minutes. matplotlib and psutil are bench-only.
+bench: venv
+	$(PY) -m pip install -q -r requirements/bench.txt
+	$(PY) -m bench $(BENCH_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -59,6 +59,17 @@ class Entry:
     receipt_handle: str = field(repr=False)
 
 
+def driver_parallelism(receivers: int) -> int:
+    """Concurrent batch calls the driver makes to delete (and extend) a micro-batch.
+
+    Spark runs nothing else of the query while ``latestOffset`` deletes the previous batch, and
+    that batch was received by ``receivers`` receivers with one call in flight each. Four calls
+    per receiver keep the delete phase at about a quarter of the receive phase (SQS answers a
+    batch delete about as fast as a receive); the bound keeps threads and connections modest.
+    """
+    return max(8, min(64, 4 * receivers))
+
+
 def chunks(entries: Sequence[Entry], size: int = BATCH_LIMIT) -> list[Sequence[Entry]]:
     return [entries[i : i + size] for i in range(0, len(entries), size)]
 

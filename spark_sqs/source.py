@@ -31,7 +31,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.types import StructType
 
 from . import offsets
-from .acknowledgement import Acknowledger, BatchCaller
+from .acknowledgement import Acknowledger, BatchCaller, driver_parallelism
 from .client import check_permissions, make_client, queue_attributes, resolve_queue_url
 from .errors import InvalidOptionError, SqsSourceError
 from .flow_control import AvailableNow, FlowControl, default_read_limit
@@ -142,7 +142,9 @@ class _DriverState:
         self.journal = journal
         self.journal_state = journal.read_state()
         self.lock = threading.Lock()
-        caller = BatchCaller(client, queue_url)
+        caller = BatchCaller(
+            client, queue_url, parallelism=driver_parallelism(options.num_partitions)
+        )
         self.heartbeat = Heartbeat(
             journal,
             caller,
@@ -178,7 +180,9 @@ class _DriverState:
     @classmethod
     def start(cls, options: SqsOptions) -> _DriverState:
         """Connect and check everything a person might have to fix, at query start."""
-        client = make_client(options, max_pool_connections=32)
+        # One connection per concurrent batch call, plus the queue poll and GetQueueUrl.
+        pool = driver_parallelism(options.num_partitions) + 4
+        client = make_client(options, max_pool_connections=max(32, pool))
         queue_url = resolve_queue_url(client, options)
         # Proves the queue exists and the credentials may read it before any batch runs.
         queue_attributes(client, queue_url, ["QueueArn"])

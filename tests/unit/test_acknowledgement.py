@@ -825,3 +825,12 @@ def test_heartbeat_extensions_keep_old_handles_valid() -> None:
 
     assert ack.acknowledge_through(1).uncertain == 0
     assert journal.dedupe == {}
+
+
+def test_driver_parallelism_grows_with_receivers_within_bounds() -> None:
+    from spark_sqs.acknowledgement import driver_parallelism
+
+    assert driver_parallelism(1) == 8
+    assert driver_parallelism(4) == 16
+    assert driver_parallelism(8) == 32
+    assert driver_parallelism(1000) == 64

@@ -1,0 +1,146 @@
+"""A loopback HTTP forwarding proxy that adds a fixed delay to every request.
+
+SQS within an AWS region answers in roughly 10-30 ms; moto and LocalStack on 127.0.0.1 answer in
+well under a millisecond of network time. Putting this proxy between a consumer and the local SQS
+makes each call cost about what it costs in a region, so what a benchmark measures is how many
+calls a consumer keeps in flight (its concurrency), not how fast one Python process can spin.
+
+Each connection gets its own thread and its own persistent upstream connection, so concurrent
+requests are delayed concurrently, as on a real network. Run standalone as
+``python -m bench.proxy --upstream URL --delay 0.02`` (prints ``PORT <n>``), or embed
+``DelayProxy``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlparse
+
+# Hop-by-hop headers are per connection and must not be forwarded (RFC 9110 7.6.1).
+_HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    # Headers and body go out in separate writes: with Nagle's algorithm on, the client's
+    # delayed ACK would add about 40 ms to every response.
+    disable_nagle_algorithm = True
+    server: _ProxyServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+    def _forward(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        delay = self.server.delay
+        if delay > 0:
+            time.sleep(delay)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+        headers["Host"] = self.server.upstream_netloc
+        conn = getattr(self, "_upstream", None)
+        for attempt in range(2):
+            if conn is None:
+                conn = http.client.HTTPConnection(
+                    self.server.upstream_host, self.server.upstream_port, timeout=120
+                )
+                conn.connect()
+                conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self._upstream = conn
+            try:
+                conn.request(self.command, self.path, body=body, headers=headers)
+                response = conn.getresponse()
+                data = response.read()
+                break
+            except (http.client.HTTPException, OSError):
+                # The upstream closed an idle keep-alive connection: reconnect once.
+                conn.close()
+                conn = None
+                self._upstream = None
+                if attempt:
+                    self.send_error(502, "upstream unreachable")
+                    return
+        self.server.count()
+        self.send_response(response.status, response.reason)
+        for key, value in response.getheaders():
+            if key.lower() not in _HOP_BY_HOP and key.lower() != "content-length":
+                self.send_header(key, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _forward
+
+
+class _ProxyServer(ThreadingHTTPServer):
+    daemon_threads = True
+    # Many consumers open connections at once; the default backlog of 5 drops some.
+    request_queue_size = 256
+
+    def __init__(self, upstream: str, delay: float) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        parsed = urlparse(upstream)
+        self.upstream_host = parsed.hostname or "127.0.0.1"
+        self.upstream_port = parsed.port or 80
+        self.upstream_netloc = parsed.netloc
+        self.delay = delay
+        self.requests = 0
+        self._guard = threading.Lock()
+
+    def count(self) -> None:
+        with self._guard:
+            self.requests += 1
+
+
+class DelayProxy:
+    """Forwards ``http://127.0.0.1:<port>`` to ``upstream``, ``delay`` seconds late."""
+
+    def __init__(self, upstream: str, delay: float) -> None:
+        self._server = _ProxyServer(upstream, delay)
+        self.port = self._server.server_address[1]
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def requests(self) -> int:
+        return self._server.requests
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--upstream", required=True)
+    parser.add_argument("--delay", type=float, default=0.02, help="seconds added per request")
+    args = parser.parse_args(argv)
+    proxy = DelayProxy(args.upstream, args.delay)
+    print(f"PORT {proxy.port}", flush=True)
+    try:
+        # Until the parent closes our stdin (or dies).
+        sys.stdin.read()
+    finally:
+        proxy.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

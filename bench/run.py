@@ -1,0 +1,583 @@
+"""``make bench`` / ``python -m bench``: the SQS source against a plain boto3 consumer.
+
+Everything is measured in one run on this machine and written to ``bench/results/``
+(``results.json``, ``README.md`` with the tables, PNG plots). See ``bench/results/README.md``
+for what each section measures; ``--quick`` is a smoke test of the whole pipeline (a few
+minutes, numbers not meaningful).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench import load, servers
+
+logger = logging.getLogger("bench")
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="smoke test: tiny counts, short windows")
+    p.add_argument("--out", default=str(RESULTS), help="results directory")
+    p.add_argument("--receivers", default="1,2,4,8", help="concurrency levels")
+    p.add_argument("--delay-ms", type=float, default=20.0, help="delay proxy: ms per request")
+    p.add_argument("--window", type=float, default=30.0, help="steady state: seconds measured")
+    p.add_argument("--warmup", type=float, default=5.0, help="steady state: seconds not measured")
+    p.add_argument("--depth", type=int, default=200, help="moto steady state: visible messages")
+    p.add_argument("--moto-batch", type=int, default=250, help="moto: messages/receiver/batch")
+    p.add_argument(
+        "--drain-per-receiver", type=int, default=2500, help="LocalStack: backlog per receiver"
+    )
+    p.add_argument("--drain-batch", type=int, default=500, help="LocalStack: msgs/receiver/batch")
+    p.add_argument("--body-bytes", type=int, default=200, help="message body size")
+    p.add_argument("--cores", type=int, default=8, help="Spark master local[N]")
+    p.add_argument("--base-ref", default=None, help="git ref for 'before' (default: merge-base)")
+    p.add_argument("--skip", default="", help="comma list of sections to skip")
+    p.add_argument("--report-only", action="store_true", help="rewrite README from results.json")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.receivers = "1,2"
+        args.window, args.warmup = 6.0, 2.0
+        args.drain_per_receiver = 300
+        args.drain_batch = 150
+        args.moto_batch = 100
+    return args
+
+
+# -- machine and versions -------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = 0
+    try:
+        import psutil
+
+        memory = psutil.virtual_memory().total
+    except ImportError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(memory / 2**30, 1),
+        "os": platform.platform(),
+        "load_average_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
+    }
+
+
+def versions() -> dict[str, str]:
+    import boto3
+    import botocore
+    import pyarrow
+    import pyspark
+
+    out = {
+        "python": platform.python_version(),
+        "pyspark": pyspark.__version__,
+        "boto3": boto3.__version__,
+        "botocore": botocore.__version__,
+        "pyarrow": pyarrow.__version__,
+    }
+    try:
+        import moto
+
+        out["moto"] = moto.__version__
+    except ImportError:
+        out["moto"] = "missing"
+    java = shutil.which("java")
+    if os.environ.get("JAVA_HOME"):
+        java = str(Path(os.environ["JAVA_HOME"], "bin", "java"))
+    if java:
+        text = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+        out["java"] = text.splitlines()[0] if text else "unknown"
+    try:
+        out["spark_sqs_commit"] = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (subprocess.SubprocessError, OSError):
+        pass
+    return out
+
+
+# -- the endpoints ------------------------------------------------------------------------------
+
+
+class Endpoints:
+    """moto and (if it can be installed and started) LocalStack, each direct and via the delay
+    proxy."""
+
+    def __init__(self, delay: float, workdir: Path) -> None:
+        self._children: list[Any] = []
+        self.moto = servers.start_moto()
+        self._children.append(self.moto)
+        self.moto_proxy = servers.start_proxy(self.moto.value, delay)
+        self._children.append(self.moto_proxy)
+        self.localstack: servers.LocalStack | None = None
+        self.localstack_proxy: servers.Child | None = None
+        self.localstack_error = ""
+        self.localstack_version = ""
+        try:
+            python = servers.ensure_localstack_venv(workdir / "localstack-install.log")
+            self.localstack = servers.LocalStack(python, workdir / "localstack.log")
+            self._children.append(self.localstack)
+            self.localstack_version = self.localstack.version
+            self.localstack_proxy = servers.start_proxy(self.localstack.endpoint, delay)
+            self._children.append(self.localstack_proxy)
+        except Exception as exc:  # noqa: BLE001 - reported, and the moto results still count
+            self.localstack_error = str(exc)
+            logger.error("LocalStack unavailable, its sections are skipped: %s", exc)
+
+    def get(self, server: str, proxied: bool) -> tuple[str, str]:
+        """(endpoint the consumer uses, endpoint for setup and the producer)."""
+        if server == "moto":
+            direct = self.moto.value
+            via = f"http://127.0.0.1:{self.moto_proxy.value}"
+        else:
+            assert self.localstack is not None and self.localstack_proxy is not None
+            direct = self.localstack.endpoint
+            via = f"http://127.0.0.1:{self.localstack_proxy.value}"
+        return (via if proxied else direct), direct
+
+    def stop(self) -> None:
+        for child in reversed(self._children):
+            try:
+                child.stop()
+            except Exception:  # noqa: BLE001 - best effort at exit
+                pass
+
+
+def new_queue(endpoint: str, prefix: str) -> str:
+    sqs = load.client(endpoint)
+    return sqs.create_queue(
+        QueueName=f"{prefix}-{uuid.uuid4().hex[:10]}",
+        Attributes={"VisibilityTimeout": "120"},
+    )["QueueUrl"]
+
+
+def delete_queue(endpoint: str, url: str) -> None:
+    try:
+        load.client(endpoint).delete_queue(QueueUrl=url)
+    except Exception:  # noqa: BLE001 - cleanup only
+        pass
+
+
+class Producer:
+    """``bench.load produce`` in its own process (a DepthKeeper), for moto steady state."""
+
+    def __init__(self, endpoint: str, queue_url: str, depth: int, body_bytes: int) -> None:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.load",
+                "produce",
+                "--endpoint",
+                endpoint,
+                "--queue-url",
+                queue_url,
+                "--depth",
+                str(depth),
+                "--body-bytes",
+                str(body_bytes),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.proc.stdout.readline()
+
+    def stop(self) -> dict[str, int]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.close()
+        out = self.proc.stdout.read().split()
+        self.proc.wait(60)
+        if len(out) >= 3 and out[0] == "SENT":
+            return {"sent": int(out[1]), "median_depth": int(out[2])}
+        return {}
+
+
+# -- sections -----------------------------------------------------------------------------------
+
+
+def steady_point(
+    spark: Any, wd: Any, eps: Endpoints, proxied: bool, receivers: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    from bench import spark_runs
+
+    consumer_ep, setup_ep = eps.get("moto", proxied)
+    row: dict[str, Any] = {"server": "moto", "proxied": proxied, "receivers": receivers}
+    # Baseline.
+    url = new_queue(setup_ep, "steady-base")
+    producer = Producer(setup_ep, url, args.depth, args.body_bytes)
+    time.sleep(1.0)
+    consumer = load.BaselineConsumer(consumer_ep, url, receivers)
+    consumer.start()
+    time.sleep(args.warmup)
+    d0, t0 = consumer.deleted(), time.monotonic()
+    time.sleep(args.window)
+    d1, t1 = consumer.deleted(), time.monotonic()
+    result = consumer.stop()
+    row["baseline"] = {"rate": (d1 - d0) / (t1 - t0), "errors": result.errors, **producer.stop()}
+    delete_queue(setup_ep, url)
+    # Source.
+    url = new_queue(setup_ep, "steady-src")
+    producer = Producer(setup_ep, url, args.depth, args.body_bytes)
+    time.sleep(1.0)
+    run = spark_runs.source_steady(
+        spark, wd, consumer_ep, url, receivers, args.moto_batch, args.warmup, args.window
+    )
+    row["source"] = {**spark_runs.run_dict(run), **producer.stop()}
+    delete_queue(setup_ep, url)
+    row["ratio"] = row["source"]["rate"] / row["baseline"]["rate"] if row["baseline"]["rate"] else 0
+    return row
+
+
+def drain_point(
+    spark: Any, wd: Any, eps: Endpoints, proxied: bool, receivers: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    from bench import spark_runs
+
+    consumer_ep, setup_ep = eps.get("localstack", proxied)
+    n = args.drain_per_receiver * receivers
+    row: dict[str, Any] = {
+        "server": "localstack",
+        "proxied": proxied,
+        "receivers": receivers,
+        "messages": n,
+    }
+    url = new_queue(setup_ep, "drain-base")
+    fill_s = load.fill(setup_ep, url, n, args.body_bytes)
+    consumer = load.BaselineConsumer(consumer_ep, url, receivers)
+    started = time.monotonic()
+    consumer.start()
+    deadline = started + max(120.0, n / 20)
+    while consumer.deleted() < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    result = consumer.stop()
+    last = max((t for t, _ in result.events), default=started)
+    row["baseline"] = {
+        "rate": result.deleted / (last - started) if last > started else 0.0,
+        "rows": result.deleted,
+        "seconds": last - started,
+        "fill_seconds": fill_s,
+        "errors": result.errors,
+    }
+    delete_queue(setup_ep, url)
+    url = new_queue(setup_ep, "drain-src")
+    load.fill(setup_ep, url, n, args.body_bytes)
+    run = spark_runs.source_drain(
+        spark, wd, consumer_ep, url, receivers, args.drain_batch, n, max(180.0, n / 20)
+    )
+    row["source"] = spark_runs.run_dict(run)
+    delete_queue(setup_ep, url)
+    row["ratio"] = row["source"]["rate"] / row["baseline"]["rate"] if row["baseline"]["rate"] else 0
+    return row
+
+
+def overhead_section(spark: Any, wd: Any, eps: Endpoints, args: argparse.Namespace) -> dict:
+    from bench import spark_runs
+
+    url = new_queue(eps.moto.value, "overhead")
+    producer = Producer(eps.moto.value, url, args.depth, args.body_bytes)
+    try:
+        return spark_runs.batch_overhead(
+            spark, wd, eps.moto.value, url, rows=10, seconds=8.0 if args.quick else 25.0
+        )
+    finally:
+        producer.stop()
+        delete_queue(eps.moto.value, url)
+
+
+LATENCY_CONFIGS = {
+    "defaults (numPartitions=1)": {"numPartitions": 1},
+    "low latency (numPartitions=1, waitTimeSeconds=0, queuePollInterval=0.1)": {
+        "numPartitions": 1,
+        "waitTimeSeconds": 0,
+        "queuePollInterval": 0.1,
+    },
+}
+
+
+def latency_section(spark: Any, wd: Any, eps: Endpoints, args: argparse.Namespace) -> dict:
+    from bench import spark_runs
+
+    rate = 20.0
+    seconds = 10.0 if args.quick else 30.0
+    out: dict[str, Any] = {"rate": rate, "seconds": seconds, "server": "moto, direct"}
+    url = new_queue(eps.moto.value, "lat-base")
+    out["baseline (1 thread)"] = spark_runs.baseline_latency(eps.moto.value, url, rate, seconds)
+    delete_queue(eps.moto.value, url)
+    for name, options in LATENCY_CONFIGS.items():
+        url = new_queue(eps.moto.value, "lat-src")
+        out[name] = {
+            "options": options,
+            **spark_runs.latency(spark, wd, eps.moto.value, url, rate, seconds, options),
+        }
+        delete_queue(eps.moto.value, url)
+    return out
+
+
+def memory_section(spark: Any, wd: Any, eps: Endpoints, args: argparse.Namespace) -> dict:
+    """Peak RSS against batch size: one receiver takes the whole batch, 1 KiB bodies."""
+    from bench import spark_runs
+
+    if eps.localstack is not None:
+        server, endpoint = "localstack", eps.localstack.endpoint
+        sizes = [500, 2000, 8000] if not args.quick else [200, 400]
+    else:
+        server, endpoint = "moto", eps.moto.value
+        sizes = [250, 500, 1000] if not args.quick else [100, 200]
+    out: dict[str, Any] = {"server": server, "body_bytes": 1024, "points": []}
+    for size in sizes:
+        url = new_queue(endpoint, "mem")
+        load.fill(endpoint, url, size, 1024)
+        sampler = spark_runs.MemorySampler(spark)
+        sampler.start()
+        run = spark_runs.source_drain(
+            spark, wd, endpoint, url, 1, size, size, max(180.0, size / 20), waitTimeSeconds=0
+        )
+        peak = sampler.stop()
+        out["points"].append(
+            {
+                "batch_size": size,
+                "rows": run.rows,
+                "rate": run.rate,
+                "batch_ms": run.median_batch_ms,
+                "peak_rss": peak,
+                "rss_at_start": sampler.start_rss,
+            }
+        )
+        delete_queue(endpoint, url)
+    return out
+
+
+def hotpath_section(eps: Endpoints, args: argparse.Namespace, out_dir: Path) -> dict:
+    """The hot path (bench.hotpath) of the base commit and of this tree, in the same run."""
+    base_ref = args.base_ref or _merge_base()
+    result: dict[str, Any] = {"base_ref": base_ref, "runs": []}
+    trees = {"after": ROOT}
+    tmp = Path(tempfile.mkdtemp(prefix="bench-base-"))
+    if base_ref:
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", base_ref, "spark_sqs"], capture_output=True
+        )
+        if archive.returncode == 0:
+            subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive.stdout, check=True)
+            trees = {"before": tmp, "after": ROOT}
+        else:
+            result["error"] = archive.stderr.decode()[:300]
+    server = "localstack" if eps.localstack is not None else "moto"
+    messages = 1000 if args.quick else (8000 if server == "localstack" else 2000)
+    configs = [("direct, 1 receiver", False, 1), ("delay proxy, 4 receivers", True, 4)]
+    for label, proxied, receivers in configs:
+        endpoint, _ = eps.get(server, proxied)
+        for version, tree in trees.items():
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(ROOT)])}
+            tag = f"{version}-{'proxy' if proxied else 'direct'}-{receivers}"
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.hotpath",
+                    "--endpoint",
+                    endpoint,
+                    "--out",
+                    str(out_dir / "profiles"),
+                    "--messages",
+                    str(messages),
+                    "--receivers",
+                    str(receivers),
+                    "--per-batch",
+                    "500",
+                    "--label",
+                    tag,
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                cwd=str(tree),
+            )
+            if proc.returncode != 0:
+                result["runs"].append({"config": label, "version": version, "error": proc.stderr})
+                continue
+            data = json.loads((out_dir / "profiles" / f"hotpath-{tag}.json").read_text())
+            result["runs"].append({"config": label, "version": version, "server": server, **data})
+    shutil.rmtree(tmp, ignore_errors=True)
+    return result
+
+
+def _merge_base() -> str | None:
+    for ref in ("main", "origin/main"):
+        proc = subprocess.run(
+            ["git", "-C", str(ROOT), "merge-base", "HEAD", ref], capture_output=True, text=True
+        )
+        if proc.returncode == 0:
+            return proc.stdout.strip()[:12]
+    return None
+
+
+def warm_up(spark: Any, wd: Any, eps: Endpoints, cores: int) -> None:
+    """Start the Python workers before anything is measured."""
+    from bench import spark_runs
+
+    url = new_queue(eps.moto.value, "warmup")
+    load.fill(eps.moto.value, url, 20 * cores, 100)
+    spark_runs.source_drain(spark, wd, eps.moto.value, url, cores, 20, 20 * cores, 120)
+    delete_queue(eps.moto.value, url)
+
+
+# -- main ---------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("botocore", "urllib3", "py4j", "spark_sqs", "werkzeug"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    from bench import report
+
+    if args.report_only:
+        report.write(json.loads((out_dir / "results.json").read_text()), out_dir)
+        return 0
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+    os.environ.setdefault("AWS_DEFAULT_REGION", load.REGION)
+    # Spark's Python workers must import this tree's spark_sqs and bench.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in [str(ROOT), os.environ.get("PYTHONPATH", "")] if p
+    )
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    skip = set(filter(None, args.skip.split(",")))
+    receivers = [int(r) for r in args.receivers.split(",")]
+    began = time.time()
+    results: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(began)),
+        "quick": args.quick,
+        "machine": machine(),
+        "versions": versions(),
+        "parameters": {
+            k: v for k, v in vars(args).items() if k not in ("out", "report_only", "skip")
+        },
+        "errors": [],
+    }
+    work = Path(tempfile.mkdtemp(prefix="spark-sqs-bench-"))
+    logger.info("starting moto, the delay proxies and LocalStack ...")
+    eps = Endpoints(args.delay_ms / 1000.0, work)
+    results["versions"]["localstack"] = (
+        eps.localstack_version or f"unavailable: {eps.localstack_error}"
+    )
+    spark = wd = None
+
+    def section(name: str, fn: Any, *a: Any) -> Any:
+        if name in skip:
+            return None
+        logger.info("== %s", name)
+        t = time.monotonic()
+        try:
+            value = fn(*a)
+        except Exception as exc:  # noqa: BLE001 - one failed section must not lose the rest
+            logger.error("section %s failed: %s", name, exc)
+            results["errors"].append({"section": name, "error": traceback.format_exc()[-2000:]})
+            value = None
+        results.setdefault("section_seconds", {})[name] = round(time.monotonic() - t, 1)
+        _save(results, out_dir)
+        return value
+
+    try:
+        results["hotpath"] = section("hotpath", hotpath_section, eps, args, out_dir)
+        from bench import spark_runs
+
+        spark = spark_runs.session(args.cores)
+        wd = spark_runs.Workdir()
+        section("warmup", warm_up, spark, wd, eps, args.cores)
+        results["steady"] = []
+        for proxied in (False, True):
+            for r in receivers:
+                row = section(
+                    f"moto-steady-{'proxy' if proxied else 'direct'}-{r}",
+                    steady_point,
+                    spark,
+                    wd,
+                    eps,
+                    proxied,
+                    r,
+                    args,
+                )
+                if row:
+                    results["steady"].append(row)
+                    logger.info(
+                        "   baseline %.0f/s source %.0f/s ratio %.2f",
+                        row["baseline"]["rate"],
+                        row["source"]["rate"],
+                        row["ratio"],
+                    )
+        results["drain"] = []
+        if eps.localstack is not None:
+            for proxied in (False, True):
+                for r in receivers:
+                    row = section(
+                        f"localstack-drain-{'proxy' if proxied else 'direct'}-{r}",
+                        drain_point,
+                        spark,
+                        wd,
+                        eps,
+                        proxied,
+                        r,
+                        args,
+                    )
+                    if row:
+                        results["drain"].append(row)
+                        logger.info(
+                            "   baseline %.0f/s source %.0f/s ratio %.2f",
+                            row["baseline"]["rate"],
+                            row["source"]["rate"],
+                            row["ratio"],
+                        )
+        results["overhead"] = section("overhead", overhead_section, spark, wd, eps, args)
+        results["latency"] = section("latency", latency_section, spark, wd, eps, args)
+        results["memory"] = section("memory", memory_section, spark, wd, eps, args)
+    finally:
+        results["total_seconds"] = round(time.time() - began, 1)
+        _save(results, out_dir)
+        if spark is not None:
+            spark.stop()
+        if wd is not None:
+            wd.cleanup()
+        eps.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    report.write(results, out_dir)
+    logger.info("done in %.0f s: %s", time.time() - began, out_dir / "README.md")
+    return 1 if results["errors"] else 0
+
+
+def _save(results: dict[str, Any], out_dir: Path) -> None:
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))

@@ -1,0 +1,69 @@
+"""The benchmarks' delay proxy forwards requests unchanged and holds each one."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from bench.proxy import DelayProxy
+
+
+class _Echo(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        data = json.dumps(
+            {"path": self.path, "body": body.decode(), "target": self.headers.get("X-Amz-Target")}
+        ).encode()
+        self.send_response(201)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def test_proxy_forwards_method_path_body_and_headers_and_counts_requests() -> None:
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    proxy = DelayProxy(f"http://127.0.0.1:{upstream.server_address[1]}", 0.0)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=10)
+        for i in range(2):  # two requests on one keep-alive connection
+            conn.request(
+                "POST", f"/q/{i}", body=b'{"a": 1}', headers={"X-Amz-Target": "AmazonSQS.Rx"}
+            )
+            response = conn.getresponse()
+            assert response.status == 201
+            assert json.loads(response.read()) == {
+                "path": f"/q/{i}",
+                "body": '{"a": 1}',
+                "target": "AmazonSQS.Rx",
+            }
+        assert proxy.requests == 2
+    finally:
+        proxy.stop()
+        upstream.shutdown()
+
+
+def test_proxy_holds_each_request_for_the_delay() -> None:
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    proxy = DelayProxy(f"http://127.0.0.1:{upstream.server_address[1]}", 0.2)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=10)
+        started = time.monotonic()
+        conn.request("POST", "/", body=b"x")
+        conn.getresponse().read()
+        # A lower bound only: the delay is a sleep, so it can be longer, never shorter.
+        assert time.monotonic() - started >= 0.2
+    finally:
+        proxy.stop()
+        upstream.shutdown()
