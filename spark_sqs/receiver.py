@@ -29,6 +29,9 @@ from .schema import RECEIPT_HANDLE, messages_to_table, output_batches
 logger = logging.getLogger(__name__)
 
 RECEIVE_BATCH = 10
+# Consecutive receives answered with fewer messages than asked for: the receiver has caught up
+# with the queue, and waiting out the time budget would only add latency.
+CAUGHT_UP_AFTER = 3
 
 
 @dataclass
@@ -48,7 +51,8 @@ def receive_messages(
     on_chunk: Callable[[list[dict[str, Any]]], None] | None = None,
     already: int = 0,
 ) -> tuple[list[dict[str, Any]], ReceiveStats]:
-    """Loop ``ReceiveMessage`` until the receiver's share, an empty receive, or the time budget.
+    """Loop ``ReceiveMessage`` until the receiver's share, an empty receive, ``CAUGHT_UP_AFTER``
+    short receives in a row, or the time budget.
 
     ``on_chunk`` sees the messages of each call as soon as they arrive; ``already`` counts
     messages an earlier attempt journaled towards this receiver's share.
@@ -59,6 +63,7 @@ def receive_messages(
     deadline = started + options.receive_budget_seconds
     by_id: dict[str, dict[str, Any]] = {}
     fifo = partition.queue_url.endswith(".fifo")
+    short_in_a_row = 0
     while len(by_id) + already < partition.max_messages:
         wanted = min(RECEIVE_BATCH, partition.max_messages - len(by_id) - already)
         request: dict[str, Any] = {
@@ -98,6 +103,12 @@ def receive_messages(
             on_chunk(messages)
         if not messages:
             stats.stopped_by = "empty receive"
+            break
+        # With a trickle of messages, a long poll returns each one as it arrives and never comes
+        # back empty: without this, every batch would last the whole time budget.
+        short_in_a_row = short_in_a_row + 1 if len(messages) < wanted else 0
+        if short_in_a_row >= CAUGHT_UP_AFTER:
+            stats.stopped_by = "caught up"
             break
         if clock() >= deadline:
             stats.stopped_by = "time budget"

@@ -22,7 +22,12 @@ from spark_sqs.errors import (
 )
 from spark_sqs.journal import Journal, JournalState
 from spark_sqs.planning import ReceiverPartition
-from spark_sqs.receiver import RECEIVE_BATCH, read_partition, receive_messages
+from spark_sqs.receiver import (
+    CAUGHT_UP_AFTER,
+    RECEIVE_BATCH,
+    read_partition,
+    receive_messages,
+)
 from spark_sqs.schema import arrow_output_schema, messages_to_table
 from tests.unit.factories import QUEUE_URL, make_options, sqs_message
 
@@ -150,6 +155,35 @@ def test_stops_on_an_empty_receive() -> None:
     assert len(sqs.receive_calls) == 2
     assert stats.stopped_by == "empty receive"
     assert stats.received == 7
+
+
+def test_stops_once_caught_up_with_a_trickle() -> None:
+    # A steady trickle: every long poll returns one or two messages, never an empty receive.
+    trickle = [[sqs_message(n)] for n in range(50)]
+    sqs = FakeSqs(script=[[sqs_message(100 + n) for n in range(10)], *trickle])
+    messages, stats = receive_messages(sqs, partition(1000))
+
+    assert stats.stopped_by == "caught up"
+    assert len(sqs.receive_calls) == 1 + CAUGHT_UP_AFTER
+    assert len(messages) == 10 + CAUGHT_UP_AFTER
+
+
+def test_a_full_receive_resets_the_short_count() -> None:
+    full = [sqs_message(100 + n) for n in range(10)]
+    short = [sqs_message(200)]
+    again = [sqs_message(300 + n) for n in range(10)]
+    sqs = FakeSqs(script=[short, short[:], full, [sqs_message(201)], [sqs_message(202)], again, []])
+    _, stats = receive_messages(sqs, partition(1000))
+
+    # Never three short receives in a row: the loop runs until the empty receive.
+    assert stats.stopped_by == "empty receive"
+    assert len(sqs.receive_calls) == 7
+
+
+def test_the_last_call_asking_for_the_remainder_is_not_short() -> None:
+    sqs = FakeSqs(available=100)
+    _, stats = receive_messages(sqs, partition(23))
+    assert stats.stopped_by == "limit"
 
 
 def test_an_empty_queue_costs_one_call() -> None:
