@@ -46,7 +46,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--drain-batch", type=int, default=500, help="LocalStack: msgs/receiver/batch")
     p.add_argument("--body-bytes", type=int, default=200, help="message body size")
     p.add_argument("--cores", type=int, default=8, help="Spark master local[N]")
-    p.add_argument("--base-ref", default=None, help="git ref for 'before' (default: merge-base)")
+    p.add_argument(
+        "--base-ref",
+        default=None,
+        help="git ref for 'before' (default: the merge base with main, if HEAD is not on it)",
+    )
     p.add_argument("--skip", default="", help="comma list of sections to skip")
     p.add_argument("--report-only", action="store_true", help="rewrite README from results.json")
     args = p.parse_args(argv)
@@ -438,7 +442,12 @@ def _merge_base() -> str | None:
             ["git", "-C", str(ROOT), "merge-base", "HEAD", ref], capture_output=True, text=True
         )
         if proc.returncode == 0:
-            return proc.stdout.strip()[:12]
+            base = proc.stdout.strip()
+            head = subprocess.run(
+                ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
+            ).stdout.strip()
+            # On main itself the merge base is HEAD: there is no "before" to compare with.
+            return None if base == head else base[:12]
     return None
 
 
