@@ -23,6 +23,8 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+from spark_sqs.client import queue_counts
+
 REGION = "us-east-1"
 
 
@@ -55,16 +57,6 @@ def send_batch(sqs: Any, queue_url: str, start: int, count: int, body_bytes: int
         raise RuntimeError(f"SendMessageBatch failed: {response['Failed'][:1]}")
 
 
-def visible(sqs: Any, queue_url: str) -> tuple[int, int]:
-    attrs = sqs.get_queue_attributes(
-        QueueUrl=queue_url,
-        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-    )["Attributes"]
-    return int(attrs["ApproximateNumberOfMessages"]), int(
-        attrs["ApproximateNumberOfMessagesNotVisible"]
-    )
-
-
 def fill(endpoint: str, queue_url: str, count: int, body_bytes: int, threads: int = 8) -> float:
     """Send ``count`` messages as fast as the server takes them; returns seconds taken."""
     sqs = client(endpoint, pool=threads)
@@ -83,7 +75,7 @@ def wait_empty(endpoint: str, queue_url: str, timeout: float = 120.0) -> bool:
     sqs = client(endpoint)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if visible(sqs, queue_url) == (0, 0):
+        if queue_counts(sqs, queue_url) == (0, 0):
             return True
         time.sleep(0.5)
     return False
@@ -195,7 +187,7 @@ class DepthKeeper:
         sqs = client(self._endpoint)
         while not self._stop.is_set():
             try:
-                depth, _ = visible(sqs, self._queue_url)
+                depth, _ = queue_counts(sqs, self._queue_url)
                 with self._guard:
                     self._visible = depth
                 self.depth_samples.append(depth)

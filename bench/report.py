@@ -56,13 +56,27 @@ def scaling_line(rows: list[dict[str, Any]], proxied: bool) -> str:
     )
 
 
-def plot_throughput(results: dict[str, Any], path: Path) -> bool:
+def _pyplot() -> Any:
+    """matplotlib's pyplot without a display, or None where matplotlib is not installed."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def _save(plt: Any, fig: Any, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_throughput(results: dict[str, Any], path: Path) -> bool:
+    plt = _pyplot()
+    if plt is None:
         return False
     panels = [("moto, steady state", results.get("steady") or [])]
     if results.get("drain"):
@@ -98,19 +112,13 @@ def plot_throughput(results: dict[str, Any], path: Path) -> bool:
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, path)
     return True
 
 
 def plot_memory(memory: dict[str, Any], path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = _pyplot()
+    if plt is None:
         return False
     points = memory.get("points") or []
     if not points:
@@ -128,19 +136,13 @@ def plot_memory(memory: dict[str, Any], path: Path) -> bool:
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, path)
     return True
 
 
 def plot_hotpath(hotpath: dict[str, Any], path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = _pyplot()
+    if plt is None:
         return False
     runs = [r for r in hotpath.get("runs", []) if "error" not in r]
     configs = list(dict.fromkeys(r["config"] for r in runs))
@@ -166,9 +168,7 @@ def plot_hotpath(hotpath: dict[str, Any], path: Path) -> bool:
         ax.set_title(title)
         ax.grid(axis="y", alpha=0.3)
         ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, path)
     return True
 
 

@@ -528,43 +528,21 @@ def main(argv: list[str] | None = None) -> int:
         spark = spark_runs.session(args.cores)
         wd = spark_runs.Workdir()
         section("warmup", warm_up, spark, wd, eps, args.cores)
-        results["steady"] = []
-        for proxied in (False, True):
-            for r in receivers:
-                row = section(
-                    f"moto-steady-{'proxy' if proxied else 'direct'}-{r}",
-                    steady_point,
-                    spark,
-                    wd,
-                    eps,
-                    proxied,
-                    r,
-                    args,
-                )
-                if row:
-                    results["steady"].append(row)
-                    logger.info(
-                        "   baseline %.0f/s source %.0f/s ratio %.2f",
-                        row["baseline"]["rate"],
-                        row["source"]["rate"],
-                        row["ratio"],
-                    )
-        results["drain"] = []
-        if eps.localstack is not None:
-            for proxied in (False, True):
+        # (results key, section prefix, measurement, does its server run?)
+        kinds = [
+            ("steady", "moto-steady", steady_point, True),
+            ("drain", "localstack-drain", drain_point, eps.localstack is not None),
+        ]
+        for key, prefix, point, available in kinds:
+            results[key] = []
+            for proxied in (False, True) if available else ():
                 for r in receivers:
+                    network = "proxy" if proxied else "direct"
                     row = section(
-                        f"localstack-drain-{'proxy' if proxied else 'direct'}-{r}",
-                        drain_point,
-                        spark,
-                        wd,
-                        eps,
-                        proxied,
-                        r,
-                        args,
+                        f"{prefix}-{network}-{r}", point, spark, wd, eps, proxied, r, args
                     )
                     if row:
-                        results["drain"].append(row)
+                        results[key].append(row)
                         logger.info(
                             "   baseline %.0f/s source %.0f/s ratio %.2f",
                             row["baseline"]["rate"],

@@ -123,17 +123,9 @@ def source_steady(
 ) -> SourceRun:
     """Run the source on a queue kept fed by a producer; the rate over ``window`` seconds that
     follow the first non-empty batch plus ``warmup``."""
-    base = workdir.fresh("steady")
-    df = source_stream(
-        spark,
-        endpoint,
-        queue_url,
-        base / "journal",
-        numPartitions=receivers,
-        maxMessagesPerTrigger=per_receiver * receivers,
-        **options,
+    query = _start_source(
+        spark, workdir, "steady", endpoint, queue_url, receivers, per_receiver, **options
     )
-    query = _start_noop(df, base / "checkpoint")
     try:
         deadline = time.monotonic() + 180
         while _rows_so_far(query) == 0:
@@ -169,17 +161,9 @@ def source_drain(
     **options: Any,
 ) -> SourceRun:
     """Run the source until it has delivered ``expected`` messages (a pre-filled backlog)."""
-    base = workdir.fresh("drain")
-    df = source_stream(
-        spark,
-        endpoint,
-        queue_url,
-        base / "journal",
-        numPartitions=receivers,
-        maxMessagesPerTrigger=per_receiver * receivers,
-        **options,
+    query = _start_source(
+        spark, workdir, "drain", endpoint, queue_url, receivers, per_receiver, **options
     )
-    query = _start_noop(df, base / "checkpoint")
     try:
         deadline = time.monotonic() + timeout
         while _rows_so_far(query) < expected:
@@ -201,6 +185,30 @@ def source_drain(
         median_batch_ms=median(b.durations_ms.get("triggerExecution", 0) for b in full),
         detail={"durations": _median_durations(full)},
     )
+
+
+def _start_source(
+    spark: Any,
+    workdir: Workdir,
+    kind: str,
+    endpoint: str,
+    queue_url: str,
+    receivers: int,
+    per_receiver: int,
+    **options: Any,
+) -> Any:
+    """The source with ``receivers`` receivers of ``per_receiver`` messages each, into noop."""
+    base = workdir.fresh(kind)
+    df = source_stream(
+        spark,
+        endpoint,
+        queue_url,
+        base / "journal",
+        numPartitions=receivers,
+        maxMessagesPerTrigger=per_receiver * receivers,
+        **options,
+    )
+    return _start_noop(df, base / "checkpoint")
 
 
 def _median_durations(batches: list[Batch]) -> dict[str, float]:

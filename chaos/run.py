@@ -30,6 +30,7 @@ from typing import Any
 
 from chaos.faults import ENV, KINDS, OPERATIONS, FaultConfig, count_faults, faults_by_role
 from chaos.sink import committed_batches
+from spark_sqs.client import queue_counts
 
 REPO = Path(__file__).resolve().parent.parent
 INJECT = Path(__file__).resolve().parent / "inject"
@@ -252,13 +253,8 @@ def _processes() -> dict[int, tuple[int, int, bytes]]:
 
 
 def queue_depth(sqs: Any, queue_url: str) -> int:
-    attrs = sqs.get_queue_attributes(
-        QueueUrl=queue_url,
-        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-    )["Attributes"]
-    return int(attrs["ApproximateNumberOfMessages"]) + int(
-        attrs["ApproximateNumberOfMessagesNotVisible"]
-    )
+    """Visible plus in-flight messages."""
+    return sum(queue_counts(sqs, queue_url))
 
 
 def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Outcome:

@@ -229,6 +229,18 @@ def queue_attributes(client: Any, queue_url: str, names: list[str]) -> dict[str,
         raise classify(exc, "GetQueueAttributes", queue_url) from None
 
 
+def queue_counts(client: Any, queue_url: str) -> tuple[int, int]:
+    """(visible, in flight): SQS's approximate counts of the queue."""
+    attrs = queue_attributes(
+        client,
+        queue_url,
+        ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )
+    return int(attrs["ApproximateNumberOfMessages"]), int(
+        attrs["ApproximateNumberOfMessagesNotVisible"]
+    )
+
+
 # Can never name a message: an authorised call fails for the handle (ReceiptHandleIsInvalid), a
 # denied one with 403 before the handle is looked at.
 _PROBE_HANDLE = "spark-sqs-permission-probe"

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .client import queue_counts
 from .console import say
 from .producer import numbered_entries
 
@@ -163,12 +164,7 @@ def _watch(
         progress = query.recentProgress
         rows = sum(p["numInputRows"] for p in progress)
         batches = sum(1 for p in progress if p["numInputRows"])
-        attrs = sqs.get_queue_attributes(
-            QueueUrl=queue_url,
-            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-        )["Attributes"]
-        visible = int(attrs["ApproximateNumberOfMessages"])
-        in_flight = int(attrs["ApproximateNumberOfMessagesNotVisible"])
+        visible, in_flight = queue_counts(sqs, queue_url)
         deleted = producer.count - visible - in_flight
         received = deleted + in_flight
         bar = _bar(deleted / total)
@@ -195,10 +191,7 @@ def _verify(spark: Any, out: Path, total: int, sqs: Any, queue_url: str) -> bool
     numbers = [json.loads(r.body)["n"] for r in rows]
     missing = sorted(set(range(total)) - set(numbers))
     duplicated = len(numbers) - len(set(numbers))
-    attrs = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])["Attributes"]
-    left = int(attrs["ApproximateNumberOfMessages"]) + int(
-        attrs["ApproximateNumberOfMessagesNotVisible"]
-    )
+    left = sum(queue_counts(sqs, queue_url))
     say(
         f"Verdict: sent {total}, in sink {len(numbers)}, missing {len(missing)}, "
         f"duplicated {duplicated}, left in queue {left}"

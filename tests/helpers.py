@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from spark_sqs.client import queue_counts
+
 
 def wait_until(
     condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.2
@@ -45,16 +47,6 @@ def send_numbered(sqs: Any, queue_url: str, count: int, start: int = 0, **extra:
         response = sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
         assert not response.get("Failed"), response.get("Failed")
     return numbers
-
-
-def queue_counts(sqs: Any, queue_url: str) -> tuple[int, int]:
-    attrs = sqs.get_queue_attributes(
-        QueueUrl=queue_url,
-        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-    )["Attributes"]
-    return int(attrs["ApproximateNumberOfMessages"]), int(
-        attrs["ApproximateNumberOfMessagesNotVisible"]
-    )
 
 
 def process_all_available(query: Any, timeout: float) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import queue_counts, send_numbered, start_and_fail
+from spark_sqs.client import queue_counts
+from tests.helpers import send_numbered, start_and_fail
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.helpers import drain_and_stop, queue_counts, sqs_stream
+from spark_sqs.client import queue_counts
+from tests.helpers import drain_and_stop, sqs_stream
 
 pytestmark = pytest.mark.integration
 

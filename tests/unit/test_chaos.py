@@ -20,7 +20,7 @@ from chaos import faults
 from chaos.faults import FaultConfig, FaultInjector, count_faults, faults_by_role
 from chaos.run import Outcome, _count, _order_violations, _processes
 from chaos.sink import committed_batches, committed_files
-from spark_sqs.client import classify
+from spark_sqs.client import classify, queue_counts
 from spark_sqs.errors import TransientSqsError
 
 
@@ -55,13 +55,6 @@ def _queue_with_one_message(endpoint: str, name: str) -> tuple[Any, str]:
     return plain, url
 
 
-def _counts(client: Any, url: str) -> tuple[int, int]:
-    attrs = client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
-    return int(attrs["ApproximateNumberOfMessages"]), int(
-        attrs["ApproximateNumberOfMessagesNotVisible"]
-    )
-
-
 @pytest.mark.parametrize(
     ("kind", "code", "status"),
     [("throttle", "ThrottlingException", 400), ("server-error", "InternalFailure", 500)],
@@ -76,7 +69,7 @@ def test_error_responses_never_reach_sqs_and_classify_as_transient(
         client.receive_message(QueueUrl=url, VisibilityTimeout=60)
     assert info.value.response["Error"]["Code"] == code
     assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == status
-    assert _counts(plain, url) == (1, 0)
+    assert queue_counts(plain, url) == (1, 0)
     assert isinstance(classify(info.value, "ReceiveMessage", url), TransientSqsError)
     assert count_faults(str(log)) == {("ReceiveMessage", kind): 1}
 
@@ -87,7 +80,7 @@ def test_reset_fails_before_the_request_is_sent(endpoint, tmp_path):
     client = _client(endpoint, FaultInjector(config))
     with pytest.raises(ConnectionClosedError) as info:
         client.receive_message(QueueUrl=url, VisibilityTimeout=60)
-    assert _counts(plain, url) == (1, 0)
+    assert queue_counts(plain, url) == (1, 0)
     assert isinstance(classify(info.value, "ReceiveMessage", url), TransientSqsError)
 
 
@@ -98,7 +91,7 @@ def test_timeout_acts_on_the_request_and_loses_the_answer(endpoint, tmp_path):
     with pytest.raises(ReadTimeoutError):
         client.receive_message(QueueUrl=url, VisibilityTimeout=60)
     # SQS handed the message out: it is in flight, and the caller never saw it.
-    assert _counts(plain, url) == (0, 1)
+    assert queue_counts(plain, url) == (0, 1)
 
 
 def test_only_the_chosen_operations_fail(endpoint, tmp_path):

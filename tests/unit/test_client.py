@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import boto3
+import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
+from botocore.stub import Stubber
 
-from spark_sqs.client import classify, error_code
+from spark_sqs.client import classify, error_code, queue_counts
 from spark_sqs.errors import QueueNotFoundError, SqsAccessError, SqsSourceError, TransientSqsError
 
 HANDLE = "AQEB" + "x7Yz" * 60
@@ -158,3 +161,21 @@ def test_permission_check_ignores_transient_and_unexpected_answers() -> None:
         }
     )
     check_permissions(client, "https://sqs/q", delete=True)
+
+
+def test_queue_counts_are_visible_and_in_flight() -> None:
+    client = boto3.client(
+        "sqs", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s"
+    )
+    url = "https://sqs.us-east-1.amazonaws.com/123456789012/orders"
+    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    with Stubber(client) as stub:
+        stub.add_response(
+            "get_queue_attributes",
+            {"Attributes": {names[0]: "7", names[1]: "3"}},
+            {"QueueUrl": url, "AttributeNames": names},
+        )
+        stub.add_client_error("get_queue_attributes", "AWS.SimpleQueueService.NonExistentQueue")
+        assert queue_counts(client, url) == (7, 3)
+        with pytest.raises(QueueNotFoundError):
+            queue_counts(client, url)
