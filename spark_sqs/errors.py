@@ -57,6 +57,17 @@ class JournalError(SqsSourceError):
     """The journal under ``journalLocation`` cannot be read or written."""
 
 
+class JournalOutcomeUnknown(JournalError):
+    """A journal write failed in a way that does not tell whether it took effect (a timeout, a
+    lost response). The caller must act as if it may have: messages it may hold stay held."""
+
+    retriable = True
+
+
+class JournalInUseError(JournalError):
+    """Another live query owns the journal (or took it over from this one)."""
+
+
 class TransientSqsError(SqsSourceError):
     """An AWS call failed in a way that may succeed when retried."""
 

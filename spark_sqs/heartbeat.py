@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .acknowledgement import BatchCaller, Entry
-from .errors import QueueNotFoundError, SqsAccessError, SqsSourceError
+from .errors import JournalInUseError, QueueNotFoundError, SqsAccessError, SqsSourceError
 
 logger = logging.getLogger(__name__)
 
@@ -71,8 +71,11 @@ class Heartbeat:
         interval: float,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        on_tick: Callable[[], None] | None = None,
     ) -> None:
         self._journal = journal
+        # Renews the journal's lease: on the same clock, and stopped with the heartbeat.
+        self._on_tick = on_tick
         self._caller = caller
         self._visibility = visibility_timeout
         self._interval = interval
@@ -138,11 +141,16 @@ class Heartbeat:
     def tick_safely(self) -> None:
         """One tick that never raises: the thread's body."""
         try:
+            if self._on_tick is not None:
+                self._on_tick()
             self.tick()
         except Exception as exc:
             # Never let the thread die: a dead heartbeat would let messages reappear.
             self.stats.tick_errors += 1
-            if isinstance(exc, (SqsAccessError, QueueNotFoundError)) and self.fatal is None:
+            if (
+                isinstance(exc, (SqsAccessError, QueueNotFoundError, JournalInUseError))
+                and self.fatal is None
+            ):
                 self.fatal = exc
             logger.exception(
                 "visibility heartbeat tick failed (%d so far); retrying in %.1fs",

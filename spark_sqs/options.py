@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidOptionError
+from .journal.stores import check_location
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,15 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "journalLocation",
         None,
-        "Required. Directory of the durable journal of received messages: a local path or any "
-        "URI pyarrow.fs opens (`s3://bucket/prefix`). One per query, like `checkpointLocation`.",
+        "Required. Directory of the durable journal of received messages: a local path (one "
+        "machine, or a POSIX file system all nodes share) or `s3://bucket/prefix`. Other "
+        "schemes and Databricks `/dbfs`, `/Volumes` paths are refused. One per query.",
+    ),
+    OptionSpec(
+        "journalSseKmsKeyId",
+        None,
+        "With an `s3://` journal: KMS key to encrypt journal objects with (SSE-KMS). Default: "
+        "the bucket's default encryption.",
     ),
     OptionSpec("numPartitions", "4", "Receivers (Spark tasks) per micro-batch."),
     OptionSpec(
@@ -182,6 +190,7 @@ class SqsOptions:
     credentials: AwsCredentials | None = field(default=None, repr=False)
     profile: str | None = None
     assume_role: AssumeRole | None = None
+    journal_sse_kms_key_id: str | None = None
 
     @property
     def receive_budget_seconds(self) -> float:
@@ -283,6 +292,7 @@ class SqsOptions:
                 "directory next to the query's checkpointLocation (local path or s3://bucket/"
                 "prefix), one per query"
             )
+        check_location(journal)
 
         num_partitions = _int(get, "numPartitions", 1, 1000)
         max_messages = _int(get, "maxMessagesPerTrigger", 1, 1_000_000)
@@ -402,6 +412,7 @@ class SqsOptions:
             region=region,
             endpoint_url=endpoint_url,
             journal_location=journal,
+            journal_sse_kms_key_id=_nonblank(raw, "journalSseKmsKeyId"),
             num_partitions=num_partitions,
             max_messages_per_trigger=max_messages,
             min_messages_per_trigger=min_messages,

@@ -1,7 +1,13 @@
 """Planning a micro-batch into receivers. Runs on: driver (partitions are pickled to executors).
 
-Each input partition is one receiver: everything it needs travels inside it, because ``read()``
-runs on a different reader instance in another process.
+A batch's plan (``BatchPlan``: its receivers, their limits, the entries of orphaned batches it
+delivers, its drop set) is fixed the first time the batch is planned and stored in the journal
+before any receiver runs. Every later ``partitions`` call for the batch (a restart, possibly
+with other options) and every receiver reads that plan, never the current options: a replay
+holds exactly what the first attempt planned. New options apply from the next new batch.
+
+Each input partition is one receiver; it carries only names (batch, receiver), so its pickled
+size does not grow with the drop set, which receivers read from the journal by digest.
 """
 
 from __future__ import annotations
@@ -10,63 +16,67 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
+from .journal import BatchPlan, ReceiverPlan
 from .options import SqsOptions
+
+# Adopted entries are numbered from here, above any receiver numPartitions can create.
+ADOPTED_FROM = 10000
 
 
 @dataclass(frozen=True)
 class ReceiverPartition(InputPartition):
-    """Receiver ``receiver`` of micro-batch ``batch``."""
+    """Receiver ``receiver`` of micro-batch ``batch``; the rest is in the batch's plan."""
 
     batch: int
     receiver: int
     max_messages: int
     queue_url: str
     options: SqsOptions
-    # Messages whose earlier acknowledgement may not have taken effect: a receiver drops any
-    # redelivery of them (and deletes it with the fresh receipt handle).
-    drop_ids: frozenset[str] = frozenset()
 
     def __repr__(self) -> str:
         return (
             f"ReceiverPartition(batch={self.batch}, receiver={self.receiver}, "
-            f"max_messages={self.max_messages}, drop_ids={len(self.drop_ids)})"
+            f"max_messages={self.max_messages})"
         )
 
 
-def plan(
+def split(max_messages: int, receivers: int) -> dict[int, int]:
+    """``max_messages`` split evenly over at most ``receivers`` receivers."""
+    count = max(1, min(receivers, max_messages))
+    share, extra = divmod(max_messages, count)
+    return {i: share + (1 if i < extra else 0) for i in range(count)}
+
+
+def new_plan(
     batch: int,
     max_messages: int,
-    queue_url: str,
-    options: SqsOptions,
+    num_partitions: int,
+    *,
     journaled: list[int] | tuple[int, ...] = (),
-    drop_ids: frozenset[str] = frozenset(),
     resuming: list[int] | tuple[int, ...] = (),
-) -> list[ReceiverPartition]:
-    """Split ``max_messages`` over ``numPartitions`` receivers.
+    adopted: list[tuple[int, int]] | tuple[tuple[int, int], ...] = (),
+    drops: str | None = None,
+    drop_count: int = 0,
+) -> BatchPlan:
+    """The plan of a batch planned for the first time.
 
-    ``journaled`` lists receivers that already have a journal entry for this batch (a replay),
-    ``resuming`` those that journaled parts but no entry (``deleteAfterJournal``). Both are
-    always planned, even if ``numPartitions`` has since been lowered, because their messages
-    must reach the sink before the batch can be acknowledged.
+    ``journaled`` lists receivers that already have an entry for this batch, ``resuming`` those
+    that journaled parts but no entry (``deleteAfterJournal``): both are always planned, with no
+    share of new messages if ``numPartitions`` has since been lowered, because their messages
+    must reach the sink. ``adopted`` lists (batch, receiver) entries of orphaned batches that
+    this batch delivers, as receivers ``ADOPTED_FROM`` and up.
     """
-    count = max(1, min(options.num_partitions, max_messages))
-    share, extra = divmod(max_messages, count)
-    limits = {i: share + (1 if i < extra else 0) for i in range(count)}
-    for receiver in journaled:
-        # The limit of a journaled receiver is irrelevant: it replays, it does not receive.
+    limits = split(max_messages, num_partitions)
+    for receiver in (*journaled, *resuming):
         limits.setdefault(receiver, 0)
-    for receiver in resuming:
-        # Outside the current share: it yields its parts and receives nothing more.
-        limits.setdefault(receiver, 0)
+    receivers = [ReceiverPlan(r, limits[r]) for r in sorted(limits)]
+    first = max(ADOPTED_FROM, num_partitions)
+    receivers += [ReceiverPlan(first + i, 0, source) for i, source in enumerate(adopted)]
+    return BatchPlan(batch, tuple(receivers), drops=drops, drop_count=drop_count)
+
+
+def partitions_of(plan: BatchPlan, queue_url: str, options: SqsOptions) -> list[ReceiverPartition]:
     return [
-        ReceiverPartition(
-            batch=batch,
-            receiver=i,
-            max_messages=limits[i],
-            queue_url=queue_url,
-            options=options,
-            # A replaying receiver receives nothing, so it needs no ids to drop.
-            drop_ids=frozenset() if i in journaled else drop_ids,
-        )
-        for i in sorted(limits)
+        ReceiverPartition(plan.batch, r.receiver, r.limit, queue_url, options)
+        for r in plan.receivers
     ]

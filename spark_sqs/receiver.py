@@ -13,7 +13,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -21,8 +21,8 @@ from botocore.exceptions import ClientError
 
 from .acknowledgement import BatchCaller, Entry
 from .client import cached_client, classify
-from .errors import JournalError
-from .journal import DROPPED, PENDING_DELETE, RECEIVED_AT, Journal
+from .errors import JournalError, JournalOutcomeUnknown
+from .journal import DROPPED, PENDING_DELETE, RECEIVED_AT, SEAL, Journal
 from .planning import ReceiverPartition
 from .schema import RECEIPT_HANDLE, messages_to_table, output_batches
 
@@ -168,10 +168,12 @@ def read_partition(
     partition: ReceiverPartition,
     *,
     client_factory: Callable[[], Any] | None = None,
+    journal: Journal | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The body of ``SqsStreamReader.read``: replay the journal entry or receive and journal."""
     options = partition.options
-    journal = Journal(options.journal_location, options)
+    if journal is None:
+        journal = Journal(options.journal_location, options)
     table = journal.read_entry(partition.batch, partition.receiver)
     if table is not None:
         logger.info(
@@ -182,49 +184,75 @@ def read_partition(
         )
         yield from output_batches(table)
         return
-
-    state = journal.read_state()
-    if partition.batch <= state.acked_batch:
-        # Only a straggling task attempt of a finished batch gets here (e.g. speculation).
-        # Anything it received would be acknowledged without reaching a sink, so it receives
-        # nothing.
-        logger.warning(
-            "batch %d receiver %d: batch already acknowledged (up to %d); receiving nothing",
-            partition.batch,
-            partition.receiver,
-            state.acked_batch,
-        )
+    if _acknowledged(journal, partition):
         return
-
+    plan = journal.read_plan(partition.batch)
+    mine = plan.receiver(partition.receiver) if plan is not None else None
+    if plan is None or mine is None:
+        raise JournalError(
+            f"batch {partition.batch} receiver {partition.receiver}: the batch's plan is not in "
+            f"journalLocation {options.journal_location} as this executor sees it, though the "
+            "driver wrote it. Fix: on a cluster, use an s3://bucket/prefix journalLocation (a "
+            "local path must be one file system shared by the driver and every executor)"
+        )
+    if mine.adopt_from is not None:
+        # The driver copies adopted entries before it returns the partitions.
+        raise JournalError(
+            f"batch {partition.batch} receiver {partition.receiver}: the adopted entry of batch "
+            f"{mine.adopt_from[0]} is missing from journalLocation {options.journal_location}"
+        )
+    # The plan's limit, not the partition's: a replay receives what the first plan allowed.
+    partition = replace(partition, max_messages=mine.limit)
+    drop_ids = journal.read_drops(plan.drops)
     client = client_factory() if client_factory else cached_client(options)
     if options.delete_after_journal:
-        yield from _read_deleting_after_journal(journal, client, partition)
+        yield from _read_deleting_after_journal(journal, client, partition, drop_ids)
         return
     received_at = time.time()
     messages, stats = receive_messages(client, partition)
-    kept = [m for m in messages if m["MessageId"] not in partition.drop_ids]
-    dropped = [m for m in messages if m["MessageId"] in partition.drop_ids]
+    kept = [m for m in messages if m["MessageId"] not in drop_ids]
+    dropped = [m for m in messages if m["MessageId"] in drop_ids]
     table = messages_to_table(kept, partition.queue_url).replace_schema_metadata(
         {RECEIVED_AT: repr(received_at), DROPPED: str(len(dropped))}
     )
     try:
         written = journal.write_entry(partition.batch, partition.receiver, table)
+    except JournalOutcomeUnknown:
+        # The entry may exist (or appear later): its messages must stay invisible, held by
+        # it. A retry of this task replays it if it landed; if not, they reappear after the
+        # visibility timeout.
+        raise
     except Exception:
-        # Nothing was yielded: hand the messages back now rather than after the timeout, and
-        # let Spark retry the task.
+        # Nothing was journaled: hand the messages back now rather than after the timeout.
         _release(client, partition, table)
         raise
     if not written:
-        # Another attempt of this task journaled first; its rows are the batch's rows.
-        _release(client, partition, table)
-        table = journal.read_entry(partition.batch, partition.receiver)
-        assert table is not None
+        # Another attempt of this task journaled first (or our own PUT was retried after its
+        # answer was lost): the stored entry is the batch's rows. Release only what it lacks.
+        stored = journal.read_entry(partition.batch, partition.receiver)
+        if stored is None:
+            raise JournalError(
+                f"batch {partition.batch} receiver {partition.receiver}: the journal entry "
+                "exists but cannot be read back"
+            )
+        held = set(stored.column("messageId").to_pylist())
+        released = _release(client, partition, _without(table, held))
+        table = stored
         logger.warning(
-            "batch %d receiver %d: another attempt journaled first; released %d messages",
+            "batch %d receiver %d: another attempt journaled first; released the %d of %d "
+            "messages it does not hold",
             partition.batch,
             partition.receiver,
+            released,
             stats.received,
         )
+    elif _acknowledged(journal, partition):
+        # A straggler: the batch was acknowledged (and its entries removed) while this attempt
+        # received. Nothing of ours reached a sink: remove our entry first, then hand the
+        # messages back (a crash between leaves them invisible until the timeout, not lost).
+        journal.remove_entry(partition.batch, partition.receiver)
+        _release(client, partition, table)
+        return
     else:
         logger.info(
             "batch %d receiver %d: received and journaled %d messages in %d calls, %.2fs "
@@ -241,83 +269,154 @@ def read_partition(
     yield from output_batches(table)
 
 
+def _acknowledged(journal: Journal, partition: ReceiverPartition) -> bool:
+    """True for a straggling attempt of a batch already acknowledged (e.g. speculation)."""
+    acked = journal.read_state().acked_batch
+    if partition.batch > acked:
+        return False
+    logger.warning(
+        "batch %d receiver %d: batch already acknowledged (up to %d); this attempt delivers "
+        "nothing",
+        partition.batch,
+        partition.receiver,
+        acked,
+    )
+    return True
+
+
+def _without(table: pa.Table, ids: set[str]) -> pa.Table:
+    keep = [i not in ids for i in table.column("messageId").to_pylist()]
+    return table.filter(pa.array(keep, pa.bool_()))
+
+
+class _StopReceiving(Exception):
+    """Ends the receive loop of a deleteAfterJournal attempt that must not go on."""
+
+
 def _read_deleting_after_journal(
-    journal: Journal, client: Any, partition: ReceiverPartition
+    journal: Journal, client: Any, partition: ReceiverPartition, drop_ids: frozenset[str]
 ) -> Iterator[pa.RecordBatch]:
     """``deleteAfterJournal``: journal each receive call's messages as a part, then delete them
     at once, so a FIFO group unlocks and can yield more messages within the same batch.
 
-    The parts of an earlier, failed attempt are kept (their messages may already be deleted):
-    they belong to this receiver's rows. The final entry, the parts combined, records in its
-    metadata which messages still await deletion (the driver deletes those on commit).
+    Parts are numbered densely, each created if absent, and a message is deleted only after
+    its part was created. The entry combines the parts below a *seal* (an empty part created
+    if absent once receiving ends), so any part that was created, by this attempt or by a
+    concurrent one, is below the seal and in the entry: no deleted message is left out. An
+    attempt that finds its next part number taken, or its batch acknowledged, stops receiving
+    and deletes nothing more. The entry records which messages may still await deletion (the
+    driver deletes those on commit).
     """
     earlier = journal.read_parts(partition.batch, partition.receiver)
-    tables = [table for _, table in earlier]
-    # Whether the failed attempt deleted them is unknown: the driver deletes them again.
-    pending: set[str] = {i for t in tables for i in t.column("messageId").to_pylist()}
-    dropped_count = 0
+    if not _sealed(earlier):
+        _receive_parts(journal, client, partition, drop_ids, earlier)
+        if _acknowledged(journal, partition):
+            return
+    combined, pending = _seal(journal, partition)
+    if not journal.write_entry(partition.batch, partition.receiver, combined):
+        stored = journal.read_entry(partition.batch, partition.receiver)
+        assert stored is not None
+        combined = stored
+    elif _acknowledged(journal, partition):
+        journal.remove_entry(partition.batch, partition.receiver)
+        return
+    logger.info(
+        "batch %d receiver %d: journaled %d messages in parts (%d left to delete on commit)",
+        partition.batch,
+        partition.receiver,
+        combined.num_rows,
+        len(pending),
+    )
+    yield from output_batches(combined)
+
+
+def _receive_parts(
+    journal: Journal,
+    client: Any,
+    partition: ReceiverPartition,
+    drop_ids: frozenset[str],
+    earlier: list[tuple[int, pa.Table]],
+) -> None:
+    journaled: set[str] = {i for _, t in earlier for i in t.column("messageId").to_pylist()}
     next_part = earlier[-1][0] + 1 if earlier else 0
     caller = BatchCaller(client, partition.queue_url)
 
     def on_chunk(messages: list[dict[str, Any]]) -> None:
-        nonlocal dropped_count, next_part
-        kept = [m for m in messages if m["MessageId"] not in partition.drop_ids]
-        dropped = [m for m in messages if m["MessageId"] in partition.drop_ids]
+        nonlocal next_part
+        # Redeliveries of messages journaled by this receiver's earlier parts (a retried task)
+        # or by other batches are already held by the journal: delete, never journal again.
+        held = [m["MessageId"] in drop_ids or m["MessageId"] in journaled for m in messages]
+        kept = [m for m, h in zip(messages, held, strict=True) if not h]
+        dropped = [m for m, h in zip(messages, held, strict=True) if h]
+        if dropped:
+            _delete_redeliveries(client, partition, dropped)
+        if not kept:
+            return
         table = messages_to_table(kept, partition.queue_url).replace_schema_metadata(
             {RECEIVED_AT: repr(time.time())}
         )
-        if not journal.write_part(partition.batch, partition.receiver, next_part, table):
-            raise JournalError(
-                f"batch {partition.batch} receiver {partition.receiver}: part {next_part} "
-                "was written by a concurrent attempt of this task"
-            )
+        try:
+            created = journal.write_part(partition.batch, partition.receiver, next_part, table)
+        except JournalOutcomeUnknown:
+            # The part may exist: keep its messages invisible; the seal decides.
+            raise _StopReceiving from None
+        except Exception:
+            _release(client, partition, table)
+            raise
+        if not created:
+            # A concurrent attempt took this number: it goes on; we stop without deleting.
+            _release(client, partition, table)
+            raise _StopReceiving
         next_part += 1
-        tables.append(table)
+        journaled.update(m["MessageId"] for m in kept)
+        if _acknowledged(journal, partition):
+            # The part is not in any entry: leave its messages in flight, they reappear.
+            raise _StopReceiving
         entries = [Entry(m["MessageId"], m["ReceiptHandle"]) for m in kept]
         try:
-            result = caller.delete(entries)
-            pending.update(result.permanent)
-            pending.update(result.transient)
+            caller.delete(entries)
         except Exception as exc:
+            # The entry lists every part's messages as awaiting deletion: the driver retries.
             logger.warning("deleting journaled messages failed; deleting on commit: %s", exc)
-            pending.update(e.message_id for e in entries)
-        if dropped:
-            dropped_count += len(dropped)
-            _delete_redeliveries(client, partition, dropped)
 
-    already = sum(t.num_rows for t in tables)
-    _, stats = receive_messages(client, partition, on_chunk=on_chunk, already=already)
+    already = sum(t.num_rows for _, t in earlier)
+    try:
+        receive_messages(client, partition, on_chunk=on_chunk, already=already)
+    except _StopReceiving:
+        pass
+
+
+def _sealed(parts: list[tuple[int, pa.Table]]) -> bool:
+    return any(SEAL in (t.schema.metadata or {}) for _, t in parts)
+
+
+def _seal(journal: Journal, partition: ReceiverPartition) -> tuple[pa.Table, set[str]]:
+    """Create the seal after the last part (or find the one another attempt created) and
+    combine the parts below it. Every message of the entry is marked as awaiting deletion:
+    which attempt deleted what is unknown, and a repeated delete is harmless."""
+    empty = messages_to_table([], partition.queue_url)
+    while True:
+        parts = journal.read_parts(partition.batch, partition.receiver)
+        seal = next((k for k, t in parts if SEAL in (t.schema.metadata or {})), None)
+        if seal is None:
+            seal = parts[-1][0] + 1 if parts else 0
+            marker = empty.replace_schema_metadata({SEAL: b"1"})
+            if not journal.write_part(partition.batch, partition.receiver, seal, marker):
+                continue
+        below = [t for k, t in parts if k < seal]
+        break
     combined = (
-        pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
-        if tables
-        else messages_to_table([], partition.queue_url)
+        pa.concat_tables([t.replace_schema_metadata(None) for t in below]) if below else empty
     )
+    ids = set(combined.column("messageId").to_pylist())
     first_receive = min(
-        (float((t.schema.metadata or {}).get(RECEIVED_AT, b"0")) for t in tables),
+        (float((t.schema.metadata or {}).get(RECEIVED_AT, b"0")) for t in below),
         default=time.time(),
     )
     combined = combined.replace_schema_metadata(
-        {
-            RECEIVED_AT: repr(first_receive),
-            PENDING_DELETE: json.dumps(sorted(pending)),
-            DROPPED: str(dropped_count),
-        }
+        {RECEIVED_AT: repr(first_receive), PENDING_DELETE: json.dumps(sorted(ids))}
     )
-    if not journal.write_entry(partition.batch, partition.receiver, combined):
-        replay = journal.read_entry(partition.batch, partition.receiver)
-        assert replay is not None
-        combined = replay
-    logger.info(
-        "batch %d receiver %d: received, journaled and deleted %d messages in %d calls "
-        "(%d from an earlier attempt, %d left to delete on commit)",
-        partition.batch,
-        partition.receiver,
-        combined.num_rows,
-        stats.calls,
-        already,
-        len(pending),
-    )
-    yield from output_batches(combined)
+    return combined, ids
 
 
 def _delete_redeliveries(
@@ -342,8 +441,10 @@ def _delete_redeliveries(
     )
 
 
-def _release(client: Any, partition: ReceiverPartition, table: pa.Table) -> None:
+def _release(client: Any, partition: ReceiverPartition, table: pa.Table) -> int:
     """Make messages this attempt received but did not journal visible again at once."""
+    if table.num_rows == 0:
+        return 0
     ids = table.column("messageId").to_pylist()
     handles = table.column(RECEIPT_HANDLE).to_pylist()
     entries = [Entry(i, h) for i, h in zip(ids, handles, strict=True)]
@@ -357,3 +458,4 @@ def _release(client: Any, partition: ReceiverPartition, table: pa.Table) -> None
             partition.receiver,
             exc_info=True,
         )
+    return len(entries)

@@ -22,8 +22,10 @@ The protocol, per micro-batch N:
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -36,9 +38,10 @@ from .client import check_permissions, make_client, queue_attributes, resolve_qu
 from .errors import InvalidOptionError, SqsSourceError
 from .flow_control import AvailableNow, FlowControl, default_read_limit
 from .heartbeat import Heartbeat
-from .journal import Journal, JournalState
+from .journal import BatchPlan, Journal, JournalState
+from .journal.lease import Lease
 from .options import SqsOptions
-from .planning import ReceiverPartition, plan
+from .planning import ReceiverPartition, new_plan, partitions_of
 from .receiver import read_partition
 from .schema import SCHEMA
 
@@ -135,11 +138,19 @@ class SqsStreamReader(*_READER_BASES):  # type: ignore[misc]
 class _DriverState:
     """Everything the driver-side reader keeps between calls."""
 
-    def __init__(self, options: SqsOptions, client: Any, queue_url: str, journal: Journal) -> None:
+    def __init__(
+        self,
+        options: SqsOptions,
+        client: Any,
+        queue_url: str,
+        journal: Journal,
+        lease: Lease | None = None,
+    ) -> None:
         self.options = options
         self.client = client
         self.queue_url = queue_url
         self.journal = journal
+        self.lease = lease
         self.journal_state = journal.read_state()
         self.lock = threading.Lock()
         caller = BatchCaller(
@@ -150,6 +161,7 @@ class _DriverState:
             caller,
             visibility_timeout=options.visibility_timeout,
             interval=options.heartbeat_interval,
+            on_tick=lease.renew if lease is not None else None,
         )
         self.acknowledger = Acknowledger(
             journal,
@@ -160,7 +172,17 @@ class _DriverState:
             dedupe_window=options.dedupe_window,
             heartbeat=self.heartbeat,
         )
-        self.acknowledger.start(self.journal_state.acked_batch, journal.batches())
+        journaled = journal.batches()
+        # Files under acknowledged batches are leftovers of attempts that ran after their batch
+        # was acknowledged (or of a crash during the removal): none of them holds a message
+        # that must still be delivered (see receiver.py), so they are removed, never adopted.
+        for leftover in [b for b in journaled if b <= self.journal_state.acked_batch]:
+            logger.info("removing leftover journal files of acknowledged batch %d", leftover)
+            journal.remove_batch(leftover)
+        self.acknowledger.start(
+            self.journal_state.acked_batch,
+            [b for b in journaled if b > self.journal_state.acked_batch],
+        )
         if self.journal_state.initial_batch is None:
             # Fixed before any batch is numbered: Spark 4.0/4.1 ask for latestOffset first.
             self._write_state(initial=self.journal_state.planned_batch)
@@ -190,7 +212,15 @@ class _DriverState:
         journal = Journal(options.journal_location, options)
         journal.probe_writable()
         journal.check_owner(queue_url)
-        state = cls(options, client, queue_url, journal)
+        lease = Lease(
+            journal.store,
+            options.journal_location,
+            owner=uuid.uuid4().hex,
+            interval=options.heartbeat_interval,
+        )
+        lease.acquire()
+        _release_on_sigterm(lease)
+        state = cls(options, client, queue_url, journal, lease)
         logger.info(
             "SQS source started on %s: journal %s, planned batch %d, acknowledged batch %d, "
             "%d batches awaiting acknowledgement",
@@ -204,6 +234,8 @@ class _DriverState:
 
     def close(self) -> None:
         self.heartbeat.stop()
+        if self.lease is not None:
+            self.lease.release()
 
     # -- offsets --------------------------------------------------------------------------------
 
@@ -268,69 +300,90 @@ class _DriverState:
                 "delayedMessages": self.backlog.get("ApproximateNumberOfMessagesDelayed", 0),
             }
 
-    def _adopt(self, orphans: list[int], batch: int) -> None:
-        """Deliver the orphans' journaled messages in ``batch``: they were received and
-        journaled (some maybe already deleted from SQS), but never committed by this query."""
-        receiver = max(self.options.num_partitions, 10000)
-        for orphan in orphans:
-            adopted = self.journal.adopt(orphan, batch, receiver)
-            receiver += adopted
-            self.acknowledger.forget(orphan)
-            logger.warning(
-                "batch %d: %d journal entries of batch %d, which this checkpoint never "
-                "committed, are delivered in batch %d",
-                orphan,
-                adopted,
-                orphan,
-                batch,
-            )
-        self.acknowledger.track(batch)
-
     def plan(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> list[ReceiverPartition]:
         with self.lock:
             batch = offsets.batch_of(end)
-            if batch <= offsets.batch_of(start):
+            first = offsets.batch_of(start)
+            if batch <= first:
                 return []
             if batch > self.journal_state.planned_batch:
                 self._write_state(planned=batch)
             self._last_end = batch
-            # Pending batches Spark's offset log does not know (it replays every logged,
-            # uncommitted batch before it plans a new one): their journaled messages never
-            # reached this query's sink, so this batch delivers them.
-            orphans = [
-                b for b in self.acknowledger.pending if b > offsets.batch_of(start) and b != batch
-            ]
-            if orphans:
-                self._adopt(orphans, batch)
-            journaled = self.journal.receivers(batch)
+            stored = self.journal.read_plan(batch)
+            replay = stored is not None
+            if stored is None:
+                stored = self.journal.write_plan(self._new_plan(batch, first))
+            self._adopt(stored)
             self.acknowledger.track(batch)
-            drop_ids = self.acknowledger.drop_ids(batch)
-            # A replay after a crash mid-loop (deleteAfterJournal): messages journaled in parts
-            # but not yet deleted reappear when their visibility times out, and must not be
-            # journaled a second time by any receiver of this batch.
-            unfinished = self.journal.unfinished_parts(batch)
-            if unfinished:
-                drop_ids = drop_ids.union(*unfinished.values())
             # The queue is asked again after every batch, rather than after queuePollInterval.
             self._poll_due = True
-            self._replayed[batch] = len(journaled)
-            parts = plan(
-                batch,
-                self._limits.pop(batch, self.options.max_messages_per_trigger),
-                self.queue_url,
-                self.options,
-                journaled,
-                drop_ids,
-                resuming=sorted(unfinished),
-            )
+            journaled = len(self.journal.receivers(batch))
+            self._replayed[batch] = journaled
             logger.info(
-                "batch %d: %d receivers (%d replaying from the journal), %d ids to drop",
+                "batch %d: %d receivers (%s plan, %d with journal entries), %d ids to drop",
                 batch,
-                len(parts),
-                len(journaled),
-                len(drop_ids),
+                len(stored.receivers),
+                "stored" if replay else "new",
+                journaled,
+                stored.drop_count,
             )
-            return parts
+            return partitions_of(stored, self.queue_url, self.options)
+
+    def _new_plan(self, batch: int, first: int) -> BatchPlan:
+        """The plan of a batch planned for the first time, from the current options."""
+        # Pending batches Spark's offset log does not know (it replays every logged,
+        # uncommitted batch before it plans a new one): their journaled messages never reached
+        # this query's sink, so this batch delivers them.
+        orphans = [b for b in self.acknowledger.pending if b > first and b != batch]
+        adopted = [
+            (orphan, receiver)
+            for orphan in orphans
+            for receiver in sorted(
+                {*self.journal.receivers(orphan), *self.journal.part_receivers(orphan)}
+            )
+        ]
+        self.acknowledger.track(batch)
+        drop_ids = self.acknowledger.drop_ids(batch)
+        # A replay after a crash mid-loop (deleteAfterJournal): messages journaled in parts
+        # but not yet deleted reappear when their visibility times out, and must not be
+        # journaled a second time by any receiver of this batch.
+        unfinished = self.journal.unfinished_parts(batch)
+        if unfinished:
+            drop_ids = drop_ids.union(*unfinished.values())
+        return new_plan(
+            batch,
+            self._limits.pop(batch, self.options.max_messages_per_trigger),
+            self.options.num_partitions,
+            journaled=self.journal.receivers(batch),
+            resuming=sorted(unfinished),
+            adopted=adopted,
+            drops=self.journal.write_drops(drop_ids),
+            drop_count=len(drop_ids),
+        )
+
+    def _adopt(self, plan: BatchPlan) -> None:
+        """Copy the orphaned entries the plan delivers, then remove the orphans. Idempotent:
+        the plan fixes the receiver numbers, copies are create-if-absent, and an orphan is
+        removed only once every copy exists, so a crash anywhere is finished by the next call."""
+        orphans = sorted({r.adopt_from[0] for r in plan.receivers if r.adopt_from is not None})
+        if not orphans:
+            return
+        copied = 0
+        for receiver in plan.receivers:
+            if receiver.adopt_from is not None:
+                orphan, source = receiver.adopt_from
+                copied += self.journal.adopt_entry(orphan, source, plan.batch, receiver.receiver)
+        for orphan in orphans:
+            self.journal.remove_batch(orphan)
+            self.acknowledger.forget(orphan)
+        logger.warning(
+            "batch %d: delivers %d journal entries (%d copied now) of batches %s, which this "
+            "checkpoint never committed",
+            plan.batch,
+            sum(r.adopt_from is not None for r in plan.receivers),
+            copied,
+            orphans,
+        )
 
     def acknowledge(self, batch: int) -> None:
         with self.lock:
@@ -388,7 +441,7 @@ class _DriverState:
             acked_batch=self.journal_state.acked_batch if acked is None else acked,
             initial_batch=self.journal_state.initial_batch if initial is None else initial,
         )
-        self.journal.write_state(state)
+        self.journal.write_state(state, known=self.journal_state)
         self.journal_state = state
 
     def _queue_has_messages(self) -> bool:
@@ -406,3 +459,28 @@ class _DriverState:
             self.backlog = {k: int(v) for k, v in attrs.items()}
             self._visible = self.backlog.get("ApproximateNumberOfMessages", 0)
         return self._visible > 0
+
+
+def _release_on_sigterm(lease: Lease) -> None:
+    """``query.stop()`` ends this process with SIGTERM and calls no ``stop()``: release the
+    journal's lease first, so that a restart takes it over at once instead of waiting for it to
+    lapse. Only possible from the main thread, where Spark's runner calls us."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def handler(signum: int, frame: Any) -> None:
+        try:
+            lease.release()
+        except Exception:
+            logger.warning("could not release the journal lease", exc_info=True)
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.raise_signal(signal.SIGTERM)
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:
+        pass

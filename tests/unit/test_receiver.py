@@ -20,7 +20,7 @@ from spark_sqs.errors import (
     SqsSourceError,
     TransientSqsError,
 )
-from spark_sqs.journal import Journal, JournalState
+from spark_sqs.journal import BatchPlan, Journal, JournalState, ReceiverPlan
 from spark_sqs.planning import ReceiverPartition
 from spark_sqs.receiver import (
     CAUGHT_UP_AFTER,
@@ -41,13 +41,24 @@ def partition(
     drop_ids: frozenset[str] = frozenset(),
     **options: Any,
 ) -> ReceiverPartition:
+    """A partition; with a real journal directory, its batch's plan is stored there first, as
+    the driver does before any receiver runs."""
+    opts = make_options(journal, **options)
+    if journal != "/tmp/unused-journal":
+        store = Journal(journal, opts)
+        plan = BatchPlan(
+            batch,
+            (ReceiverPlan(receiver, max_messages),),
+            drops=store.write_drops(drop_ids),
+            drop_count=len(drop_ids),
+        )
+        store.write_plan(plan)
     return ReceiverPartition(
         batch=batch,
         receiver=receiver,
         max_messages=max_messages,
         queue_url=QUEUE_URL,
-        options=make_options(journal, **options),
-        drop_ids=drop_ids,
+        options=opts,
     )
 
 

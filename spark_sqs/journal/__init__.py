@@ -1,0 +1,40 @@
+"""The journal: the durable record of what was received. Runs on: driver and executors.
+
+``entries`` holds the record types and the ``Journal`` (entries, plans, drop sets, state
+markers); ``stores`` the create-if-absent stores (local files, S3) it writes through;
+``lease`` the single-owner lease of a journal.
+"""
+
+from .entries import (
+    DROPPED,
+    EXPIRES_AT,
+    PENDING_DELETE,
+    RECEIVED_AT,
+    SEAL,
+    BatchPlan,
+    EntryReceipts,
+    Journal,
+    JournalState,
+    ReceiverPlan,
+    receipts_of,
+)
+from .stores import JournalStore, LocalStore, S3Store, check_location, open_store
+
+__all__ = [
+    "DROPPED",
+    "EXPIRES_AT",
+    "SEAL",
+    "PENDING_DELETE",
+    "RECEIVED_AT",
+    "BatchPlan",
+    "EntryReceipts",
+    "Journal",
+    "JournalState",
+    "JournalStore",
+    "LocalStore",
+    "ReceiverPlan",
+    "S3Store",
+    "check_location",
+    "open_store",
+    "receipts_of",
+]

@@ -1,0 +1,497 @@
+"""The durable record of what each receiver got. Runs on: driver and executors.
+
+Layout under ``journalLocation`` (keys of a ``JournalStore``)::
+
+    _meta.json                               queue the journal belongs to
+    state/planned-<N>, acked-<N>, initial-<N> markers: highest batch numbered, acknowledged
+    lease/<seq>.json                         the live query that owns the journal
+    batches/<N>/_plan.json                   the batch's plan, written once, before any receive
+    batches/<N>/<receiver>.arrow             messages one receiver got (Arrow IPC file)
+    batches/<N>/<receiver>.part-<k>.arrow    deleteAfterJournal: one receive call's messages
+    drops/<sha256>.arrow                     a drop set, named by content, referenced by plans
+    dedupe/<N>-<sha256>.arrow                ids whose acknowledgement may not have taken effect
+    metrics/<N>.json                         counters of acknowledged batches
+
+Every protocol write is create-if-absent on the store, so a retried or concurrent attempt sees
+exactly what the first writer stored; the state is a set of markers (the highest counts), never a
+file that is overwritten. The driver removes a batch's files once its messages are acknowledged.
+Entries hold receipt handles, so local files are created readable by the owner only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from ..errors import JournalError
+from ..schema import RECEIPT_HANDLE as RECEIPT
+from .stores import JournalStore, open_store
+
+logger = logging.getLogger(__name__)
+
+_ENTRY = re.compile(r"^(\d{5,})\.arrow$")
+_PART = re.compile(r"^(\d{5,})\.part-(\d{5})\.arrow$")
+_BATCH_KEY = re.compile(r"^batches/(\d{12})/")
+_MARKER = re.compile(r"^state/(planned|acked|initial)-(\d{12})$")
+FORMAT_VERSION = 2
+
+# Schema metadata key of an entry: wall-clock time (epoch seconds) at which its receiver started
+# receiving, so the driver knows when the entry's receipt handles expire at the latest.
+RECEIVED_AT = b"spark_sqs.receivedAt"
+EXPIRES_AT = b"spark_sqs.expiresAt"
+# With deleteAfterJournal: JSON list of the entry's message ids that still await deletion.
+PENDING_DELETE = b"spark_sqs.pendingDelete"
+# Number of redeliveries the receiver dropped (for the batch's counters).
+DROPPED = b"spark_sqs.dropped"
+# With deleteAfterJournal: marks the empty part that closes a receiver's parts (see receiver).
+SEAL = b"spark_sqs.seal"
+
+
+@dataclass(frozen=True)
+class EntryReceipts:
+    batch: int
+    receiver: int
+    received_at: float
+    message_ids: tuple[str, ...]
+    receipt_handles: tuple[str, ...] = field(repr=False)
+    rows: int = 0  # rows in the entry (with deleteAfterJournal, also those already deleted)
+    dropped: int = 0  # redeliveries the receiver dropped
+
+
+@dataclass(frozen=True)
+class JournalState:
+    planned_batch: int = 0
+    acked_batch: int = 0
+    # The offset first handed to Spark as initialOffset. Spark asks for it again when it
+    # restarts a query whose first batch never committed, and must get the same answer.
+    initial_batch: int | None = None
+
+
+@dataclass(frozen=True)
+class ReceiverPlan:
+    """One receiver of a planned batch: how many messages it may receive, or which entry of an
+    orphaned batch (never in this query's offset log) it delivers instead."""
+
+    receiver: int
+    limit: int
+    adopt_from: tuple[int, int] | None = None  # (orphan batch, orphan receiver)
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """What every attempt of a batch does, fixed the first time the batch is planned."""
+
+    batch: int
+    receivers: tuple[ReceiverPlan, ...]
+    drops: str | None = None  # digest of the drop-set object, None when empty
+    drop_count: int = 0
+
+    def receiver(self, number: int) -> ReceiverPlan | None:
+        for plan in self.receivers:
+            if plan.receiver == number:
+                return plan
+        return None
+
+    def to_json(self) -> bytes:
+        doc = {
+            "batch": self.batch,
+            "receivers": [
+                {"receiver": r.receiver, "limit": r.limit, "adoptFrom": r.adopt_from}
+                for r in self.receivers
+            ],
+            "drops": self.drops,
+            "dropCount": self.drop_count,
+        }
+        return json.dumps(doc, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> BatchPlan:
+        doc = json.loads(data)
+        return cls(
+            batch=int(doc["batch"]),
+            receivers=tuple(
+                ReceiverPlan(
+                    int(r["receiver"]),
+                    int(r["limit"]),
+                    tuple(r["adoptFrom"]) if r.get("adoptFrom") else None,  # type: ignore[arg-type]
+                )
+                for r in doc["receivers"]
+            ),
+            drops=doc.get("drops"),
+            drop_count=int(doc.get("dropCount", 0)),
+        )
+
+
+def _ipc_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _ipc_table(data: bytes, where: str) -> pa.Table:
+    try:
+        return pa.ipc.open_file(pa.BufferReader(data)).read_all()
+    except pa.ArrowInvalid as exc:
+        raise JournalError(
+            f"Journal entry {where} is corrupt ({exc}). It was written by an interrupted "
+            "writer on a store without atomic writes. Fix: move it away; its messages "
+            "reappear in SQS after their visibility timeout"
+        ) from None
+
+
+# Drop sets by digest, per process: every receiver of a batch on one executor reads it once.
+_DROPS_CACHE: dict[str, frozenset[str]] = {}
+
+
+class Journal:
+    """Reads and writes journal records; cheap to pickle (the store opens lazily)."""
+
+    def __init__(
+        self, location: str, options: Any = None, store: JournalStore | None = None
+    ) -> None:
+        self.location = location
+        self._options = options
+        self._store = store
+
+    def __getstate__(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @property
+    def store(self) -> JournalStore:
+        if self._store is None:
+            try:
+                self._store = open_store(self.location, self._options)
+            except JournalError:
+                raise
+            except Exception as exc:
+                raise JournalError(
+                    f"Cannot open journalLocation {self.location!r}: {exc}. Fix: use a local "
+                    "path or s3://bucket/prefix"
+                ) from None
+        return self._store
+
+    @staticmethod
+    def batch_dir(batch: int) -> str:
+        return f"batches/{batch:012d}"
+
+    @staticmethod
+    def entry_name(receiver: int) -> str:
+        return f"{receiver:05d}.arrow"
+
+    def _entry_key(self, batch: int, receiver: int) -> str:
+        return f"{self.batch_dir(batch)}/{self.entry_name(receiver)}"
+
+    def _part_key(self, batch: int, receiver: int, part: int) -> str:
+        return f"{self.batch_dir(batch)}/{receiver:05d}.part-{part:05d}.arrow"
+
+    def _batch_files(self, batch: int) -> list[str]:
+        """Base names of the files of ``batch`` (one LIST)."""
+        prefix = self.batch_dir(batch) + "/"
+        return [k[len(prefix) :] for k in self.store.list(self.batch_dir(batch))]
+
+    # -- entries ------------------------------------------------------------------------------
+
+    def read_entry(self, batch: int, receiver: int) -> pa.Table | None:
+        key = self._entry_key(batch, receiver)
+        data = self.store.read(key)
+        return None if data is None else _ipc_table(data, key)
+
+    def read_receipts(self, batch: int, receiver: int) -> EntryReceipts | None:
+        """Message ids, receipt handles and receive time of an entry (one read)."""
+        table = self.read_entry(batch, receiver)
+        return None if table is None else receipts_of(batch, receiver, table)
+
+    def batch_receipts(self, batch: int) -> list[EntryReceipts]:
+        out = []
+        for receiver in self.receivers(batch):
+            receipts = self.read_receipts(batch, receiver)
+            if receipts is not None:
+                out.append(receipts)
+        return out
+
+    def write_entry(self, batch: int, receiver: int, table: pa.Table) -> bool:
+        """Create an entry; False (nothing written) if one already exists."""
+        return self.store.create(self._entry_key(batch, receiver), _ipc_bytes(table))
+
+    def write_part(self, batch: int, receiver: int, part: int, table: pa.Table) -> bool:
+        """One receive call's messages (deleteAfterJournal); never overwritten."""
+        return self.store.create(self._part_key(batch, receiver, part), _ipc_bytes(table))
+
+    def remove_part(self, batch: int, receiver: int, part: int) -> None:
+        self.store.delete(self._part_key(batch, receiver, part))
+
+    def remove_entry(self, batch: int, receiver: int) -> None:
+        self.store.delete(self._entry_key(batch, receiver))
+
+    def read_parts(self, batch: int, receiver: int) -> list[tuple[int, pa.Table]]:
+        parts = []
+        for name in self._batch_files(batch):
+            match = _PART.match(name)
+            if match and int(match.group(1)) == receiver:
+                key = f"{self.batch_dir(batch)}/{name}"
+                data = self.store.read(key)
+                if data is not None:
+                    parts.append((int(match.group(2)), _ipc_table(data, key)))
+        return sorted(parts, key=lambda p: p[0])
+
+    def unfinished_parts(self, batch: int) -> dict[int, set[str]]:
+        """Receivers of ``batch`` with parts but no entry (``deleteAfterJournal``: an attempt
+        that died mid-loop), with the message ids of their parts. Those messages belong to
+        that receiver's rows; the ones it could not delete yet come back once their visibility
+        times out, and any receiver of the batch must then drop them."""
+        names = self._batch_files(batch)
+        finished = {int(m.group(1)) for n in names if (m := _ENTRY.match(n))}
+        out: dict[int, set[str]] = {}
+        for name in names:
+            match = _PART.match(name)
+            if not match or int(match.group(1)) in finished:
+                continue
+            key = f"{self.batch_dir(batch)}/{name}"
+            data = self.store.read(key)
+            if data is None:
+                continue
+            ids = _ipc_table(data, key).column("messageId").to_pylist()
+            out.setdefault(int(match.group(1)), set()).update(ids)
+        return out
+
+    def part_receivers(self, batch: int) -> list[int]:
+        """Receivers of ``batch`` that journaled parts and have no entry."""
+        names = self._batch_files(batch)
+        finished = {int(m.group(1)) for n in names if (m := _ENTRY.match(n))}
+        parts = {int(m.group(1)) for n in names if (m := _PART.match(n))}
+        return sorted(parts - finished)
+
+    def receivers(self, batch: int) -> list[int]:
+        return sorted(int(m.group(1)) for n in self._batch_files(batch) if (m := _ENTRY.match(n)))
+
+    def batches(self) -> list[int]:
+        """Batches with files in the journal (one LIST of everything under ``batches/``)."""
+        return sorted(
+            {int(m.group(1)) for k in self.store.list("batches") if (m := _BATCH_KEY.match(k))}
+        )
+
+    def combined_parts(self, batch: int, receiver: int) -> pa.Table | None:
+        """The parts of a receiver that has no entry, as one entry whose messages all await
+        deletion (whether the dead attempt deleted them is unknown)."""
+        tables = [t for _, t in self.read_parts(batch, receiver)]
+        if not tables:
+            return None
+        combined = pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
+        received = min(float((t.schema.metadata or {}).get(RECEIVED_AT, b"0")) for t in tables)
+        ids = combined.column("messageId").to_pylist()
+        return combined.replace_schema_metadata(
+            {RECEIVED_AT: repr(received), PENDING_DELETE: json.dumps(sorted(ids))}
+        )
+
+    def adopt_entry(self, orphan: int, receiver: int, batch: int, target: int) -> bool:
+        """Copy one orphaned entry (or a dead receiver's parts) into ``batch`` as receiver
+        ``target``. Idempotent: an existing target is kept; a missing source means an earlier
+        call copied it and removed the orphan."""
+        if self.store.read(self._entry_key(batch, target)) is not None:
+            return False
+        table = self.read_entry(orphan, receiver)
+        if table is None:
+            table = self.combined_parts(orphan, receiver)
+        if table is None:
+            return False
+        return self.write_entry(batch, target, table)
+
+    def remove_batch(self, batch: int) -> None:
+        """Remove every file of ``batch``, the plan last (it is what marks a batch planned)."""
+        names = self._batch_files(batch)
+        for name in sorted(names, key=lambda n: n == "_plan.json"):
+            self.store.delete(f"{self.batch_dir(batch)}/{name}")
+
+    # -- plans --------------------------------------------------------------------------------
+
+    def read_plan(self, batch: int) -> BatchPlan | None:
+        data = self.store.read(f"{self.batch_dir(batch)}/_plan.json")
+        return None if data is None else BatchPlan.from_json(data)
+
+    def write_plan(self, plan: BatchPlan) -> BatchPlan:
+        """Create the batch's plan; if another call created one first, that one is the plan."""
+        if self.store.create(f"{self.batch_dir(plan.batch)}/_plan.json", plan.to_json()):
+            return plan
+        stored = self.read_plan(plan.batch)
+        if stored is None:
+            raise JournalError(
+                f"The plan of batch {plan.batch} exists but cannot be read in "
+                f"{self.location}. Fix: check the store's consistency and permissions"
+            )
+        return stored
+
+    def write_drops(self, message_ids: frozenset[str]) -> str | None:
+        """Store a drop set once, under its digest; None for an empty set."""
+        if not message_ids:
+            return None
+        ordered = sorted(message_ids)
+        digest = hashlib.sha256("\n".join(ordered).encode()).hexdigest()
+        table = pa.table({"messageId": pa.array(ordered, pa.string())})
+        self.store.create(f"drops/{digest}.arrow", _ipc_bytes(table))
+        _DROPS_CACHE[digest] = frozenset(ordered)
+        return digest
+
+    def read_drops(self, digest: str | None) -> frozenset[str]:
+        if digest is None:
+            return frozenset()
+        cached = _DROPS_CACHE.get(digest)
+        if cached is not None:
+            return cached
+        key = f"drops/{digest}.arrow"
+        data = self.store.read(key)
+        if data is None:
+            raise JournalError(
+                f"The drop set {key} of a planned batch is missing from {self.location}. Fix: "
+                "if journalLocation is a local path, every executor must see the same files: "
+                "use an s3:// location on a cluster"
+            )
+        ids = frozenset(_ipc_table(data, key).column("messageId").to_pylist())
+        if len(_DROPS_CACHE) > 8:
+            _DROPS_CACHE.clear()
+        _DROPS_CACHE[digest] = ids
+        return ids
+
+    def remove_unused_drops(self, keep: set[str]) -> None:
+        for key in self.store.list("drops"):
+            digest = key.rsplit("/", 1)[-1].removesuffix(".arrow")
+            if digest not in keep:
+                self.store.delete(key)
+
+    # -- redelivery dedupe ----------------------------------------------------------------------
+
+    def write_dedupe(self, batch: int, message_ids: list[str], expires_at: float) -> None:
+        """Remember ids whose acknowledgement may not have taken effect until ``expires_at``."""
+        table = pa.table({"messageId": pa.array(sorted(message_ids), pa.string())})
+        table = table.replace_schema_metadata({EXPIRES_AT: repr(expires_at)})
+        data = _ipc_bytes(table)
+        digest = hashlib.sha256(data).hexdigest()[:16]
+        self.store.create(f"dedupe/{batch:012d}-{digest}.arrow", data)
+
+    def read_dedupe(self, now: float) -> dict[str, float]:
+        """Unexpired dedupe ids with their expiry; expired records are removed."""
+        out: dict[str, float] = {}
+        for key in self.store.list("dedupe"):
+            if not key.endswith(".arrow"):
+                continue
+            data = self.store.read(key)
+            if data is None:
+                continue
+            reader = pa.ipc.open_file(pa.BufferReader(data))
+            expires = float((reader.schema.metadata or {}).get(EXPIRES_AT, b"0"))
+            if expires <= now:
+                self.store.delete(key)
+                continue
+            for message_id in reader.read_all().column("messageId").to_pylist():
+                out[message_id] = max(expires, out.get(message_id, 0.0))
+        return out
+
+    # -- metrics ---------------------------------------------------------------------------------
+
+    def write_metrics(self, batch: int, metrics: dict[str, Any], keep: int = 100) -> None:
+        """Counters of an acknowledged batch, as ``metrics/<batch>.json``; the newest ``keep``
+        batches are kept."""
+        self.store.put(f"metrics/{batch:012d}.json", json.dumps(metrics, sort_keys=True).encode())
+        old = [k for k in self.store.list("metrics") if k.endswith(".json")]
+        for stale in old[:-keep]:
+            self.store.delete(stale)
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        out = []
+        for key in self.store.list("metrics"):
+            data = self.store.read(key) if key.endswith(".json") else None
+            if data is not None:
+                out.append(json.loads(data))
+        return out
+
+    # -- state --------------------------------------------------------------------------------
+
+    def read_state(self) -> JournalState:
+        """The state, from its markers (one LIST)."""
+        found: dict[str, list[int]] = {"planned": [], "acked": [], "initial": []}
+        for key in self.store.list("state"):
+            match = _MARKER.match(key)
+            if match:
+                found[match.group(1)].append(int(match.group(2)))
+        if not any(found.values()):
+            legacy = self.store.read("_state.json")
+            if legacy is not None:
+                # A journal of format 1 kept its state in one overwritten file.
+                doc = json.loads(legacy)
+                initial = doc.get("initialBatch")
+                return JournalState(
+                    int(doc.get("plannedBatch", 0)),
+                    int(doc.get("ackedBatch", 0)),
+                    None if initial is None else int(initial),
+                )
+        return JournalState(
+            max(found["planned"], default=0),
+            max(found["acked"], default=0),
+            min(found["initial"], default=None),
+        )
+
+    def write_state(self, state: JournalState, known: JournalState | None = None) -> None:
+        """Advance the state to ``state``: markers are only ever added (numbers only grow), and
+        markers below the newest are removed once the newer one exists."""
+        current = known if known is not None else self.read_state()
+        for kind, new, old in (
+            ("planned", state.planned_batch, current.planned_batch),
+            ("acked", state.acked_batch, current.acked_batch),
+        ):
+            if new > old:
+                self.store.create(f"state/{kind}-{new:012d}", b"")
+                if old:
+                    self.store.delete(f"state/{kind}-{old:012d}")
+        if current.initial_batch is None and state.initial_batch is not None:
+            self.store.create(f"state/initial-{state.initial_batch:012d}", b"")
+
+    def check_owner(self, queue_url: str) -> None:
+        """Bind the journal to one queue; refuse a journal that belongs to another."""
+        doc = {"format": FORMAT_VERSION, "queueUrl": queue_url}
+        if self.store.create("_meta.json", json.dumps(doc).encode()):
+            return
+        data = self.store.read("_meta.json")
+        owner = json.loads(data).get("queueUrl") if data else None
+        if owner != queue_url:
+            raise JournalError(
+                f"journalLocation {self.location} belongs to queue {owner}, not "
+                f"{queue_url}. Fix: give each query its own 'journalLocation'"
+            )
+
+    def probe_writable(self) -> None:
+        key = f"_probe-{uuid.uuid4().hex}"
+        try:
+            self.store.create(key, b"ok")
+            self.store.delete(key)
+        except (OSError, JournalError) as exc:
+            raise JournalError(
+                f"journalLocation {self.location} is not writable ({exc}). Fix: point "
+                "'journalLocation' at a directory this cluster can create and write files in"
+            ) from None
+
+
+def receipts_of(batch: int, receiver: int, table: pa.Table) -> EntryReceipts:
+    metadata = table.schema.metadata or {}
+    ids = table.column("messageId").to_pylist()
+    handles = table.column(RECEIPT).to_pylist()
+    if PENDING_DELETE in metadata:
+        # The receiver already deleted the rest (deleteAfterJournal).
+        pending = set(json.loads(metadata[PENDING_DELETE]))
+        pairs = [(i, h) for i, h in zip(ids, handles, strict=True) if i in pending]
+        ids, handles = [i for i, _ in pairs], [h for _, h in pairs]
+    return EntryReceipts(
+        batch=batch,
+        receiver=receiver,
+        received_at=float(metadata.get(RECEIVED_AT, b"0")),
+        message_ids=tuple(ids),
+        receipt_handles=tuple(handles),
+        rows=table.num_rows,
+        dropped=int(metadata.get(DROPPED, b"0")),
+    )

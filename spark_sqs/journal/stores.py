@@ -1,0 +1,398 @@
+"""Where the journal's bytes live: local POSIX files or S3. Runs on: driver and executors.
+
+Every store offers the same five operations on keys (``/``-separated paths relative to the
+journal's root). The protocol's safety rests on one of them: ``create`` is create-if-absent *on
+the store itself* (``link()`` locally, a conditional ``PutObject`` with ``If-None-Match: *`` on
+S3), so two attempts that race for one key never both believe they wrote it. ``put`` overwrites
+and is used only for files no decision depends on (metrics). Only stores with such a primitive
+and a test are supported; any other scheme is refused when the DataFrame is created.
+
+A write whose outcome is unknown (timeout, lost response, 5xx after retries) raises
+``JournalOutcomeUnknown``: the caller must assume the write may have happened.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import uuid
+from typing import Any, Protocol
+from urllib.parse import parse_qs, urlparse
+
+from ..errors import InvalidOptionError, JournalError, JournalOutcomeUnknown
+
+logger = logging.getLogger(__name__)
+
+_TMP = ".tmp-"
+# Databricks FUSE mounts: no documented link()/O_EXCL semantics across nodes.
+_FUSE_PREFIXES = ("/dbfs/", "dbfs:/", "/Volumes/", "/Workspace/")
+_S3_PARAMETERS = ("endpoint_override", "scheme", "region")
+
+
+class JournalStore(Protocol):
+    def create(self, key: str, data: bytes) -> bool:
+        """Create ``key`` if absent, atomically; True if this call created it."""
+
+    def put(self, key: str, data: bytes) -> None:
+        """Create or overwrite ``key`` (files no protocol decision depends on)."""
+
+    def read(self, key: str) -> bytes | None:
+        """The bytes of ``key``, or None if it does not exist."""
+
+    def list(self, prefix: str) -> list[str]:
+        """Sorted keys under the directory ``prefix``, recursively."""
+
+    def delete(self, key: str) -> None:
+        """Remove ``key``; a missing key is fine."""
+
+
+def check_location(location: str) -> None:
+    """Refuse, when the DataFrame is created, a ``journalLocation`` without a tested
+    create-if-absent primitive."""
+    if location.startswith(_FUSE_PREFIXES):
+        raise InvalidOptionError.for_option(
+            "journalLocation",
+            location,
+            "Databricks DBFS and Unity Catalog volume paths are FUSE mounts without the atomic "
+            "create-if-absent the journal relies on across nodes",
+            "give the s3:// location behind the volume or mount instead "
+            "(e.g. s3://bucket/prefix/journal)",
+        )
+    scheme = urlparse(location).scheme
+    if scheme in ("", "file", "s3", "s3a") or re.match(r"^[A-Za-z]:[\\/]", location):
+        return
+    raise InvalidOptionError.for_option(
+        "journalLocation",
+        location,
+        f"the '{scheme}' scheme has no tested create-if-absent write, which exactly-once needs",
+        "use a local path (single machine, or a POSIX file system every node shares) or an "
+        "s3://bucket/prefix location",
+    )
+
+
+def open_store(location: str, options: Any = None) -> JournalStore:
+    """The store for ``location`` (already checked by ``check_location``)."""
+    parsed = urlparse(location)
+    if parsed.scheme in ("s3", "s3a"):
+        return S3Store.from_location(location, options)
+    path = parsed.path if parsed.scheme == "file" else location
+    return LocalStore(os.path.abspath(os.path.expanduser(path)))
+
+
+# -- local files ---------------------------------------------------------------------------------
+
+
+class LocalStore:
+    """POSIX files: temp file, fsync, then ``link()`` (fails if the target exists) for
+    ``create``. Files are 0600 and directories 0700: entries hold receipt handles."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, *key.split("/"))
+
+    def create(self, key: str, data: bytes) -> bool:
+        path = self._path(key)
+        tmp = self._write_tmp(path, data)
+        try:
+            # link() fails if the target exists: the first writer wins, atomically.
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            raise JournalError(f"Cannot write journal file {path}: {exc}") from None
+        finally:
+            _unlink_quietly(tmp)
+        try:
+            _fsync_dir(os.path.dirname(path))
+        except OSError as exc:
+            raise JournalOutcomeUnknown(
+                f"Journal file {path} was linked but its directory could not be synced: {exc}"
+            ) from None
+        return True
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        tmp = self._write_tmp(path, data)
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            _unlink_quietly(tmp)
+            raise JournalError(f"Cannot write journal file {path}: {exc}") from None
+
+    def read(self, key: str) -> bytes | None:
+        path = self._path(key)
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise JournalError(f"Cannot read journal file {path}: {exc}") from None
+
+    def list(self, prefix: str) -> list[str]:
+        top = self._path(prefix.rstrip("/"))
+        out = []
+        try:
+            for directory, _, files in os.walk(top):
+                rel = os.path.relpath(directory, self.root).replace(os.sep, "/")
+                out.extend(f"{rel}/{name}" for name in files if _TMP not in name)
+        except OSError as exc:
+            raise JournalError(f"Cannot list journal directory {top}: {exc}") from None
+        return sorted(out)
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise JournalError(f"Cannot remove journal file {path}: {exc}") from None
+        # Empty directories of removed batches would otherwise pile up.
+        directory = os.path.dirname(path)
+        while directory != self.root and directory.startswith(self.root):
+            try:
+                os.rmdir(directory)
+            except OSError:
+                break
+            directory = os.path.dirname(directory)
+
+    def _write_tmp(self, path: str, data: bytes) -> str:
+        try:
+            _make_private_dirs(os.path.dirname(path))
+            tmp = f"{path}{_TMP}{uuid.uuid4().hex}"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise JournalError(f"Cannot write journal file {path}: {exc}") from None
+        return tmp
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _make_private_dirs(directory: str) -> None:
+    """Create missing directories readable by the owner only (makedirs' mode applies to the
+    last one alone, and is subject to the umask)."""
+    missing = []
+    current = directory
+    while current and not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        os.chmod(path, 0o700)
+
+
+# -- S3 ------------------------------------------------------------------------------------------
+
+# S3 answers a conditional write that lost the race with 412; 409 means a concurrent write to
+# the same key was still in progress (retry).
+_EXISTS = {"PreconditionFailed", "412"}
+_CONFLICT = {"ConditionalRequestConflict", "409"}
+_MISSING = {"NoSuchKey", "404", "NotFound"}
+
+
+class S3Store:
+    """S3 through boto3, because pyarrow.fs cannot send ``If-None-Match: *``.
+
+    One request per operation (``list`` pages by 1,000 keys). Objects are written with the
+    bucket's default encryption, or SSE-KMS with ``journalSseKmsKeyId``.
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str,
+        *,
+        client_factory: Any,
+        kms_key_id: str | None = None,
+    ) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self._client_factory = client_factory
+        self._client: Any = None
+        self._kms = kms_key_id
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_client": None}
+
+    @classmethod
+    def from_location(cls, location: str, options: Any) -> S3Store:
+        parsed = urlparse(location)
+        query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+        unknown = sorted(set(query) - set(_S3_PARAMETERS))
+        if unknown:
+            raise JournalError(
+                f"Cannot open journalLocation {location!r}: unsupported parameters {unknown}. "
+                f"Fix: use only {', '.join(_S3_PARAMETERS)}"
+            )
+        endpoint = query.get("endpoint_override")
+        if endpoint and "://" not in endpoint:
+            endpoint = f"{query.get('scheme', 'https')}://{endpoint}"
+        region = query.get("region") or getattr(options, "region", None)
+        return cls(
+            parsed.netloc,
+            parsed.path,
+            client_factory=_S3ClientFactory(options, endpoint, region),
+            kms_key_id=getattr(options, "journal_sse_kms_key_id", None),
+        )
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = self._client_factory()
+        return self._client
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _encryption(self) -> dict[str, str]:
+        if self._kms:
+            return {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": self._kms}
+        return {}
+
+    def create(self, key: str, data: bytes) -> bool:
+        for _ in range(5):
+            try:
+                self.client.put_object(
+                    Bucket=self.bucket,
+                    Key=self._key(key),
+                    Body=data,
+                    IfNoneMatch="*",
+                    **self._encryption(),
+                )
+                return True
+            except Exception as exc:
+                code = _code(exc)
+                if code in _EXISTS:
+                    # Also what a retried PUT whose first response was lost sees: callers
+                    # compare with what is stored rather than assume another writer.
+                    return False
+                if code in _CONFLICT:
+                    continue
+                raise self._error("write", key, exc) from None
+        raise JournalOutcomeUnknown(
+            f"Journal object s3://{self.bucket}/{self._key(key)}: concurrent writes kept "
+            "conflicting"
+        )
+
+    def put(self, key: str, data: bytes) -> None:
+        try:
+            self.client.put_object(
+                Bucket=self.bucket, Key=self._key(key), Body=data, **self._encryption()
+            )
+        except Exception as exc:
+            raise self._error("write", key, exc) from None
+
+    def read(self, key: str) -> bytes | None:
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+            return response["Body"].read()
+        except Exception as exc:
+            if _code(exc) in _MISSING:
+                return None
+            raise self._error("read", key, exc) from None
+
+    def list(self, prefix: str) -> list[str]:
+        base = self._key(prefix.rstrip("/")) + "/"
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        out: list[str] = []
+        try:
+            for page in self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=base
+            ):
+                out.extend(item["Key"][strip:] for item in page.get("Contents", ()))
+        except Exception as exc:
+            raise self._error("list", prefix, exc) from None
+        return sorted(out)
+
+    def delete(self, key: str) -> None:
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
+        except Exception as exc:
+            if _code(exc) not in _MISSING:
+                raise self._error("remove", key, exc) from None
+
+    def _error(self, verb: str, key: str, exc: BaseException) -> JournalError:
+        from botocore.exceptions import ClientError
+
+        where = f"s3://{self.bucket}/{self._key(key)}"
+        code = _code(exc)
+        if isinstance(exc, ClientError) and code in ("AccessDenied", "NoSuchBucket", "403"):
+            return JournalError(
+                f"Cannot {verb} journal object {where}: {code}. Fix: create the bucket and "
+                "allow s3:GetObject, s3:PutObject, s3:DeleteObject and s3:ListBucket on the "
+                "'journalLocation' prefix to the driver's and executors' credentials"
+            )
+        message = f"Cannot {verb} journal object {where}: {code or type(exc).__name__}"
+        if verb == "write":
+            # Throttling, 5xx or a network error after botocore's retries: the PUT may have
+            # been applied.
+            return JournalOutcomeUnknown(message)
+        return JournalError(message, retriable=True)
+
+
+class _S3ClientFactory:
+    """Builds the S3 client in each process (clients do not pickle)."""
+
+    def __init__(self, options: Any, endpoint: str | None, region: str | None) -> None:
+        self.options = options
+        self.endpoint = endpoint
+        self.region = region
+
+    def __call__(self) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        from ..client import make_session
+
+        config = Config(
+            region_name=self.region,
+            retries={"mode": "standard", "max_attempts": 5},
+            connect_timeout=10,
+            read_timeout=60,
+            max_pool_connections=32,
+            user_agent_extra="spark-sqs",
+        )
+        session = make_session(self.options) if self.options is not None else boto3.Session()
+        return session.client("s3", endpoint_url=self.endpoint, config=config)
+
+
+def _code(exc: BaseException) -> str:
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        error = response.get("Error", {})
+        code = str(error.get("Code", ""))
+        if code:
+            return code
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return str(status or "")
+    return ""
