@@ -57,6 +57,14 @@ class JournalError(SqsSourceError):
     """The journal under ``journalLocation`` cannot be read or written."""
 
 
+class InvalidEnvelopeError(SqsSourceError):
+    """With ``messageFormat=sns``, a received message is not an SNS notification envelope."""
+
+
+class ExtendedPayloadError(SqsSourceError):
+    """An SQS Extended Client payload cannot be read from S3 (or its pointer is malformed)."""
+
+
 class TransientSqsError(SqsSourceError):
     """An AWS call failed in a way that may succeed when retried."""
 

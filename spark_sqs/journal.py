@@ -59,6 +59,8 @@ class EntryReceipts:
     receipt_handles: tuple[str, ...] = field(repr=False)
     rows: int = 0  # rows in the entry (with deleteAfterJournal, also those already deleted)
     dropped: int = 0  # redeliveries the receiver dropped
+    # The entry's schema metadata (lag, extended payload pointers: see lag.py, envelopes.py).
+    metadata: dict[bytes, bytes] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,7 @@ class Journal:
             receipt_handles=tuple(handles),
             rows=table.num_rows,
             dropped=int(metadata.get(DROPPED, b"0")),
+            metadata=dict(metadata),
         )
 
     def batch_receipts(self, batch: int) -> list[EntryReceipts]:

@@ -21,6 +21,7 @@ from botocore.exceptions import ClientError
 
 from .acknowledgement import BatchCaller, Entry
 from .client import cached_client, classify
+from .envelopes import Prepared, merged_metadata, prepare
 from .errors import JournalError
 from .journal import DROPPED, PENDING_DELETE, RECEIVED_AT, Journal
 from .planning import ReceiverPartition
@@ -180,7 +181,7 @@ def read_partition(
             partition.receiver,
             table.num_rows,
         )
-        yield from output_batches(table)
+        yield from output_batches(table, options.sns)
         return
 
     state = journal.read_state()
@@ -204,8 +205,12 @@ def read_partition(
     messages, stats = receive_messages(client, partition)
     kept = [m for m in messages if m["MessageId"] not in partition.drop_ids]
     dropped = [m for m in messages if m["MessageId"] in partition.drop_ids]
-    table = messages_to_table(kept, partition.queue_url).replace_schema_metadata(
-        {RECEIVED_AT: repr(received_at), DROPPED: str(len(dropped))}
+    # Hook (envelopes): SNS unwrapping, extended payloads, lag metadata.
+    prepared = _prepare(client, partition, kept)
+    table = messages_to_table(
+        prepared.messages, partition.queue_url, sns=options.sns
+    ).replace_schema_metadata(
+        {RECEIVED_AT: repr(received_at), DROPPED: str(len(dropped)), **prepared.metadata}
     )
     try:
         written = journal.write_entry(partition.batch, partition.receiver, table)
@@ -238,7 +243,7 @@ def read_partition(
         )
     if dropped:
         _delete_redeliveries(client, partition, dropped)
-    yield from output_batches(table)
+    yield from output_batches(table, options.sns)
 
 
 def _read_deleting_after_journal(
@@ -263,9 +268,11 @@ def _read_deleting_after_journal(
         nonlocal dropped_count, next_part
         kept = [m for m in messages if m["MessageId"] not in partition.drop_ids]
         dropped = [m for m in messages if m["MessageId"] in partition.drop_ids]
-        table = messages_to_table(kept, partition.queue_url).replace_schema_metadata(
-            {RECEIVED_AT: repr(time.time())}
-        )
+        # Hook (envelopes): SNS unwrapping, extended payloads, lag metadata.
+        prepared = _prepare(client, partition, kept)
+        kept = prepared.messages
+        table = messages_to_table(kept, partition.queue_url, sns=partition.options.sns)
+        table = table.replace_schema_metadata({RECEIVED_AT: repr(time.time()), **prepared.metadata})
         if not journal.write_part(partition.batch, partition.receiver, next_part, table):
             raise JournalError(
                 f"batch {partition.batch} receiver {partition.receiver}: part {next_part} "
@@ -290,7 +297,7 @@ def _read_deleting_after_journal(
     combined = (
         pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
         if tables
-        else messages_to_table([], partition.queue_url)
+        else messages_to_table([], partition.queue_url, sns=partition.options.sns)
     )
     first_receive = min(
         (float((t.schema.metadata or {}).get(RECEIVED_AT, b"0")) for t in tables),
@@ -301,6 +308,7 @@ def _read_deleting_after_journal(
             RECEIVED_AT: repr(first_receive),
             PENDING_DELETE: json.dumps(sorted(pending)),
             DROPPED: str(dropped_count),
+            **merged_metadata(t.schema.metadata for t in tables),
         }
     )
     if not journal.write_entry(partition.batch, partition.receiver, combined):
@@ -317,7 +325,7 @@ def _read_deleting_after_journal(
         already,
         len(pending),
     )
-    yield from output_batches(combined)
+    yield from output_batches(combined, partition.options.sns)
 
 
 def _delete_redeliveries(
@@ -342,11 +350,28 @@ def _delete_redeliveries(
     )
 
 
+def _prepare(client: Any, partition: ReceiverPartition, messages: list[dict[str, Any]]) -> Prepared:
+    """``envelopes.prepare`` for this receiver: on a rejected message or a payload that cannot
+    be fetched, every message of the call is released and the task fails."""
+    return prepare(
+        messages,
+        partition.options,
+        now=time.time(),
+        release=lambda ms: _release_entries(
+            client, partition, [Entry(m["MessageId"], m["ReceiptHandle"]) for m in ms]
+        ),
+        where=f"batch {partition.batch} receiver {partition.receiver}",
+    )
+
+
 def _release(client: Any, partition: ReceiverPartition, table: pa.Table) -> None:
     """Make messages this attempt received but did not journal visible again at once."""
     ids = table.column("messageId").to_pylist()
     handles = table.column(RECEIPT_HANDLE).to_pylist()
-    entries = [Entry(i, h) for i, h in zip(ids, handles, strict=True)]
+    _release_entries(client, partition, [Entry(i, h) for i, h in zip(ids, handles, strict=True)])
+
+
+def _release_entries(client: Any, partition: ReceiverPartition, entries: list[Entry]) -> None:
     try:
         BatchCaller(client, partition.queue_url).change_visibility(entries, 0)
     except Exception:
