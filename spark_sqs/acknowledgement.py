@@ -22,6 +22,7 @@ from typing import Any
 
 from .client import classify, error_code
 from .errors import SqsSourceError
+from .lag import batch_lag
 
 logger = logging.getLogger(__name__)
 
@@ -378,6 +379,8 @@ class Acknowledger:
                 "deleted": deleted,
                 "deleteFailures": stats.delete_failed - failed_before,
                 "uncertainAcknowledgements": len(uncertain),
+                # oldestMessageAgeMs, medianMessageAgeMs (lag.py)
+                **batch_lag(getattr(r, "metadata", None) for r in receipts),
             }
         )
         self._acked = max(self._acked, batch)

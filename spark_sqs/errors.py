@@ -68,6 +68,14 @@ class JournalInUseError(JournalError):
     """Another live query owns the journal (or took it over from this one)."""
 
 
+class InvalidEnvelopeError(SqsSourceError):
+    """With ``messageFormat=sns``, a received message is not an SNS notification envelope."""
+
+
+class ExtendedPayloadError(SqsSourceError):
+    """An SQS Extended Client payload cannot be read from S3 (or its pointer is malformed)."""
+
+
 class TransientSqsError(SqsSourceError):
     """An AWS call failed in a way that may succeed when retried."""
 

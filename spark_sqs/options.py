@@ -106,6 +106,40 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "once (the journal replays), but dead-letter redrive no longer applies. See docs/fifo.md.",
     ),
     OptionSpec(
+        "messageFormat",
+        "raw",
+        "`raw`: the body as SQS has it. `sns`: each message is an SNS notification envelope "
+        "(a subscription without raw message delivery); `body` becomes the SNS `Message`, the "
+        "columns `snsTopicArn`, `snsMessageId`, `snsSubject` and `snsTimestamp` are added and "
+        "the SNS message attributes land in `messageAttributes`.",
+    ),
+    OptionSpec(
+        "invalidEnvelope",
+        "fail",
+        "With `messageFormat=sns`, a message that is not an SNS notification: `fail` leaves it "
+        "in the queue (not journaled, visible again at once, so the redrive policy applies) and "
+        "fails the task naming its id; `keep` passes it through raw with null SNS columns.",
+    ),
+    OptionSpec(
+        "extendedPayloads",
+        "false",
+        "`true`: a message the SQS Extended Client (Java or Python) offloaded to S3 is fetched "
+        "from S3 by its receiver before it is journaled; `body` holds the payload and the "
+        "reserved `ExtendedPayloadSize`/`SQSLargePayloadSize` attribute is removed.",
+    ),
+    OptionSpec(
+        "deleteExtendedPayloads",
+        "false",
+        "With `extendedPayloads=true`: delete a message's S3 payload once the message is "
+        "deleted from the queue (after its micro-batch is committed), never before.",
+    ),
+    OptionSpec(
+        "s3EndpointUrl",
+        None,
+        "With `extendedPayloads=true`: S3 endpoint override for the payloads (VPC endpoint, "
+        "LocalStack, moto). The journal's S3 endpoint is set in `journalLocation` instead.",
+    ),
+    OptionSpec(
         "heartbeatInterval",
         "visibilityTimeout / 5",
         "Seconds between visibility heartbeats, which keep every message of an unacknowledged "
@@ -191,6 +225,16 @@ class SqsOptions:
     profile: str | None = None
     assume_role: AssumeRole | None = None
     journal_sse_kms_key_id: str | None = None
+    message_format: str = "raw"
+    keep_invalid_envelopes: bool = False
+    extended_payloads: bool = False
+    delete_extended_payloads: bool = False
+    s3_endpoint_url: str | None = None
+
+    @property
+    def sns(self) -> bool:
+        """SNS envelopes are unwrapped and the SNS columns are part of the schema."""
+        return self.message_format == "sns"
 
     @property
     def receive_budget_seconds(self) -> float:
@@ -323,6 +367,10 @@ class SqsOptions:
                 "set one of them, not both",
             )
         attribute_names = _attribute_names(get("messageAttributeNames") or "All")
+        envelope = _envelope_options(get, raw, delete_on_commit)
+        if envelope["extended_payloads"] and attribute_names != ("All",):
+            # The reserved attribute is how an offloaded message is recognised: always fetch it.
+            attribute_names = tuple(dict.fromkeys((*attribute_names, *EXTENDED_RESERVED)))
 
         # A receiver stops after receive_budget_seconds but a call may then still wait
         # waitTimeSeconds; all of that must fit in half the visibility timeout so that the rest
@@ -429,7 +477,81 @@ class SqsOptions:
             credentials=credentials,
             profile=profile,
             assume_role=assume_role,
+            **envelope,
         )
+
+
+# Message attributes with which the SQS Extended Client marks an offloaded body (current name
+# first, then the name older Java clients wrote).
+EXTENDED_RESERVED = ("ExtendedPayloadSize", "SQSLargePayloadSize")
+
+
+def _envelope_options(
+    get: Callable[[str], str | None], raw: Mapping[str, str], delete_on_commit: bool
+) -> dict[str, Any]:
+    """``messageFormat``, ``invalidEnvelope`` and the extended-payload options."""
+    message_format = (get("messageFormat") or "").strip().lower()
+    if message_format not in ("raw", "sns"):
+        raise InvalidOptionError.for_option(
+            "messageFormat",
+            get("messageFormat"),
+            "is not a message format",
+            "use 'raw' (the default) or 'sns' for queues subscribed to an SNS topic without raw "
+            "message delivery",
+        )
+    invalid = (get("invalidEnvelope") or "").strip().lower()
+    if invalid not in ("fail", "keep"):
+        raise InvalidOptionError.for_option(
+            "invalidEnvelope", get("invalidEnvelope"), "is not 'fail' or 'keep'", "use one of them"
+        )
+    if raw.get("invalidEnvelope") is not None and message_format != "sns":
+        raise InvalidOptionError.for_option(
+            "invalidEnvelope",
+            get("invalidEnvelope"),
+            f"only applies with messageFormat=sns (here {message_format})",
+            "add .option('messageFormat', 'sns') or remove 'invalidEnvelope'",
+        )
+    extended = _bool(get, "extendedPayloads")
+    delete_payloads = _bool(get, "deleteExtendedPayloads")
+    if delete_payloads and not extended:
+        raise InvalidOptionError.for_option(
+            "deleteExtendedPayloads",
+            "true",
+            "only applies with extendedPayloads=true",
+            "add .option('extendedPayloads', 'true') or remove 'deleteExtendedPayloads'",
+        )
+    if delete_payloads and not delete_on_commit:
+        raise InvalidOptionError.for_option(
+            "deleteExtendedPayloads",
+            "true",
+            "conflicts with deleteOnCommit=false: messages stay in the queue, so their payloads "
+            "must stay in S3",
+            "set one of them, not both",
+        )
+    s3_endpoint = _nonblank(raw, "s3EndpointUrl")
+    if s3_endpoint is not None:
+        if not extended:
+            raise InvalidOptionError.for_option(
+                "s3EndpointUrl",
+                s3_endpoint,
+                "only applies with extendedPayloads=true (the journal's S3 endpoint is a "
+                "parameter of journalLocation: s3://bucket/prefix?endpoint_override=...)",
+                "add .option('extendedPayloads', 'true') or remove 's3EndpointUrl'",
+            )
+        if not re.match(r"^https?://[^/\s]+", s3_endpoint):
+            raise InvalidOptionError.for_option(
+                "s3EndpointUrl",
+                s3_endpoint,
+                "is not an http(s) URL",
+                "give a URL such as https://s3.us-east-1.amazonaws.com or http://127.0.0.1:4566",
+            )
+    return {
+        "message_format": message_format,
+        "keep_invalid_envelopes": invalid == "keep",
+        "extended_payloads": extended,
+        "delete_extended_payloads": delete_payloads,
+        "s3_endpoint_url": s3_endpoint,
+    }
 
 
 # Options people give the source that belong elsewhere; Spark passes keys lower-cased. A

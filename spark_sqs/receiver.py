@@ -21,6 +21,7 @@ from botocore.exceptions import ClientError
 
 from .acknowledgement import BatchCaller, Entry
 from .client import cached_client, classify
+from .envelopes import Prepared, merged_metadata, prepare
 from .errors import JournalError, JournalOutcomeUnknown
 from .journal import DROPPED, PENDING_DELETE, RECEIVED_AT, SEAL, Journal
 from .planning import ReceiverPartition
@@ -182,7 +183,7 @@ def read_partition(
             partition.receiver,
             table.num_rows,
         )
-        yield from output_batches(table)
+        yield from output_batches(table, options.sns)
         return
     if _acknowledged(journal, partition):
         return
@@ -212,8 +213,12 @@ def read_partition(
     messages, stats = receive_messages(client, partition)
     kept = [m for m in messages if m["MessageId"] not in drop_ids]
     dropped = [m for m in messages if m["MessageId"] in drop_ids]
-    table = messages_to_table(kept, partition.queue_url).replace_schema_metadata(
-        {RECEIVED_AT: repr(received_at), DROPPED: str(len(dropped))}
+    # SNS unwrapping, extended payloads, lag metadata (envelopes.py), before journaling.
+    prepared = _prepare(client, partition, kept)
+    table = messages_to_table(
+        prepared.messages, partition.queue_url, sns=options.sns
+    ).replace_schema_metadata(
+        {RECEIVED_AT: repr(received_at), DROPPED: str(len(dropped)), **prepared.metadata}
     )
     try:
         written = journal.write_entry(partition.batch, partition.receiver, table)
@@ -266,7 +271,7 @@ def read_partition(
         )
     if dropped:
         _delete_redeliveries(client, partition, dropped)
-    yield from output_batches(table)
+    yield from output_batches(table, options.sns)
 
 
 def _acknowledged(journal: Journal, partition: ReceiverPartition) -> bool:
@@ -327,7 +332,7 @@ def _read_deleting_after_journal(
         combined.num_rows,
         len(pending),
     )
-    yield from output_batches(combined)
+    yield from output_batches(combined, partition.options.sns)
 
 
 def _receive_parts(
@@ -352,9 +357,11 @@ def _receive_parts(
             _delete_redeliveries(client, partition, dropped)
         if not kept:
             return
-        table = messages_to_table(kept, partition.queue_url).replace_schema_metadata(
-            {RECEIVED_AT: repr(time.time())}
-        )
+        # SNS unwrapping, extended payloads, lag metadata (envelopes.py), before journaling.
+        prepared = _prepare(client, partition, kept)
+        kept = prepared.messages
+        table = messages_to_table(kept, partition.queue_url, sns=partition.options.sns)
+        table = table.replace_schema_metadata({RECEIVED_AT: repr(time.time()), **prepared.metadata})
         try:
             created = journal.write_part(partition.batch, partition.receiver, next_part, table)
         except JournalOutcomeUnknown:
@@ -394,7 +401,7 @@ def _seal(journal: Journal, partition: ReceiverPartition) -> tuple[pa.Table, set
     """Create the seal after the last part (or find the one another attempt created) and
     combine the parts below it. Every message of the entry is marked as awaiting deletion:
     which attempt deleted what is unknown, and a repeated delete is harmless."""
-    empty = messages_to_table([], partition.queue_url)
+    empty = messages_to_table([], partition.queue_url, sns=partition.options.sns)
     while True:
         parts = journal.read_parts(partition.batch, partition.receiver)
         seal = next((k for k, t in parts if SEAL in (t.schema.metadata or {})), None)
@@ -414,7 +421,11 @@ def _seal(journal: Journal, partition: ReceiverPartition) -> tuple[pa.Table, set
         default=time.time(),
     )
     combined = combined.replace_schema_metadata(
-        {RECEIVED_AT: repr(first_receive), PENDING_DELETE: json.dumps(sorted(ids))}
+        {
+            RECEIVED_AT: repr(first_receive),
+            PENDING_DELETE: json.dumps(sorted(ids)),
+            **merged_metadata(t.schema.metadata for t in below),
+        }
     )
     return combined, ids
 
@@ -441,13 +452,31 @@ def _delete_redeliveries(
     )
 
 
+def _prepare(client: Any, partition: ReceiverPartition, messages: list[dict[str, Any]]) -> Prepared:
+    """``envelopes.prepare`` for this receiver: on a rejected message or a payload that cannot
+    be fetched, every message of the call is released and the task fails."""
+    return prepare(
+        messages,
+        partition.options,
+        now=time.time(),
+        release=lambda ms: _release_entries(
+            client, partition, [Entry(m["MessageId"], m["ReceiptHandle"]) for m in ms]
+        ),
+        where=f"batch {partition.batch} receiver {partition.receiver}",
+    )
+
+
 def _release(client: Any, partition: ReceiverPartition, table: pa.Table) -> int:
     """Make messages this attempt received but did not journal visible again at once."""
     if table.num_rows == 0:
         return 0
     ids = table.column("messageId").to_pylist()
     handles = table.column(RECEIPT_HANDLE).to_pylist()
-    entries = [Entry(i, h) for i, h in zip(ids, handles, strict=True)]
+    _release_entries(client, partition, [Entry(i, h) for i, h in zip(ids, handles, strict=True)])
+    return table.num_rows
+
+
+def _release_entries(client: Any, partition: ReceiverPartition, entries: list[Entry]) -> None:
     try:
         BatchCaller(client, partition.queue_url).change_visibility(entries, 0)
     except Exception:
@@ -458,4 +487,3 @@ def _release(client: Any, partition: ReceiverPartition, table: pa.Table) -> int:
             partition.receiver,
             exc_info=True,
         )
-    return len(entries)

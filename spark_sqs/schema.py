@@ -52,10 +52,27 @@ SCHEMA = StructType(
 COLUMNS = tuple(SCHEMA.fieldNames())
 RECEIPT_HANDLE = "_receiptHandle"
 
+# Columns added with messageFormat=sns, after the default ones (so the default schema is
+# unchanged). Null for a message kept raw with invalidEnvelope=keep.
+SNS_FIELDS = (
+    StructField("snsTopicArn", StringType()),
+    StructField("snsMessageId", StringType()),
+    StructField("snsSubject", StringType()),
+    StructField("snsTimestamp", TimestampType()),
+)
+SNS_COLUMNS = tuple(f.name for f in SNS_FIELDS)
+# Key of the unwrapped SNS fields in a message dict (set by ``envelopes``; not a boto3 key).
+SNS_KEY = "spark_sqs.sns"
+
+
+def spark_schema(sns: bool = False) -> StructType:
+    """The DataFrame's schema: ``SCHEMA``, plus the SNS columns with ``messageFormat=sns``."""
+    return StructType([*SCHEMA.fields, *SNS_FIELDS]) if sns else SCHEMA
+
 
 @functools.cache
-def arrow_output_schema() -> pa.Schema:
-    """The Arrow schema PySpark expects from ``read()`` for ``SCHEMA``.
+def arrow_output_schema(sns: bool = False) -> pa.Schema:
+    """The Arrow schema PySpark expects from ``read()`` for ``spark_schema(sns)``.
 
     Taken from PySpark itself so that the field names it uses inside map types, and the timestamp
     unit, always match the installed version's check.
@@ -64,15 +81,16 @@ def arrow_output_schema() -> pa.Schema:
 
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    schema = spark_schema(sns)
     # Spark 4.0/4.1 take timestamp_utc=True (the default); later versions a timezone name.
     if "timezone" in inspect.signature(to_arrow_schema).parameters:
-        return to_arrow_schema(SCHEMA, timezone="UTC")
-    return to_arrow_schema(SCHEMA)
+        return to_arrow_schema(schema, timezone="UTC")
+    return to_arrow_schema(schema)
 
 
 @functools.cache
-def arrow_journal_schema() -> pa.Schema:
-    return arrow_output_schema().append(pa.field(RECEIPT_HANDLE, pa.string(), nullable=False))
+def arrow_journal_schema(sns: bool = False) -> pa.Schema:
+    return arrow_output_schema(sns).append(pa.field(RECEIPT_HANDLE, pa.string(), nullable=False))
 
 
 def _millis(value: str | None) -> datetime | None:
@@ -103,10 +121,23 @@ def _message_attributes(raw: Mapping[str, Any] | None) -> list[tuple[str, dict[s
     return out
 
 
-def messages_to_table(messages: Iterable[Mapping[str, Any]], queue_url: str) -> pa.Table:
-    """Convert ``ReceiveMessage`` results to the journal's Arrow table (output + handle)."""
-    columns: dict[str, list[Any]] = {name: [] for name in (*COLUMNS, RECEIPT_HANDLE)}
+def messages_to_table(
+    messages: Iterable[Mapping[str, Any]], queue_url: str, *, sns: bool = False
+) -> pa.Table:
+    """Convert ``ReceiveMessage`` results to the journal's Arrow table (output + handle).
+
+    With ``sns``, the SNS columns come from each message's ``SNS_KEY`` (set by
+    ``envelopes.transform``), null where it has none.
+    """
+    names = (*COLUMNS, *SNS_COLUMNS, RECEIPT_HANDLE) if sns else (*COLUMNS, RECEIPT_HANDLE)
+    columns: dict[str, list[Any]] = {name: [] for name in names}
     for m in messages:
+        if sns:
+            envelope: Mapping[str, Any] = m.get(SNS_KEY) or {}
+            columns["snsTopicArn"].append(envelope.get("TopicArn"))
+            columns["snsMessageId"].append(envelope.get("MessageId"))
+            columns["snsSubject"].append(envelope.get("Subject"))
+            columns["snsTimestamp"].append(envelope.get("Timestamp"))
         attrs: Mapping[str, str] = m.get("Attributes") or {}
         columns["messageId"].append(m["MessageId"])
         columns["body"].append(m.get("Body"))
@@ -126,12 +157,24 @@ def messages_to_table(messages: Iterable[Mapping[str, Any]], queue_url: str) -> 
         columns["messageAttributes"].append(_message_attributes(m.get("MessageAttributes")))
         columns["queueUrl"].append(queue_url)
         columns[RECEIPT_HANDLE].append(m["ReceiptHandle"])
-    schema = arrow_journal_schema()
+    schema = arrow_journal_schema(sns)
     arrays = [pa.array(columns[f.name], type=f.type) for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def output_batches(table: pa.Table) -> list[pa.RecordBatch]:
-    """The rows ``read()`` yields: the journal table without the receipt handle."""
-    out = table.drop_columns([RECEIPT_HANDLE]).cast(arrow_output_schema())
+def output_batches(table: pa.Table, sns: bool = False) -> list[pa.RecordBatch]:
+    """The rows ``read()`` yields: the journal table without the receipt handle.
+
+    ``sns`` is the current query's ``messageFormat=sns``; an entry journaled under the other
+    format (a batch replayed after the option changed) gets null SNS columns, or loses them.
+    """
+    out = table.drop_columns([c for c in table.column_names if c.startswith("_")])
+    if sns:
+        for field in SNS_FIELDS:
+            if field.name not in out.column_names:
+                target = arrow_output_schema(True).field(field.name)
+                out = out.append_column(target, pa.nulls(out.num_rows, target.type))
+    else:
+        out = out.drop_columns([c for c in SNS_COLUMNS if c in out.column_names])
+    out = out.cast(arrow_output_schema(sns))
     return out.combine_chunks().to_batches()

@@ -43,7 +43,7 @@ from .journal.lease import Lease
 from .options import SqsOptions
 from .planning import ReceiverPartition, new_plan, partitions_of
 from .receiver import read_partition
-from .schema import SCHEMA
+from .schema import spark_schema
 
 logger = logging.getLogger(__name__)
 
@@ -67,10 +67,11 @@ class SqsDataSource(DataSource):
         return "sqs"
 
     def schema(self) -> StructType:
-        return SCHEMA
+        # messageFormat=sns adds the SNS columns.
+        return spark_schema(self.sqs_options.sns)
 
     def streamReader(self, schema: StructType) -> SqsStreamReader:
-        if schema != SCHEMA:
+        if schema != spark_schema(self.sqs_options.sns):
             raise InvalidOptionError(
                 "The SQS source has a fixed schema and does not accept a user-specified one. "
                 "Fix: remove .schema(...) from spark.readStream and parse 'body' with "
@@ -409,12 +410,15 @@ class _DriverState:
             # Heartbeat work since the previous acknowledged batch.
             "visibilityExtensions": extended - self._heartbeat_seen[0],
             "visibilityExtensionFailures": failed - self._heartbeat_seen[1],
+            # As last polled: the queue's ApproximateNumberOfMessagesNotVisible.
+            "inFlightMessages": self.backlog.get("ApproximateNumberOfMessagesNotVisible"),
             "acknowledgedAt": time.time(),
         }
         self._heartbeat_seen = (extended, failed)
         logger.info(
             "batch %d: received %d, journaled %d, replayed receivers %d, deleted %d, delete "
-            "failures %d, visibility extensions %d (failed %d), duplicates dropped %d",
+            "failures %d, visibility extensions %d (failed %d), duplicates dropped %d, oldest "
+            "message age %s ms (median %s ms), in flight %s",
             counters["batch"],
             counters["received"],
             counters["journaled"],
@@ -424,6 +428,9 @@ class _DriverState:
             counters["visibilityExtensions"],
             counters["visibilityExtensionFailures"],
             counters["duplicatesDropped"],
+            counters.get("oldestMessageAgeMs"),
+            counters.get("medianMessageAgeMs"),
+            counters["inFlightMessages"],
         )
         try:
             self.journal.write_metrics(counters["batch"], counters)

@@ -151,3 +151,27 @@ class HoldingSink:
     def held_numbers(self) -> list[int]:
         with self._lock:
             return sorted(self.batches[min(self.batches)])
+
+
+def extended_sqs_client(endpoint: str | None, bucket: str, region: str = "us-east-1") -> Any:
+    """An SQS client of the ``amazon-sqs-extended-client`` package that offloads every body to
+    S3 ``bucket`` (``always_through_s3``), as a producer using that library does.
+
+    Importing the package replaces ``boto3.Session`` process-wide; that is undone at once, so
+    only this client has the extended behaviour.
+    """
+    import boto3
+    import boto3.session
+
+    saved = (boto3.session.Session, boto3.Session, boto3.DEFAULT_SESSION)
+    try:
+        from sqs_extended_client.client import SQSExtendedClientSession
+    finally:
+        boto3.session.Session, boto3.Session, boto3.DEFAULT_SESSION = saved
+    session = SQSExtendedClientSession(region_name=region)
+    sqs = session.client("sqs", endpoint_url=endpoint)
+    sqs.large_payload_support = bucket
+    sqs.always_through_s3 = True
+    # The library's own S3 client ignores endpoint overrides; point it at the same server.
+    sqs.s3_client = session.client("s3", endpoint_url=endpoint)
+    return sqs

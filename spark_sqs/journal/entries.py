@@ -63,6 +63,8 @@ class EntryReceipts:
     receipt_handles: tuple[str, ...] = field(repr=False)
     rows: int = 0  # rows in the entry (with deleteAfterJournal, also those already deleted)
     dropped: int = 0  # redeliveries the receiver dropped
+    # The entry's schema metadata (lag, extended payload pointers: see lag.py, envelopes.py).
+    metadata: dict[bytes, bytes] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -494,4 +496,5 @@ def receipts_of(batch: int, receiver: int, table: pa.Table) -> EntryReceipts:
         receipt_handles=tuple(handles),
         rows=table.num_rows,
         dropped=int(metadata.get(DROPPED, b"0")),
+        metadata=dict(metadata),
     )

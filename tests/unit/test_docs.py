@@ -13,7 +13,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "options.md"
 def _documented() -> dict[str, str]:
     rows = {}
     for line in DOC.read_text().splitlines():
-        match = re.match(r"^\| `([A-Za-z]+)` \| (`[^`]*`)? \|", line)
+        match = re.match(r"^\| `([A-Za-z0-9]+)` \| (`[^`]*`)? \|", line)
         if match:
             rows[match.group(1)] = (match.group(2) or "").strip("`")
     return rows

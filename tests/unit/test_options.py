@@ -283,6 +283,33 @@ def test_blank_credentials_mean_the_default_chain() -> None:
     assert opts.credentials is None
 
 
+def test_envelope_options_default_to_raw_bodies() -> None:
+    opts = parse(**BASE)
+    assert (opts.message_format, opts.sns, opts.keep_invalid_envelopes) == ("raw", False, False)
+    assert (opts.extended_payloads, opts.delete_extended_payloads) == (False, False)
+    assert opts.s3_endpoint_url is None
+
+
+def test_envelope_options_are_parsed() -> None:
+    opts = parse(
+        **BASE,
+        messageformat="SNS",
+        invalidEnvelope="Keep",
+        extendedPayloads="true",
+        deleteExtendedPayloads="yes",
+        s3EndpointUrl="http://127.0.0.1:5000",
+    )
+    assert (opts.message_format, opts.sns, opts.keep_invalid_envelopes) == ("sns", True, True)
+    assert (opts.extended_payloads, opts.delete_extended_payloads) == (True, True)
+    assert opts.s3_endpoint_url == "http://127.0.0.1:5000"
+
+
+def test_extended_payloads_always_fetch_the_reserved_attributes() -> None:
+    opts = parse(**BASE, extendedPayloads="true", messageAttributeNames="tenant")
+    assert opts.message_attribute_names == ("tenant", "ExtendedPayloadSize", "SQSLargePayloadSize")
+    assert parse(**BASE, extendedPayloads="true").message_attribute_names == ("All",)
+
+
 # -- validation errors -------------------------------------------------------------------------
 
 ERROR_CASES: list[tuple[str, dict[str, Any], str, str]] = [
@@ -567,6 +594,44 @@ ERROR_CASES: list[tuple[str, dict[str, Any], str, str]] = [
         with_base(awsSecretAccessKey=SECRET, awsSessionToken=TOKEN),
         "awsAccessKeyId",
         "must be given together",
+    ),
+    ("message-format", with_base(messageFormat="json"), "messageFormat", "use 'raw'"),
+    (
+        "invalid-envelope-value",
+        with_base(messageFormat="sns", invalidEnvelope="skip"),
+        "invalidEnvelope",
+        "is not 'fail' or 'keep'",
+    ),
+    (
+        "invalid-envelope-without-sns",
+        with_base(invalidEnvelope="keep"),
+        "invalidEnvelope",
+        "only applies with messageFormat=sns",
+    ),
+    ("extended-not-bool", with_base(extendedPayloads="maybe"), "extendedPayloads", "boolean"),
+    (
+        "delete-payloads-without-extended",
+        with_base(deleteExtendedPayloads="true"),
+        "deleteExtendedPayloads",
+        "only applies with extendedPayloads=true",
+    ),
+    (
+        "delete-payloads-never-deleting",
+        with_base(extendedPayloads="true", deleteExtendedPayloads="true", deleteOnCommit="false"),
+        "deleteExtendedPayloads",
+        "conflicts with deleteOnCommit=false",
+    ),
+    (
+        "s3-endpoint-without-extended",
+        with_base(s3EndpointUrl="http://127.0.0.1:5000"),
+        "s3EndpointUrl",
+        "only applies with extendedPayloads=true",
+    ),
+    (
+        "s3-endpoint-not-a-url",
+        with_base(extendedPayloads="true", s3EndpointUrl="127.0.0.1:5000"),
+        "s3EndpointUrl",
+        "is not an http(s) URL",
     ),
 ]
 

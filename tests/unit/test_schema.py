@@ -220,3 +220,47 @@ def test_output_batches_of_a_chunked_table_are_combined() -> None:
     assert len(batches) == 1
     assert batches[0].num_rows == 3
     assert batches[0].schema == arrow_output_schema()
+
+
+# -- messageFormat=sns ----------------------------------------------------------------------------
+
+
+def test_the_default_schema_is_unchanged_by_the_sns_columns() -> None:
+    from spark_sqs.schema import spark_schema
+
+    assert spark_schema() is SCHEMA
+    assert spark_schema(False).json() == SCHEMA.json()
+    assert arrow_output_schema(False) == arrow_output_schema()
+    assert arrow_journal_schema(False).names == [*COLUMNS, RECEIPT_HANDLE]
+
+
+def test_sns_schema_appends_the_four_sns_columns() -> None:
+    from spark_sqs.schema import SNS_COLUMNS, spark_schema
+
+    sns = spark_schema(True)
+    assert sns.fieldNames() == [
+        *COLUMNS,
+        "snsTopicArn",
+        "snsMessageId",
+        "snsSubject",
+        "snsTimestamp",
+    ]
+    assert [f.dataType.simpleString() for f in sns.fields[-4:]] == [
+        "string",
+        "string",
+        "string",
+        "timestamp",
+    ]
+    assert arrow_output_schema(True).names == [*COLUMNS, *SNS_COLUMNS]
+    assert arrow_journal_schema(True).names[-1] == RECEIPT_HANDLE
+
+
+def test_an_entry_journaled_in_the_other_format_still_yields_the_query_schema() -> None:
+    raw = messages_to_table([sqs_message(0)], QUEUE_URL)
+    (as_sns,) = output_batches(raw, sns=True)
+    assert as_sns.schema == arrow_output_schema(True)
+    assert as_sns.column("snsTopicArn").to_pylist() == [None]
+
+    sns = messages_to_table([sqs_message(0)], QUEUE_URL, sns=True)
+    (as_raw,) = output_batches(sns, sns=False)
+    assert as_raw.schema == arrow_output_schema()

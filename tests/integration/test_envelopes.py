@@ -1,0 +1,260 @@
+"""SNS envelopes, SQS Extended Client payloads and lag counters, end to end on the moto server:
+an SNS topic delivering to the queue, payloads offloaded to moto's S3 by the
+amazon-sqs-extended-client package, and the metrics files of acknowledged batches."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+import boto3
+import pytest
+
+from spark_sqs.client import queue_counts
+from spark_sqs.journal import Journal
+from tests.conftest import REGION
+from tests.helpers import (
+    drain_and_stop,
+    extended_sqs_client,
+    send_numbered,
+    sqs_stream,
+    start_and_fail,
+    wait_until,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def deliver(spark: Any, endpoint: str, sqs: Any, queue_url: str, tmp: Any, **options: Any) -> list:
+    """Run the source into a memory sink until the queue is empty; the rows it delivered."""
+    name = f"envelopes_{uuid.uuid4().hex}"
+    query = (
+        sqs_stream(spark, endpoint, queue_url, str(tmp / "journal"), **options)
+        .writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(tmp / "ckpt"))
+        .start()
+    )
+    drain_and_stop(query, sqs, queue_url, timeout=240)
+    return spark.table(name).collect()
+
+
+def options_for(endpoint: str, queue_url: str, journal: str, **extra: str) -> dict[str, str]:
+    return {
+        "queueUrl": queue_url,
+        "endpointUrl": endpoint,
+        "journalLocation": journal,
+        "numPartitions": "1",
+        **extra,
+    }
+
+
+# -- SNS -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def topic(moto_endpoint: str, sqs: Any, queue_url: str) -> str:
+    """An SNS topic delivering to ``queue_url`` (without raw message delivery)."""
+    sns = boto3.client("sns", region_name=REGION, endpoint_url=moto_endpoint)
+    arn = sns.create_topic(Name=f"t-{uuid.uuid4().hex[:12]}")["TopicArn"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])[
+        "Attributes"
+    ]["QueueArn"]
+    sns.subscribe(TopicArn=arn, Protocol="sqs", Endpoint=queue_arn)
+    return arn
+
+
+def test_sns_notifications_are_unwrapped(spark, moto_endpoint, sqs, queue_url, topic, tmp_path):
+    sns = boto3.client("sns", region_name=REGION, endpoint_url=moto_endpoint)
+    published = {}
+    for n in range(12):
+        kwargs: dict[str, Any] = {"TopicArn": topic, "Message": json.dumps({"n": n})}
+        if n % 2:
+            kwargs["Subject"] = f"order {n}"
+        kwargs["MessageAttributes"] = {
+            "tenant": {"DataType": "String", "StringValue": f"t{n % 3}"},
+            "amount": {"DataType": "Number", "StringValue": f"{n}.5"},
+            "raw": {"DataType": "Binary", "BinaryValue": bytes([n, 255])},
+            "tags": {"DataType": "String.Array", "StringValue": f'["a", {n}]'},
+        }
+        published[sns.publish(**kwargs)["MessageId"]] = n
+    wait_until(lambda: queue_counts(sqs, queue_url)[0] == 12, 30, "SNS deliveries")
+
+    rows = deliver(spark, moto_endpoint, sqs, queue_url, tmp_path, messageFormat="sns")
+
+    assert sorted(json.loads(r.body)["n"] for r in rows) == list(range(12))
+    for row in rows:
+        n = json.loads(row.body)["n"]
+        assert published[row.snsMessageId] == n
+        assert row.snsTopicArn == topic
+        assert row.snsSubject == (f"order {n}" if n % 2 else None)
+        assert row.snsTimestamp is not None
+        attributes = {k: v.asDict() for k, v in row.messageAttributes.items()}
+        assert attributes == {
+            "tenant": {"dataType": "String", "stringValue": f"t{n % 3}", "binaryValue": None},
+            "amount": {"dataType": "Number", "stringValue": f"{n}.5", "binaryValue": None},
+            "raw": {"dataType": "Binary", "stringValue": None, "binaryValue": bytearray([n, 255])},
+            "tags": {"dataType": "String.Array", "stringValue": f'["a", {n}]', "binaryValue": None},
+        }
+    assert len({r.messageId for r in rows}) == 12
+
+
+def test_a_message_that_is_not_an_envelope_fails_the_query_then_is_kept_on_request(
+    spark, moto_endpoint, sqs, queue_url, topic, tmp_path
+):
+    sns = boto3.client("sns", region_name=REGION, endpoint_url=moto_endpoint)
+    sns.publish(TopicArn=topic, Message="from sns")
+    stray = sqs.send_message(QueueUrl=queue_url, MessageBody="sent to the queue directly")
+    wait_until(lambda: queue_counts(sqs, queue_url)[0] == 2, 30, "two messages")
+
+    failure = start_and_fail(
+        spark,
+        options_for(moto_endpoint, queue_url, str(tmp_path / "j1"), messageFormat="sns"),
+        str(tmp_path / "c1"),
+    )
+
+    assert stray["MessageId"] in failure
+    assert "not an SNS notification" in failure
+    assert "invalidEnvelope" in failure
+    # Not journaled, nothing deleted: both are back in the queue for its redrive policy.
+    wait_until(lambda: queue_counts(sqs, queue_url) == (2, 0), 60, "both messages visible")
+    assert not list((tmp_path / "j1").glob("batches/*/*.arrow"))
+    receives = sqs.receive_message(
+        QueueUrl=queue_url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"]
+    )["Messages"]
+    counts = {m["MessageId"]: int(m["Attributes"]["ApproximateReceiveCount"]) for m in receives}
+    assert counts[stray["MessageId"]] >= 2  # every failed attempt counted a receive
+    sqs.change_message_visibility_batch(
+        QueueUrl=queue_url,
+        Entries=[
+            {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0}
+            for i, m in enumerate(receives)
+        ],
+    )
+
+    rows = deliver(
+        spark,
+        moto_endpoint,
+        sqs,
+        queue_url,
+        tmp_path,
+        messageFormat="sns",
+        invalidEnvelope="keep",
+    )
+
+    by_body = {r.body: r for r in rows}
+    assert set(by_body) == {"from sns", "sent to the queue directly"}
+    assert by_body["from sns"].snsTopicArn == topic
+    kept = by_body["sent to the queue directly"]
+    assert kept.messageId == stray["MessageId"]
+    assert (kept.snsTopicArn, kept.snsMessageId, kept.snsSubject, kept.snsTimestamp) == (
+        None,
+        None,
+        None,
+        None,
+    )
+
+
+# -- Extended Client payloads ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def bucket(s3: Any) -> str:
+    name = f"payloads-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=name)
+    return name
+
+
+def test_extended_payloads_are_fetched_from_s3(
+    spark, moto_endpoint, sqs, s3, queue_url, bucket, tmp_path
+):
+    producer = extended_sqs_client(moto_endpoint, bucket)
+    payloads = [f"{n}:" + "\u00e9x" * (n * 20_000) for n in range(1, 16)]
+    for payload in payloads:
+        producer.send_message(
+            QueueUrl=queue_url,
+            MessageBody=payload,
+            MessageAttributes={"tenant": {"DataType": "String", "StringValue": "acme"}},
+        )
+    # Not offloaded: plain messages on the same queue pass through untouched.
+    send_numbered(sqs, queue_url, 5)
+    assert len(s3.list_objects_v2(Bucket=bucket)["Contents"]) == len(payloads)
+
+    rows = deliver(
+        spark,
+        moto_endpoint,
+        sqs,
+        queue_url,
+        tmp_path,
+        extendedPayloads="true",
+        s3EndpointUrl=moto_endpoint,
+        numPartitions=2,
+    )
+
+    bodies = [r.body for r in rows]
+    assert sorted(b for b in bodies if not b.startswith("{")) == sorted(payloads)
+    assert sorted(json.loads(b)["n"] for b in bodies if b.startswith("{")) == list(range(5))
+    for row in rows:
+        assert "ExtendedPayloadSize" not in row.messageAttributes
+    offloaded = [r for r in rows if not r.body.startswith("{")]
+    assert all(r.messageAttributes["tenant"].stringValue == "acme" for r in offloaded)
+    # deleteExtendedPayloads was not set: the payloads stay.
+    assert len(s3.list_objects_v2(Bucket=bucket)["Contents"]) == len(payloads)
+
+
+def test_a_missing_payload_fails_naming_the_message_and_the_key(
+    spark, moto_endpoint, sqs, s3, queue_url, bucket, tmp_path
+):
+    producer = extended_sqs_client(moto_endpoint, bucket)
+    sent = producer.send_message(QueueUrl=queue_url, MessageBody="soon gone")
+    (key,) = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
+    s3.delete_object(Bucket=bucket, Key=key)
+
+    failure = start_and_fail(
+        spark,
+        options_for(
+            moto_endpoint,
+            queue_url,
+            str(tmp_path / "journal"),
+            extendedPayloads="true",
+            s3EndpointUrl=moto_endpoint,
+        ),
+        str(tmp_path / "ckpt"),
+    )
+
+    assert sent["MessageId"] in failure
+    assert f"s3://{bucket}/{key}" in failure
+    wait_until(lambda: queue_counts(sqs, queue_url) == (1, 0), 60, "the message visible again")
+
+
+# -- lag -------------------------------------------------------------------------------------------
+
+
+def test_lag_counters_reach_the_metrics_files(spark, moto_endpoint, sqs, queue_url, tmp_path):
+    send_numbered(sqs, queue_url, 30)
+    sent_by = time.time()
+    name = f"lag_{uuid.uuid4().hex}"
+    query = (
+        sqs_stream(spark, moto_endpoint, queue_url, str(tmp_path / "journal"), numPartitions=2)
+        .writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .start()
+    )
+    # No receiver can run before the query has started.
+    started = time.time()
+    drain_and_stop(query, sqs, queue_url, timeout=240)
+    journal = Journal(str(tmp_path / "journal"))
+
+    metrics = wait_until(
+        lambda: [m for m in journal.read_metrics() if m["journaled"]], 60, "metrics files"
+    )
+
+    assert sum(m["journaled"] for m in metrics) == 30
+    for m in metrics:
+        assert m["oldestMessageAgeMs"] >= m["medianMessageAgeMs"] >= 0
+        assert isinstance(m["inFlightMessages"], int)
+    # Every message was sent before sent_by and received after started.
+    assert max(m["oldestMessageAgeMs"] for m in metrics) >= (started - sent_by) * 1000

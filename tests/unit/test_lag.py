@@ -1,0 +1,115 @@
+"""lag: the age of a batch's messages, recorded by receivers and combined by the driver."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from spark_sqs.acknowledgement import Acknowledger
+from spark_sqs.lag import (
+    LAG,
+    batch_lag,
+    combine,
+    entry_lag_metadata,
+    lag_summary,
+    message_ages_ms,
+    read_lag,
+)
+from tests.unit.factories import SENT_MS, sqs_message
+
+
+def test_ages_are_measured_from_sent_timestamp_and_never_negative() -> None:
+    messages = [sqs_message(0), sqs_message(250), {"MessageId": "no-attributes"}]
+    # sqs_message(n) was sent at SENT_MS + n; "now" is 100 ms after the first send.
+    assert message_ages_ms(messages, (SENT_MS + 100) / 1000) == [100, 0]
+
+
+@pytest.mark.parametrize(
+    ("ages", "oldest", "median"),
+    [([5], 5, 5), ([1, 9, 4], 9, 4), ([10, 1, 7, 3], 10, 3), ([0, 0], 0, 0)],
+)
+def test_summary_has_the_oldest_and_the_lower_median(
+    ages: list[int], oldest: int, median: int
+) -> None:
+    assert lag_summary(ages) == {
+        "messages": len(ages),
+        "oldestAgeMs": oldest,
+        "medianAgeMs": median,
+    }
+
+
+def test_no_messages_no_lag() -> None:
+    assert lag_summary([]) is None
+    assert entry_lag_metadata([], 0.0) == {}
+    assert batch_lag([{}, None]) == {"oldestMessageAgeMs": None, "medianMessageAgeMs": None}
+
+
+def test_entry_metadata_round_trips() -> None:
+    metadata = entry_lag_metadata([sqs_message(0), sqs_message(10)], (SENT_MS + 1000) / 1000)
+    assert read_lag(metadata) == {"messages": 2, "oldestAgeMs": 1000, "medianAgeMs": 990}
+
+
+def test_combining_entries_weighs_each_median_by_its_messages() -> None:
+    big = {"messages": 9, "oldestAgeMs": 400, "medianAgeMs": 100}
+    small = {"messages": 1, "oldestAgeMs": 9000, "medianAgeMs": 9000}
+    assert combine([small, big, None]) == {"messages": 10, "oldestAgeMs": 9000, "medianAgeMs": 100}
+    # Equal weights: the lower median, as for one entry.
+    a = {"messages": 2, "oldestAgeMs": 3, "medianAgeMs": 2}
+    b = {"messages": 2, "oldestAgeMs": 30, "medianAgeMs": 20}
+    assert combine([b, a])["medianAgeMs"] == 2
+
+
+class _Receipts:
+    """What Journal.batch_receipts returns, as far as the acknowledger reads it."""
+
+    def __init__(self, ages: list[int]) -> None:
+        self.message_ids = tuple(f"m{i}" for i in range(len(ages)))
+        self.receipt_handles = tuple(f"h{i}" for i in range(len(ages)))
+        self.received_at = 1e12
+        self.rows = len(ages)
+        self.dropped = 0
+        summary = lag_summary(ages)
+        self.metadata = {LAG: json.dumps(summary).encode()} if summary else {}
+
+
+class _Journal:
+    def __init__(self, entries: list[_Receipts]) -> None:
+        self.entries = entries
+
+    def batch_receipts(self, batch: int) -> list[_Receipts]:
+        return self.entries
+
+    def remove_batch(self, batch: int) -> None:
+        self.entries = []
+
+    def read_dedupe(self, now: float) -> dict[str, float]:
+        return {}
+
+
+class _Caller:
+    def delete(self, entries: list) -> object:  # type: ignore[type-arg]
+        from spark_sqs.acknowledgement import BatchResult
+
+        return BatchResult(succeeded=[e.message_id for e in entries])
+
+
+def test_acknowledged_batch_counters_carry_the_lag() -> None:
+    journal = _Journal([_Receipts([100, 5000, 300]), _Receipts([]), _Receipts([200])])
+    ack = Acknowledger(
+        journal,
+        _Caller(),  # type: ignore[arg-type]
+        delete=True,
+        on_acked=lambda b: None,
+        visibility_timeout=120,
+        dedupe_window=60,
+        wall_clock=lambda: 0.0,
+    )
+    ack.start(0, [1])
+
+    (counters,) = ack.acknowledge_through(1).per_batch
+
+    assert counters["oldestMessageAgeMs"] == 5000
+    # The entries' medians 300 (3 messages) and 200 (1): the weighted lower median is 300.
+    assert counters["medianMessageAgeMs"] == 300
+    assert counters["journaled"] == 4
