@@ -216,8 +216,12 @@ class Acknowledger:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         retry_after: float = 5.0,
+        on_deleted: Callable[[list[Any], set[str]], None] | None = None,
     ) -> None:
         self._journal = journal
+        # Called with a batch's entries and its uncertain ids once its messages are deleted,
+        # before its entries are removed (extended payloads are deleted there).
+        self._on_deleted = on_deleted
         self._caller = caller
         self._delete = delete
         self._on_acked = on_acked
@@ -368,6 +372,8 @@ class Acknowledger:
                 )
             if self._heartbeat is not None:
                 self._heartbeat.forget(batch)
+        if self._on_deleted is not None and self._delete:
+            self._on_deleted(receipts, uncertain)
         rows = sum(r.rows for r in receipts)
         deleted = stats.deleted - deleted_before
         stats.per_batch.append(

@@ -172,6 +172,7 @@ class _DriverState:
             visibility_timeout=options.visibility_timeout,
             dedupe_window=options.dedupe_window,
             heartbeat=self.heartbeat,
+            on_deleted=self._payload_deleter() if options.delete_extended_payloads else None,
         )
         journaled = journal.batches()
         # Files under acknowledged batches are leftovers of attempts that ran after their batch
@@ -232,6 +233,18 @@ class _DriverState:
             len(state.acknowledger.pending),
         )
         return state
+
+    def _payload_deleter(self) -> Any:
+        """deleteExtendedPayloads: S3 payloads go once their messages are deleted, never
+        before, and never those of messages whose deletion may not have taken effect."""
+        from .envelopes import delete_payloads, s3_client
+
+        s3 = s3_client(self.options)
+
+        def delete(receipts: list[Any], uncertain: set[str]) -> None:
+            delete_payloads(receipts, s3, exclude=uncertain)
+
+        return delete
 
     def close(self) -> None:
         self.heartbeat.stop()

@@ -108,12 +108,20 @@ def body_numbers(rows: Any) -> list[int]:
     return sorted(json.loads(r.body)["n"] for r in rows)
 
 
-def drain_and_stop(query: Any, sqs: Any, queue_url: str, timeout: float) -> None:
+def drain_and_stop(
+    query: Any,
+    sqs: Any,
+    queue_url: str,
+    timeout: float,
+    until: Callable[[], Any] | None = None,
+) -> None:
     """Run ``query`` until it has processed everything, wait for the queue to be empty (the
-    last batch acknowledged), and stop it whatever happens."""
+    last batch acknowledged) and for ``until``, and stop it whatever happens."""
     try:
         process_all_available(query, timeout=timeout)
         wait_until(lambda: queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue")
+        if until is not None:
+            wait_until(until, 60, "the query's work after the last acknowledgement")
     finally:
         query.stop()
 

@@ -27,8 +27,17 @@ from tests.helpers import (
 pytestmark = pytest.mark.integration
 
 
-def deliver(spark: Any, endpoint: str, sqs: Any, queue_url: str, tmp: Any, **options: Any) -> list:
-    """Run the source into a memory sink until the queue is empty; the rows it delivered."""
+def deliver(
+    spark: Any,
+    endpoint: str,
+    sqs: Any,
+    queue_url: str,
+    tmp: Any,
+    until: Any = None,
+    **options: Any,
+) -> list:
+    """Run the source into a memory sink until the queue is empty (and ``until``); the rows it
+    delivered."""
     name = f"envelopes_{uuid.uuid4().hex}"
     query = (
         sqs_stream(spark, endpoint, queue_url, str(tmp / "journal"), **options)
@@ -37,7 +46,7 @@ def deliver(spark: Any, endpoint: str, sqs: Any, queue_url: str, tmp: Any, **opt
         .option("checkpointLocation", str(tmp / "ckpt"))
         .start()
     )
-    drain_and_stop(query, sqs, queue_url, timeout=240)
+    drain_and_stop(query, sqs, queue_url, timeout=240, until=until)
     return spark.table(name).collect()
 
 
@@ -167,8 +176,9 @@ def bucket(s3: Any) -> str:
     return name
 
 
+@pytest.mark.parametrize("delete_payloads", [False, True])
 def test_extended_payloads_are_fetched_from_s3(
-    spark, moto_endpoint, sqs, s3, queue_url, bucket, tmp_path
+    spark, moto_endpoint, sqs, s3, queue_url, bucket, tmp_path, delete_payloads
 ):
     producer = extended_sqs_client(moto_endpoint, bucket)
     payloads = [f"{n}:" + "\u00e9x" * (n * 20_000) for n in range(1, 16)]
@@ -191,6 +201,11 @@ def test_extended_payloads_are_fetched_from_s3(
         extendedPayloads="true",
         s3EndpointUrl=moto_endpoint,
         numPartitions=2,
+        deleteExtendedPayloads=str(delete_payloads).lower(),
+        # Deleted once their messages are acknowledged: wait for that before stopping.
+        until=(lambda: not s3.list_objects_v2(Bucket=bucket).get("Contents"))
+        if delete_payloads
+        else None,
     )
 
     bodies = [r.body for r in rows]
@@ -200,8 +215,8 @@ def test_extended_payloads_are_fetched_from_s3(
         assert "ExtendedPayloadSize" not in row.messageAttributes
     offloaded = [r for r in rows if not r.body.startswith("{")]
     assert all(r.messageAttributes["tenant"].stringValue == "acme" for r in offloaded)
-    # deleteExtendedPayloads was not set: the payloads stay.
-    assert len(s3.list_objects_v2(Bucket=bucket)["Contents"]) == len(payloads)
+    left = s3.list_objects_v2(Bucket=bucket).get("Contents", [])
+    assert len(left) == (0 if delete_payloads else len(payloads))
 
 
 def test_a_missing_payload_fails_naming_the_message_and_the_key(
