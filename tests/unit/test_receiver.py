@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pyarrow as pa
 import pytest
-from botocore.exceptions import ClientError, EndpointConnectionError
+from botocore.exceptions import EndpointConnectionError
 from botocore.stub import Stubber
 
 from spark_sqs.errors import (
@@ -29,6 +29,7 @@ from spark_sqs.receiver import (
     receive_messages,
 )
 from spark_sqs.schema import arrow_output_schema, messages_to_table
+from tests.fakes import FakeSqs, client_error
 from tests.unit.factories import QUEUE_URL, make_options, sqs_message
 
 
@@ -60,60 +61,6 @@ def partition(
         queue_url=QUEUE_URL,
         options=opts,
     )
-
-
-def client_error(code: str, status: int, operation: str = "ReceiveMessage") -> ClientError:
-    return ClientError(
-        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
-        operation,
-    )
-
-
-class FakeSqs:
-    """A queue of ``available`` messages, or scripted answers (a list of messages, or an
-    exception to raise) for each ReceiveMessage call. Records every call."""
-
-    def __init__(
-        self,
-        available: int = 0,
-        script: list[list[dict[str, Any]] | Exception] | None = None,
-        on_receive: Callable[[], None] | None = None,
-    ) -> None:
-        self.queue = [sqs_message(n) for n in range(available)]
-        self.script = list(script) if script is not None else None
-        self.on_receive = on_receive
-        self.receive_calls: list[dict[str, Any]] = []
-        self.batch_calls: list[tuple[str, list[dict[str, Any]]]] = []
-
-    def receive_message(self, **kwargs: Any) -> dict[str, Any]:
-        self.receive_calls.append(kwargs)
-        if self.on_receive is not None:
-            self.on_receive()
-        wanted = kwargs["MaxNumberOfMessages"]
-        assert 1 <= wanted <= 10, f"SQS rejects MaxNumberOfMessages={wanted}"
-        if self.script is not None:
-            answer = self.script.pop(0) if self.script else []
-            if isinstance(answer, Exception):
-                raise answer
-            assert len(answer) <= wanted, "script answers more than was asked for"
-            messages = answer
-        else:
-            messages, self.queue = self.queue[:wanted], self.queue[wanted:]
-        return {"Messages": messages} if messages else {}
-
-    def _batch(self, action: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
-        self.batch_calls.append((action, Entries))
-        return {"Successful": [{"Id": e["Id"]} for e in Entries], "Failed": []}
-
-    def delete_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
-        assert QueueUrl == QUEUE_URL
-        return self._batch("delete", Entries)
-
-    def change_message_visibility_batch(
-        self, QueueUrl: str, Entries: list[dict[str, Any]]
-    ) -> dict[str, Any]:
-        assert QueueUrl == QUEUE_URL
-        return self._batch("visibility", Entries)
 
 
 class Clock:

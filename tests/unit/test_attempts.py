@@ -1,0 +1,500 @@
+"""Exactly-once under every attempt Spark may run (issue 13), on a local journal and on an
+``s3://`` journal against moto's S3 server: concurrent attempts of one receiver, stragglers
+after acknowledgement, unknown-outcome journal writes, retried ``deleteAfterJournal`` tasks,
+crash-interrupted orphan adoption, and executors that cannot see the driver's journal."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from spark_sqs.errors import JournalError, JournalOutcomeUnknown
+from spark_sqs.journal import BatchPlan, Journal, JournalState, ReceiverPlan, open_store
+from spark_sqs.options import SqsOptions
+from spark_sqs.planning import ReceiverPartition
+from spark_sqs.receiver import read_partition
+from spark_sqs.schema import messages_to_table
+from spark_sqs.source import _DriverState
+from tests.fakes import FakeSqs, HookedStore
+from tests.unit.factories import QUEUE_URL, make_options, sqs_message
+
+REGION = "us-east-1"
+
+
+class Crash(BaseException):
+    """The process dies here: nothing after this line of ours runs (not an Exception, so no
+    handler of ours sees it)."""
+
+
+@pytest.fixture(params=["local", "s3"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "local":
+        return str(tmp_path / "journal")
+    endpoint = request.getfixturevalue("moto_endpoint")
+    s3 = request.getfixturevalue("s3")
+    try:
+        s3.create_bucket(Bucket="attempts")
+    except s3.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    host = endpoint.split("://", 1)[1]
+    return f"s3://attempts/{uuid.uuid4().hex}?endpoint_override={host}&scheme=http"
+
+
+def options_for(location: str, **extra: Any) -> SqsOptions:
+    return make_options(location, region=REGION, **extra)
+
+
+def journal_with(location: str, options: SqsOptions, **hooks: Any) -> Journal:
+    return Journal(location, options, store=HookedStore(open_store(location, options), **hooks))
+
+
+def planned(
+    journal: Journal, options: SqsOptions, batch: int = 1, receiver: int = 0, limit: int = 10
+) -> ReceiverPartition:
+    """Store the batch's plan, as the driver does before any receiver runs."""
+    journal.write_plan(BatchPlan(batch, (ReceiverPlan(receiver, limit),)))
+    return ReceiverPartition(batch, receiver, limit, QUEUE_URL, options)
+
+
+def ids_of(table: pa.Table) -> list[str]:
+    return table.column("messageId").to_pylist()
+
+
+def rows(batches: Iterator[pa.RecordBatch]) -> pa.Table:
+    out = list(batches)
+    return pa.Table.from_batches(out) if out else pa.table({"messageId": pa.array([], pa.string())})
+
+
+def released(sqs: FakeSqs) -> list[str]:
+    return [
+        e["ReceiptHandle"]
+        for action, entries in sqs.batch_calls
+        for e in entries
+        if action == "visibility"
+    ]
+
+
+# -- two attempts of one receiver at once ----------------------------------------------------------
+
+
+def _attempt_process(location: str, queue_url: str, endpoint: str, barrier: Any, out: Any) -> None:
+    options = SqsOptions.parse(
+        {
+            "queueUrl": queue_url,
+            "journalLocation": location,
+            "endpointUrl": endpoint,
+            "region": REGION,
+            "waitTimeSeconds": "0",
+        },
+        env={},
+    )
+
+    def both_received(method: str, key: str) -> None:
+        if method == "create" and key.endswith("/00000.arrow"):
+            barrier.wait(120)
+
+    journal = journal_with(location, options, before=both_received)
+    part = ReceiverPartition(1, 0, 10, queue_url, options)
+    out.put(sorted(ids_of(rows(read_partition(part, journal=journal)))))
+
+
+def test_two_processes_running_one_receiver_at_once_yield_one_entry(
+    location: str, moto_endpoint: str, sqs: Any, queue_url: str
+) -> None:
+    """Speculation, or an executor lost but alive: two processes run one partition. Both
+    receive (different messages, on a standard queue), then race to journal. One entry wins;
+    both yield its rows; the loser hands back only what the winner does not hold."""
+    for start in (0, 10):
+        sqs.send_message_batch(
+            QueueUrl=queue_url,
+            Entries=[{"Id": str(n), "MessageBody": f"m{n}"} for n in range(start, start + 10)],
+        )
+    options = options_for(location)
+    Journal(location, options).write_plan(BatchPlan(1, (ReceiverPlan(0, 10),)))
+    context = multiprocessing.get_context("spawn")
+    barrier, out = context.Barrier(2), context.Queue()
+    processes = [
+        context.Process(
+            target=_attempt_process, args=(location, queue_url, moto_endpoint, barrier, out)
+        )
+        for _ in range(2)
+    ]
+    for p in processes:
+        p.start()
+    results = [out.get(timeout=180) for _ in processes]
+    for p in processes:
+        p.join(60)
+        assert p.exitcode == 0
+
+    journal = Journal(location, options)
+    assert journal.receivers(1) == [0]
+    entry = journal.read_entry(1, 0)
+    assert entry is not None
+    winner = sorted(ids_of(entry))
+    assert results[0] == results[1] == winner
+    # What is visible again is exactly what the loser received and the winner does not hold.
+    visible: set[str] = set()
+    for _ in range(10):
+        got = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, VisibilityTimeout=60)
+        visible |= {m["MessageId"] for m in got.get("Messages", [])}
+    assert not visible & set(winner)
+    assert len(visible) + len(winner) == 20
+
+
+class FifoTwinSqs(FakeSqs):
+    """A FIFO queue that honours ``ReceiveRequestAttemptId`` as SQS does (moto ignores it): a
+    repeated id returns the same messages with the same receipt handles."""
+
+    def __init__(self) -> None:
+        super().__init__(available=30)
+        self.by_attempt: dict[str, list[dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    def receive_message(self, **kwargs: Any) -> dict[str, Any]:
+        with self._lock:
+            attempt = kwargs["ReceiveRequestAttemptId"]
+            if attempt not in self.by_attempt:
+                self.by_attempt[attempt] = super().receive_message(**kwargs).get("Messages", [])
+            messages = self.by_attempt[attempt]
+        return {"Messages": messages} if messages else {}
+
+    def delete_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        return self._batch("delete", Entries)
+
+    def change_message_visibility_batch(
+        self, QueueUrl: str, Entries: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        return self._batch("visibility", Entries)
+
+
+def test_fifo_twins_with_one_attempt_id_release_nothing(location: str) -> None:
+    """Two attempts of one FIFO receiver send the same receive-request attempt ids and get the
+    same messages: the loser holds nothing the winner lacks, so it must release nothing (a
+    release would make the winner's messages visible while its batch is pending). Uses a stub
+    that honours ReceiveRequestAttemptId, because moto ignores it."""
+    options = options_for(location, waitTimeSeconds="0")
+    barrier = threading.Barrier(2)
+
+    def both_received(method: str, key: str) -> None:
+        if method == "create" and key.endswith("/00000.arrow"):
+            barrier.wait(60)
+
+    part = planned(Journal(location, options), options, limit=25)
+    fifo = replace_url(part)
+    sqs = FifoTwinSqs()
+    results: list[list[str]] = []
+
+    def attempt() -> None:
+        journal = journal_with(location, options, before=both_received)
+        results.append(
+            ids_of(rows(read_partition(fifo, client_factory=lambda: sqs, journal=journal)))
+        )
+
+    threads = [threading.Thread(target=attempt) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(results) == 2 and results[0] == results[1] and len(results[0]) == 25
+    assert released(sqs) == []
+    assert Journal(location, options).receivers(1) == [0]
+
+
+def replace_url(part: ReceiverPartition) -> ReceiverPartition:
+    from dataclasses import replace
+
+    return replace(part, queue_url=QUEUE_URL + ".fifo")
+
+
+# -- a straggler after acknowledgement -------------------------------------------------------------
+
+
+def test_a_straggler_that_journals_after_its_batch_was_acknowledged_leaves_nothing(
+    location: str,
+) -> None:
+    """The straggler starts before batch 1 is acknowledged; while it receives, the winner's
+    batch is acknowledged and its entries removed. Its entry would be held by nobody (never
+    heartbeated, never deleted, invisible): it removes it and hands the messages back."""
+    options = options_for(location)
+    journal = Journal(location, options)
+    part = planned(journal, options)
+
+    def winner_journals_and_batch_is_acknowledged() -> None:
+        journal.write_entry(1, 0, messages_to_table([sqs_message(100)], QUEUE_URL))
+        journal.write_state(JournalState(planned_batch=1, acked_batch=1))
+        journal.remove_batch(1)
+
+    ours = [sqs_message(n) for n in range(3)]
+    sqs = FakeSqs(script=[ours, []], on_receive=winner_journals_and_batch_is_acknowledged)
+    straggler = Journal(location, options)
+    out = rows(read_partition(part, client_factory=lambda: sqs, journal=straggler))
+
+    assert out.num_rows == 0
+    assert journal.batches() == []
+    assert released(sqs) == [m["ReceiptHandle"] for m in ours]
+
+
+def test_a_straggler_that_starts_after_acknowledgement_receives_nothing(location: str) -> None:
+    options = options_for(location)
+    journal = Journal(location, options)
+    part = planned(journal, options)
+    journal.write_state(JournalState(planned_batch=1, acked_batch=1))
+    journal.remove_batch(1)
+
+    def forbidden() -> Any:
+        raise AssertionError("a straggler of an acknowledged batch must not receive")
+
+    assert rows(read_partition(part, client_factory=forbidden, journal=journal)).num_rows == 0
+    assert journal.batches() == []
+
+
+# -- a journal write whose outcome is unknown ------------------------------------------------------
+
+
+def _lost_response(method: str, key: str) -> None:
+    if method == "create" and key.endswith("/00000.arrow"):
+        raise JournalOutcomeUnknown("Cannot write journal object: ReadTimeoutError")
+
+
+def test_a_lost_response_to_the_entry_write_releases_nothing_and_the_retry_replays(
+    location: str,
+) -> None:
+    options = options_for(location)
+    part = planned(Journal(location, options), options)
+    sqs = FakeSqs(available=4)
+
+    with pytest.raises(JournalOutcomeUnknown):
+        list(
+            read_partition(
+                part,
+                client_factory=lambda: sqs,
+                journal=journal_with(location, options, after=_lost_response),
+            )
+        )
+
+    # The write happened: releasing would have made journaled messages visible (a duplicate).
+    assert released(sqs) == []
+    journal = Journal(location, options)
+    entry = journal.read_entry(1, 0)
+    assert entry is not None and entry.num_rows == 4
+
+    def forbidden() -> Any:
+        raise AssertionError("the retry replays; it must not receive")
+
+    retry = rows(read_partition(part, client_factory=forbidden, journal=journal))
+    assert ids_of(retry) == ids_of(entry)
+
+
+def test_a_failure_of_unknown_outcome_before_the_write_also_releases_nothing(location: str) -> None:
+    options = options_for(location)
+    part = planned(Journal(location, options), options)
+    sqs = FakeSqs(available=4)
+
+    with pytest.raises(JournalOutcomeUnknown):
+        list(
+            read_partition(
+                part,
+                client_factory=lambda: sqs,
+                journal=journal_with(location, options, before=_lost_response),
+            )
+        )
+
+    # Whether it landed is unknown to the receiver: its messages stay invisible until the
+    # visibility timeout, and the retry (which finds no entry) receives others.
+    assert released(sqs) == []
+    assert Journal(location, options).receivers(1) == []
+
+
+# -- a retried deleteAfterJournal task -------------------------------------------------------------
+
+
+class DiesOnFirstDelete(FakeSqs):
+    def delete_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        raise Crash
+
+
+def test_a_retried_delete_after_journal_task_does_not_journal_its_own_parts_twice(
+    location: str,
+) -> None:
+    """Attempt 1 journals a part and dies before deleting it; SQS hands those messages to the
+    retry again (new handles). They are already in the receiver's rows: the retry deletes them
+    with the fresh handles and journals only new messages."""
+    options = options_for(location, deleteAfterJournal="true")
+    part = planned(Journal(location, options), options, limit=20)
+    first = [sqs_message(n) for n in range(5)]
+    with pytest.raises(Crash):
+        list(
+            read_partition(
+                part,
+                client_factory=lambda: DiesOnFirstDelete(script=[first]),
+                journal=Journal(location, options),
+            )
+        )
+
+    again = [sqs_message(n, receive_count=2) for n in range(5)]
+    new = [sqs_message(n) for n in (10, 11, 12)]
+    sqs = FakeSqs(script=[again, new, []])
+    out = rows(read_partition(part, client_factory=lambda: sqs, journal=Journal(location, options)))
+
+    expected = [m["MessageId"] for m in first + new]
+    assert sorted(ids_of(out)) == sorted(expected)
+    deleted = [
+        e["ReceiptHandle"]
+        for action, entries in sqs.batch_calls
+        for e in entries
+        if action == "delete"
+    ]
+    assert set(deleted) >= {m["ReceiptHandle"] for m in again}
+    entry = Journal(location, options).read_entry(1, 0)
+    assert entry is not None and sorted(ids_of(entry)) == sorted(expected)
+
+
+def test_a_concurrent_delete_after_journal_attempt_stops_at_a_taken_part(location: str) -> None:
+    """Two attempts interleave their parts: every part either attempt created is below the seal
+    and in the entry, so no message an attempt deleted is left out of the rows."""
+    options = options_for(location, deleteAfterJournal="true")
+    part = planned(Journal(location, options), options, limit=30)
+    journal = Journal(location, options)
+    theirs = messages_to_table([sqs_message(n) for n in (50, 51)], QUEUE_URL)
+
+    def twin_writes_next_part() -> None:
+        # The twin journals part 1 while we are between our parts 0 and 1.
+        if len(sqs.receive_calls) == 2:
+            journal.write_part(1, 0, 1, theirs)
+
+    sqs = FakeSqs(
+        script=[[sqs_message(0)], [sqs_message(1)], [sqs_message(2)], []],
+        on_receive=twin_writes_next_part,
+    )
+    out = rows(read_partition(part, client_factory=lambda: sqs, journal=journal))
+
+    ids = ids_of(out)
+    assert sorted(ids) == sorted([sqs_message(0)["MessageId"], *ids_of(theirs)])
+    # Message 1 lost the race for part 1: handed back, never deleted.
+    deleted = {
+        e["ReceiptHandle"]
+        for action, entries in sqs.batch_calls
+        for e in entries
+        if action == "delete"
+    }
+    assert sqs_message(1)["ReceiptHandle"] not in deleted
+    assert sqs_message(1)["ReceiptHandle"] in released(sqs)
+
+
+# -- orphan adoption interrupted by a crash --------------------------------------------------------
+
+
+class NoCallsSqs:
+    def _ok(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"Successful": [{"Id": e["Id"]} for e in Entries], "Failed": []}
+
+    delete_message_batch = change_message_visibility_batch = _ok
+
+
+@pytest.mark.parametrize(
+    "crash_at",
+    [
+        ("create", "batches/000000000007/10001.arrow"),  # after the first copy
+        ("delete", "batches/000000000005/00000.arrow"),  # after every copy, mid-removal
+    ],
+)
+def test_two_orphan_adoptions_with_a_crash_between_deliver_each_entry_once(
+    location: str, crash_at: tuple[str, str]
+) -> None:
+    options = options_for(location, numPartitions="2")
+    journal = Journal(location, options)
+    orphans = {
+        (5, 0): [sqs_message(n) for n in (0, 1)],
+        (5, 1): [sqs_message(2)],
+        (6, 0): [sqs_message(n) for n in (3, 4)],
+    }
+    for (batch, receiver), messages in orphans.items():
+        journal.write_entry(batch, receiver, messages_to_table(messages, QUEUE_URL))
+    journal.write_state(JournalState(planned_batch=6, acked_batch=4))
+
+    def crash(method: str, key: str) -> None:
+        if (method, key) == crash_at:
+            raise Crash
+
+    first = _DriverState(
+        options, NoCallsSqs(), QUEUE_URL, journal_with(location, options, after=crash)
+    )
+    try:
+        with pytest.raises(Crash):
+            first.plan({"batch": 4}, {"batch": 7})
+    finally:
+        first.close()
+
+    for _ in range(2):  # the restart, and any later replay of batch 7
+        state = _DriverState(options, NoCallsSqs(), QUEUE_URL, Journal(location, options))
+        try:
+            parts = state.plan({"batch": 4}, {"batch": 7})
+        finally:
+            state.close()
+        assert [p.receiver for p in parts] == [0, 1, 10000, 10001, 10002]
+
+    assert journal.batches() == [7]
+    delivered = {
+        receiver: ids_of(journal.read_entry(7, receiver)) for receiver in (10000, 10001, 10002)
+    }
+    assert delivered == {
+        10000: [m["MessageId"] for m in orphans[(5, 0)]],
+        10001: [m["MessageId"] for m in orphans[(5, 1)]],
+        10002: [m["MessageId"] for m in orphans[(6, 0)]],
+    }
+
+
+# -- executors that cannot see the driver's journal ------------------------------------------------
+
+
+def test_a_local_journal_the_executor_cannot_see_fails_with_the_fix(tmp_path: Path) -> None:
+    driver_side = str(tmp_path / "driver" / "journal")
+    options = options_for(driver_side)
+    part = planned(Journal(driver_side, options), options)
+    # The executor's /tmp/... is another machine's disk: same path string, other files.
+    executor_side = Journal(str(tmp_path / "executor" / "journal"), options)
+
+    with pytest.raises(JournalError, match=r"plan is not in journalLocation.*s3://"):
+        list(
+            read_partition(part, client_factory=lambda: FakeSqs(available=3), journal=executor_side)
+        )
+
+
+# -- create-if-absent on the store itself ----------------------------------------------------------
+
+
+def test_racing_creates_of_one_key_have_exactly_one_winner(location: str) -> None:
+    store = open_store(location, options_for(location))
+    barrier = threading.Barrier(8)
+    results: list[bool] = []
+
+    def race(n: int) -> None:
+        barrier.wait(30)
+        results.append(store.create("batches/000000000001/00000.arrow", f"writer {n}".encode()))
+
+    threads = [threading.Thread(target=race, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(results) == [False] * 7 + [True]
+    winner = results.index(True)
+    assert store.read("batches/000000000001/00000.arrow") is not None
+    assert winner >= 0
+
+
+def test_a_batch_plan_is_fixed_by_its_first_writer(location: str) -> None:
+    journal = Journal(location, options_for(location))
+    first = BatchPlan(3, (ReceiverPlan(0, 5), ReceiverPlan(1, 5)))
+    later = BatchPlan(3, tuple(ReceiverPlan(r, 3) for r in range(4)))
+    assert journal.write_plan(first) == first
+    # A restart with numPartitions=4 plans the same batch again: the stored plan wins.
+    assert journal.write_plan(later) == first
+    assert journal.read_plan(3) == first
