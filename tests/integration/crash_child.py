@@ -1,7 +1,11 @@
 """A streaming query in its own process, for crash tests. The test kills it with SIGKILL.
 
-The sink writes each micro-batch to ``out/batch=<id>`` (overwrite: a replayed batch replaces its
-first attempt), and pauses at points named by files in ``control``:
+The sink writes each micro-batch to ``out/batch=<id>``, as one of three kinds of sink
+(``--sink``): ``overwrite`` (a replayed batch replaces its first attempt), ``write-then-skip``
+(runs the batch, then skips the write if the batch id is done: Iceberg's streaming write, or a
+foreachBatch that checks the id after computing) and ``skip-before-run`` (skips a done batch
+before running it: the file sink, Delta's txnVersion). It pauses at points named by files in
+``control``:
 
 - ``hold-before-sink``: after the batch was read (so journaled), before anything is written;
 - ``hold-after-sink``: after the batch was written, before Spark commits it.
@@ -24,6 +28,11 @@ def main() -> None:
     for name in ("endpoint", "queue-url", "journal", "checkpoint", "out", "control"):
         parser.add_argument(f"--{name}", required=True)
     parser.add_argument("--visibility", default="5")
+    parser.add_argument("--num-partitions", default="2")
+    parser.add_argument("--max-messages", default="20")
+    parser.add_argument(
+        "--sink", default="overwrite", choices=("overwrite", "write-then-skip", "skip-before-run")
+    )
     args = parser.parse_args()
     control = Path(args.control)
 
@@ -47,9 +56,14 @@ def main() -> None:
             while (control / f"hold-{point}").exists():
                 time.sleep(0.1)
 
+    def done(batch_id: int) -> bool:
+        return Path(f"{args.out}/batch={batch_id}/_SUCCESS").exists()
+
     def sink(df, batch_id: int) -> None:  # noqa: ANN001
+        if args.sink == "skip-before-run" and done(batch_id):
+            return
         rows = df.select("messageId", "body").collect()
-        if not rows:
+        if not rows or (args.sink == "write-then-skip" and done(batch_id)):
             return
         pause("before-sink")
         spark.createDataFrame(rows).write.mode("overwrite").parquet(f"{args.out}/batch={batch_id}")
@@ -61,8 +75,8 @@ def main() -> None:
         .option("endpointUrl", args.endpoint)
         .option("journalLocation", args.journal)
         .option("visibilityTimeout", args.visibility)
-        .option("maxMessagesPerTrigger", "20")
-        .option("numPartitions", "2")
+        .option("maxMessagesPerTrigger", args.max_messages)
+        .option("numPartitions", args.num_partitions)
         .load()
         .writeStream.foreachBatch(sink)
         .option("checkpointLocation", args.checkpoint)

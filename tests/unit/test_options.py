@@ -804,3 +804,33 @@ def test_assume_role_options_are_parsed_and_external_id_hidden() -> None:
     assert parsed.assume_role.role_arn.endswith("role/reader")
     assert parsed.assume_role.session_name == "spark-sqs"
     assert "very-secret-external-id" not in repr(parsed)
+
+
+@pytest.mark.parametrize(
+    ("location", "fix"),
+    [
+        ("gs://bucket/journal", "s3://bucket/prefix"),
+        ("hdfs://namenode/journal", "s3://bucket/prefix"),
+        ("abfss://c@account.dfs.core.windows.net/j", "s3://bucket/prefix"),
+        ("/dbfs/mnt/streams/journal", "give the s3:// location behind the volume"),
+        ("dbfs:/mnt/streams/journal", "give the s3:// location behind the volume"),
+        ("/Volumes/main/default/vol/journal", "give the s3:// location behind the volume"),
+    ],
+)
+def test_journal_locations_without_create_if_absent_are_refused_at_load(
+    location: str, fix: str
+) -> None:
+    # Exactly-once rests on the store's own create-if-absent; only local files and S3 have one
+    # (and a test). The error names the option, the value and what to use instead.
+    with pytest.raises(InvalidOptionError) as info:
+        parse(queueUrl=URL, journalLocation=location)
+    message = str(info.value)
+    assert "'journalLocation'" in message and location in message
+    assert fix in message
+
+
+@pytest.mark.parametrize(
+    "location", ["/tmp/j", "file:///tmp/j", "s3://bucket/j", "s3a://bucket/j", "relative/j"]
+)
+def test_local_and_s3_journal_locations_are_accepted(location: str) -> None:
+    assert parse(queueUrl=URL, journalLocation=location).journal_location == location
