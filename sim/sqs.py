@@ -95,7 +95,7 @@ _INVALID_BODY = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0
 
 _QUEUE_DEFAULTS = {
     "VisibilityTimeout": "30",
-    "MaximumMessageSize": "262144",
+    "MaximumMessageSize": "1048576",
     "MessageRetentionPeriod": "345600",
     "DelaySeconds": "0",
     "ReceiveMessageWaitTimeSeconds": "0",
@@ -112,11 +112,31 @@ _COUNT_ATTRIBUTES = (
 )
 
 
+# botocore (SQS is "awsQueryCompatible") reports the query error code as ``Code`` and the
+# modelled exception's name as ``QueryErrorCode``.
+_QUERY_ERROR_CODES = {
+    NON_EXISTENT_QUEUE: "QueueDoesNotExist",
+    MESSAGE_NOT_INFLIGHT: "MessageNotInflight",
+    PURGE_IN_PROGRESS: "PurgeQueueInProgress",
+    "ReceiptHandleIsInvalid": "ReceiptHandleIsInvalid",
+    "OverLimit": "OverLimit",
+    "RequestThrottled": "RequestThrottled",
+    "AWS.SimpleQueueService.EmptyBatchRequest": "EmptyBatchRequest",
+    "AWS.SimpleQueueService.TooManyEntriesInBatchRequest": "TooManyEntriesInBatchRequest",
+    "AWS.SimpleQueueService.InvalidBatchEntryId": "InvalidBatchEntryId",
+    "AWS.SimpleQueueService.BatchEntryIdsNotDistinct": "BatchEntryIdsNotDistinct",
+    "AWS.SimpleQueueService.BatchRequestTooLong": "BatchRequestTooLong",
+}
+
+
 def client_error(operation: str, code: str, message: str, status: int = 400) -> ClientError:
     """A ClientError shaped as botocore builds it from an AWS error response."""
+    error = {"Code": code, "Message": message, "Type": "Sender" if status < 500 else "Receiver"}
+    if code in _QUERY_ERROR_CODES:
+        error["QueryErrorCode"] = _QUERY_ERROR_CODES[code]
     return ClientError(
         {
-            "Error": {"Code": code, "Message": message, "Type": "Sender" if status < 500 else ""},
+            "Error": error,
             "ResponseMetadata": {"HTTPStatusCode": status, "HTTPHeaders": {}, "RetryAttempts": 0},
         },
         operation,
