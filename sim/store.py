@@ -22,7 +22,7 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from sim.clock import SimClock
 from spark_sqs.errors import JournalError
@@ -42,7 +42,15 @@ class JournalOutcomeUnknown(JournalError):
     retriable = True
 
 
+@runtime_checkable
 class JournalStore(Protocol):
+    """The journal store interface of the protocol code (keys relative to the journal root).
+
+    ``create`` is create-if-absent and atomic: True if this call created the key. ``put``
+    creates or overwrites (state and metrics files only). ``read`` returns None if absent.
+    ``list`` returns the sorted keys under a directory, recursively. ``delete`` is idempotent.
+    """
+
     def create(self, key: str, data: bytes) -> bool: ...
 
     def put(self, key: str, data: bytes) -> None: ...

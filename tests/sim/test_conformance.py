@@ -329,6 +329,24 @@ def receive_request_attempt_id(b: Backend) -> dict[str, Any]:
     }
 
 
+def message_checksums(b: Backend) -> dict[str, Any]:
+    url = b.queue()
+    attributes = {
+        "b": {"DataType": "Binary", "BinaryValue": b"\x00\x01"},
+        "a": {"DataType": "String", "StringValue": "x"},
+        "n": {"DataType": "Number", "StringValue": "1"},
+    }
+    sent = b.sqs.send_message(QueueUrl=url, MessageBody="hello", MessageAttributes=attributes)
+    got = b.sqs.receive_message(QueueUrl=url, MessageAttributeNames=["All"])["Messages"][0]
+    return {
+        "send_md5_of_body": sent["MD5OfMessageBody"],
+        "send_md5_of_attributes": sent["MD5OfMessageAttributes"],
+        "receive_md5_of_body": got["MD5OfBody"],
+        "receive_md5_of_attributes": got["MD5OfMessageAttributes"],
+        "attributes_round_trip": got["MessageAttributes"] == attributes,
+    }
+
+
 def queue_errors(b: Backend) -> dict[str, Any]:
     url = b.queue()
     too_many = code_of(
@@ -359,6 +377,7 @@ SCENARIOS: dict[str, Callable[[Backend], dict[str, Any]]] = {
         fifo_group_locking_and_order,
         fifo_dedup,
         receive_request_attempt_id,
+        message_checksums,
         queue_errors,
     )
 }
@@ -423,6 +442,13 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "retry_same_messages": ["a1", "a2"],
         "retry_same_handles": True,
         "other_id_group_locked": [],
+    },
+    "message_checksums": {
+        "send_md5_of_body": "5d41402abc4b2a76b9719d911017c592",
+        "send_md5_of_attributes": "53974f559c6c7cf8c4df221b4b58d31a",
+        "receive_md5_of_body": "5d41402abc4b2a76b9719d911017c592",
+        "receive_md5_of_attributes": "53974f559c6c7cf8c4df221b4b58d31a",
+        "attributes_round_trip": True,
     },
     "queue_errors": {
         "get_queue_url_missing": "AWS.SimpleQueueService.NonExistentQueue",
