@@ -445,6 +445,18 @@ def test_fifo_groups_lock_while_a_message_is_in_flight_and_keep_send_order() -> 
     assert bodies == ["b1"]
 
 
+def test_a_fifo_group_stays_locked_while_any_of_its_messages_is_in_flight() -> None:
+    sim, url = make(fifo=True)
+    send(sim, url, "a1", "a2", group="A")
+    first, _ = receive(sim, url, n=2)
+    sim.change_message_visibility(
+        QueueUrl=url, ReceiptHandle=first["ReceiptHandle"], VisibilityTimeout=0
+    )
+    assert receive(sim, url) == []  # a1 is visible, but a2 is in flight
+    sim.clock.advance(30)
+    assert [m["Body"] for m in receive(sim, url)] == ["a1", "a2"]
+
+
 def test_fifo_receive_takes_consecutive_messages_of_a_group() -> None:
     sim, url = make(fifo=True)
     send(sim, url, *(f"a{i}" for i in range(5)), group="A")
