@@ -95,6 +95,8 @@ def real_wait(condition: Callable[[], Any], timeout: float, what: str) -> Any:
 @pytest.fixture(scope="module")
 def localstack_endpoint() -> Iterator[str]:
     if not LOCALSTACK_PYTHON.exists():
+        if os.environ.get("CONFORMANCE_REQUIRE_LOCALSTACK"):
+            pytest.fail(f"{LOCALSTACK_PYTHON} is missing; `make conformance` builds it")
         pytest.skip(
             "LocalStack conformance needs .venv-localstack (Python 3.13, a few minutes to build): "
             "run `make conformance` to build it and run this test against LocalStack"
@@ -559,6 +561,39 @@ KNOWN_DIVERGENCES: dict[tuple[str, str, str], tuple[Any, str]] = {
         "LocalStack ignores ReceiveRequestAttemptId",
     ),
 }
+
+
+DOC = ROOT / "docs" / "simulation.md"
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, list):
+        return "`[" + ", ".join(map(str, value)) + "]`"
+    return f"`{value}`"
+
+
+def agreement_table() -> list[str]:
+    """The rows of docs/simulation.md's agreement table, from EXPECTED and KNOWN_DIVERGENCES."""
+    rows = []
+    for scenario in SCENARIOS:
+        for fact, want in EXPECTED[scenario].items():
+            cells = []
+            for name in ("moto", "localstack"):
+                divergence = KNOWN_DIVERGENCES.get((name, scenario, fact))
+                cells.append("agrees" if divergence is None else f"**{_cell(divergence[0])}**")
+            rows.append(f"| {scenario} | {fact} | {_cell(want)} | {cells[0]} | {cells[1]} |")
+    return rows
+
+
+def test_the_documented_agreement_table_is_this_one() -> None:
+    documented = [
+        line
+        for line in DOC.read_text().splitlines()
+        if line.startswith("| ")
+        and line.count("|") == 6
+        and not line.startswith(("| scenario", "| ---"))
+    ]
+    assert documented == agreement_table()
 
 
 def test_expected_covers_every_scenario() -> None:
