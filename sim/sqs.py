@@ -427,7 +427,7 @@ class SimSqs:
         return self._call("GetQueueUrl", QueueName, effect)
 
     def get_queue_attributes(
-        self, QueueUrl: str, AttributeNames: Sequence[str] = ("All",)
+        self, QueueUrl: str, AttributeNames: Sequence[str] = ()
     ) -> dict[str, Any]:
         def effect() -> tuple[dict[str, Any], str]:
             queue = self._queue("GetQueueAttributes", QueueUrl)

@@ -1000,3 +1000,26 @@ def test_inspection_reports_sends_receives_and_deletions_with_times() -> None:
     assert sum(sim.receive_counts(url).values()) == 1
     assert [d.at for d in sim.deliveries(url)] == [1.0]
     assert [m.message_id for m in sim.visible(url)] == [i for i in ids if i != got[0]["MessageId"]]
+
+
+def test_a_seed_replays_exactly_in_another_process_with_another_hash_seed() -> None:
+    import hashlib
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import hashlib; from tests.sim.test_sim_sqs import faulty_run; "
+        "print(hashlib.sha256(repr(faulty_run(11)).encode()).hexdigest())"
+    )
+    here = hashlib.sha256(repr(faulty_run(11)).encode()).hexdigest()
+    for hash_seed in ("1", "2"):
+        out = subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, "PYTHONHASHSEED": hash_seed},
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+        )
+        assert out.stdout.strip() == here
