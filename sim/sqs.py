@@ -628,7 +628,7 @@ class SimSqs:
         raise KeyError(message_id)
 
     def state(self, queue_url: str, message_id: str) -> str:
-        """ "visible", "in_flight", "delayed" or "deleted"."""
+        """One of "visible", "in_flight", "delayed" or "deleted"."""
         return self.message(queue_url, message_id).state(self._now())
 
     def live(self, queue_url: str) -> list[SimMessage]:
