@@ -545,7 +545,10 @@ class SimSqs:
                 self._render(queue, m, r, system, MessageAttributeNames) for m, r, _ in picked
             ]
             note = ",".join(_label(m) + ("*" if kind != "receive" else "") for m, _, kind in picked)
-            return ({"Messages": messages} if messages else {}), f"got [{note}]"
+            request = f"n={MaxNumberOfMessages} vt={timeout} wait={wait}"
+            if attempt is not None:
+                request += f" attempt={attempt[:8]}"
+            return ({"Messages": messages} if messages else {}), f"{request} got [{note}]"
 
         return self._call("ReceiveMessage", QueueUrl, effect)
 
