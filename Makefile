@@ -4,9 +4,9 @@ LOCK ?= requirements/lock-spark-4.3.txt
 PY := $(VENV)/bin/python
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
-LINTED := spark_sqs tests notebooks chaos bench
+LINTED := spark_sqs tests notebooks chaos bench sim
 
-.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick soak bench
+.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick soak bench conformance
 
 venv:
 	@scripts/bootstrap.sh $(VENV) $(LOCK)
@@ -44,6 +44,14 @@ test-oldest:
 bench: venv
 	$(PY) -m pip install -q -r requirements/bench.txt
 	$(PY) -m bench $(BENCH_ARGS)
+
+# The simulated SQS against moto and LocalStack (docs/simulation.md). Builds .venv-localstack
+# (Python 3.13, a few minutes, once); plain `make test` skips the LocalStack column.
+conformance: venv
+	@mkdir -p build
+	$(PY) -c "from pathlib import Path; from bench.servers import ensure_localstack_venv; \
+		ensure_localstack_venv(Path('build/localstack-install.log'))"
+	CONFORMANCE_REQUIRE_LOCALSTACK=1 $(PY) -m pytest tests/sim/test_conformance.py -v $(PYTEST_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -40,7 +40,9 @@ def test_wheel_installs_in_a_clean_venv_and_runs_the_demo(tmp_path: Path) -> Non
     )
     wheel = next(tmp_path.glob("spark_sqs-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    assert "spark_sqs/source.py" in names and not any(n.startswith("tests/") for n in names)
+    assert "spark_sqs/source.py" in names
+    # Tests and the simulator (sim/, docs/simulation.md) never ship.
+    assert not any(n.startswith(("tests/", "sim/")) for n in names)
 
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env)

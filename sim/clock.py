@@ -1,0 +1,74 @@
+"""A simulated clock: monotonic and wall time that move only when told. Runs on: the
+simulator's process only.
+
+Real code takes ``clock.monotonic`` / ``clock.time`` / ``clock.sleep`` where it would use the
+``time`` module; in a simulation nothing waits for real, so thousands of seeds run in seconds
+and the same seed always sees the same times.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+# An arbitrary but realistic start (2024-01-01T00:00:00Z) so wall-clock values look like AWS
+# millisecond timestamps, and a monotonic origin far from zero so code never relies on it.
+DEFAULT_WALL_START = 1_704_067_200.0
+DEFAULT_MONOTONIC_START = 10_000.0
+
+
+class SimClock:
+    """Monotonic and wall time that advance together, only through ``advance`` or ``sleep``."""
+
+    def __init__(
+        self,
+        wall_start: float = DEFAULT_WALL_START,
+        monotonic_start: float = DEFAULT_MONOTONIC_START,
+    ) -> None:
+        self._wall_start = float(wall_start)
+        self._monotonic_start = float(monotonic_start)
+        self._elapsed = 0.0
+        self._lock = threading.Lock()
+        self._listeners: list[Callable[[float], None]] = []
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the clock was created."""
+        return self._elapsed
+
+    def monotonic(self) -> float:
+        """Like ``time.monotonic()``."""
+        return self._monotonic_start + self._elapsed
+
+    def time(self) -> float:
+        """Like ``time.time()``: wall time in seconds since the epoch."""
+        return self._wall_start + self._elapsed
+
+    def time_millis(self) -> int:
+        return int(round(self.time() * 1000))
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward by ``seconds`` (zero is allowed, going back is not)."""
+        if seconds < 0:
+            raise ValueError(f"a clock cannot go back (advance({seconds!r}))")
+        with self._lock:
+            self._elapsed += float(seconds)
+            now = self._elapsed
+        for listener in list(self._listeners):
+            listener(now)
+
+    def advance_to(self, elapsed: float) -> None:
+        """Move time forward to ``elapsed`` seconds since creation (no-op if already past)."""
+        if elapsed > self._elapsed:
+            self.advance(elapsed - self._elapsed)
+
+    def sleep(self, seconds: float) -> None:
+        """Like ``time.sleep``: returns at once, with the clock ``seconds`` later."""
+        self.advance(max(0.0, float(seconds)))
+
+    def on_advance(self, listener: Callable[[float], None]) -> None:
+        """Call ``listener(elapsed)`` after every advance (a scheduler's hook)."""
+        self._listeners.append(listener)
+
+    def __repr__(self) -> str:
+        return f"SimClock(elapsed={self._elapsed:.3f}s)"

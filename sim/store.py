@@ -1,0 +1,266 @@
+"""An in-memory journal store for the deterministic simulation. Runs on: the simulator's
+process only.
+
+``SimJournalStore`` implements the journal store interface the protocol code is written
+against (``JournalStore`` below; the real stores, local filesystem and S3, have the same
+methods). Keys are '/'-separated paths relative to the journal root.
+
+Faults, drawn from a seeded stream at ``StoreFaultRates`` or scripted with ``StoreFault``:
+
+- "before": the call fails before its effect (``JournalError``, retriable).
+- "after": the effect happens, then the answer is lost. A write (create, put, delete) then raises
+  ``JournalOutcomeUnknown``: the caller cannot tell whether it happened. A read or list raises
+  ``JournalError`` (nothing changed, so the outcome is known: nothing).
+
+Requests are counted per method (``requests``), faulted ones included, as a store that bills
+by request would count them.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from sim.clock import SimClock
+from spark_sqs.errors import JournalError
+
+METHODS = ("create", "put", "read", "list", "delete")
+WRITES = frozenset({"create", "put", "delete"})
+
+
+class JournalOutcomeUnknown(JournalError):
+    """A journal write may or may not have happened (its answer was lost). Retriable: the
+    caller re-reads the key to learn the outcome.
+
+    Defined here for the simulator for now; it belongs in ``spark_sqs.errors`` next to
+    ``JournalError``.
+    """
+
+    retriable = True
+
+
+@runtime_checkable
+class JournalStore(Protocol):
+    """The journal store interface of the protocol code (keys relative to the journal root).
+
+    ``create`` is create-if-absent and atomic: True if this call created the key. ``put``
+    creates or overwrites (state and metrics files only). ``read`` returns None if absent.
+    ``list`` returns the sorted keys under a directory, recursively. ``delete`` is idempotent.
+    """
+
+    def create(self, key: str, data: bytes) -> bool: ...
+
+    def put(self, key: str, data: bytes) -> None: ...
+
+    def read(self, key: str) -> bytes | None: ...
+
+    def list(self, prefix: str) -> list[str]: ...
+
+    def delete(self, key: str) -> None: ...
+
+
+@dataclass
+class StoreFault:
+    """The next ``count`` calls of ``method`` (on keys starting with ``key_prefix``) fail
+    ``when`` "before" or "after" their effect."""
+
+    method: str
+    when: str
+    key_prefix: str = ""
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"unknown store method {self.method!r}; one of {METHODS}")
+        if self.when not in ("before", "after"):
+            raise ValueError(f"a store fault is 'before' or 'after' its effect, not {self.when!r}")
+
+
+@dataclass
+class StoreFaultRates:
+    """Probability per call of a fault before and after the effect, for the given methods."""
+
+    before: float = 0.0
+    after: float = 0.0
+    methods: frozenset[str] = frozenset(METHODS)
+
+
+@dataclass(frozen=True)
+class StoreEvent:
+    index: int
+    at: float
+    method: str
+    key: str
+    outcome: str
+
+    def __str__(self) -> str:
+        return f"{self.index:6d} t={self.at:11.3f} store.{self.method} {self.key} -> {self.outcome}"
+
+
+class SimJournalStore:
+    """A dict of key -> bytes with create-if-absent, faults and request counts."""
+
+    def __init__(
+        self,
+        seed: int | str = 0,
+        *,
+        clock: SimClock | None = None,
+        fault_rates: StoreFaultRates | None = None,
+        faults: list[StoreFault] | None = None,
+    ) -> None:
+        self.seed = seed
+        self.clock = clock or SimClock()
+        self.fault_rates = fault_rates or StoreFaultRates()
+        self.scripted: list[StoreFault] = list(faults or [])
+        self._rng = random.Random(f"store-faults:{seed}")
+        self._objects: dict[str, bytes] = {}
+        self._lock = threading.RLock()
+        self.requests: dict[str, int] = dict.fromkeys(METHODS, 0)
+        self.trace: list[StoreEvent] = []
+        # (time, method, key) of every write that took effect, in order.
+        self.writes: list[tuple[float, str, str]] = []
+
+    # --- the JournalStore interface -------------------------------------------------------
+
+    def create(self, key: str, data: bytes) -> bool:
+        _check_key(key)
+        data = bytes(data)
+
+        def effect() -> tuple[bool, str]:
+            if key in self._objects:
+                return False, "exists"
+            self._objects[key] = data
+            self.writes.append((self.clock.elapsed, "create", key))
+            return True, "created"
+
+        return self._call("create", key, effect)
+
+    def put(self, key: str, data: bytes) -> None:
+        _check_key(key)
+        data = bytes(data)
+
+        def effect() -> tuple[None, str]:
+            self._objects[key] = data
+            self.writes.append((self.clock.elapsed, "put", key))
+            return None, "written"
+
+        return self._call("put", key, effect)
+
+    def read(self, key: str) -> bytes | None:
+        _check_key(key)
+        return self._call("read", key, lambda: _found(self._objects.get(key)))
+
+    def list(self, prefix: str) -> list[str]:
+        directory = _directory(prefix)
+
+        def effect() -> tuple[list[str], str]:
+            keys = sorted(k for k in self._objects if k.startswith(directory))
+            return keys, f"{len(keys)} keys"
+
+        return self._call("list", prefix, effect)
+
+    def delete(self, key: str) -> None:
+        _check_key(key)
+
+        def effect() -> tuple[None, str]:
+            if self._objects.pop(key, None) is None:
+                return None, "absent"
+            self.writes.append((self.clock.elapsed, "delete", key))
+            return None, "deleted"
+
+        return self._call("delete", key, effect)
+
+    # --- scripting and inspection (no faults, not counted) ---------------------------------
+
+    def inject(self, fault: StoreFault) -> None:
+        with self._lock:
+            self.scripted.append(fault)
+
+    def keys(self) -> list[str]:
+        return sorted(self._objects)
+
+    def snapshot(self) -> dict[str, bytes]:
+        """A copy of every object, for invariant checks."""
+        return dict(self._objects)
+
+    def peek(self, key: str) -> bytes | None:
+        return self._objects.get(key)
+
+    @property
+    def total_requests(self) -> int:
+        return sum(self.requests.values())
+
+    def format_trace(self, last: int | None = None) -> str:
+        events = self.trace if last is None else self.trace[-last:]
+        return "\n".join(str(e) for e in events)
+
+    # --- machinery ----------------------------------------------------------------------------
+
+    def _call(self, method: str, key: str, effect: Callable[[], tuple[Any, str]]) -> Any:
+        with self._lock:
+            self.requests[method] += 1
+            when = self._draw(method, key)
+            if when == "before":
+                self._log(method, key, "fault before effect")
+                raise JournalError(
+                    f"simulated journal store: {method} {key!r} failed before its effect",
+                    retriable=True,
+                )
+            result, outcome = effect()
+            if when == "after":
+                self._log(method, key, f"{outcome}; answer lost")
+                if method in WRITES:
+                    raise JournalOutcomeUnknown(
+                        f"simulated journal store: the answer to {method} {key!r} was lost; "
+                        "the write may or may not have happened"
+                    )
+                raise JournalError(
+                    f"simulated journal store: the answer to {method} {key!r} was lost",
+                    retriable=True,
+                )
+            self._log(method, key, outcome)
+            return result
+
+    def _draw(self, method: str, key: str) -> str | None:
+        for i, fault in enumerate(self.scripted):
+            if fault.method == method and key.startswith(fault.key_prefix):
+                fault.count -= 1
+                if fault.count <= 0:
+                    del self.scripted[i]
+                return fault.when
+        rates = self.fault_rates
+        if method not in rates.methods or not (rates.before or rates.after):
+            return None
+        draw = self._rng.random()
+        if draw < rates.before:
+            return "before"
+        if draw < rates.before + rates.after:
+            return "after"
+        return None
+
+    def _log(self, method: str, key: str, outcome: str) -> None:
+        self.trace.append(StoreEvent(len(self.trace), self.clock.elapsed, method, key, outcome))
+
+
+def _found(data: bytes | None) -> tuple[bytes | None, str]:
+    return data, "absent" if data is None else f"{len(data)} bytes"
+
+
+def _check_key(key: str) -> None:
+    parts = key.split("/")
+    if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(
+            f"journal store keys are '/'-separated relative paths without empty, '.' or '..' "
+            f"parts, not {key!r}"
+        )
+
+
+def _directory(prefix: str) -> str:
+    """``list`` works on directories: "a/b" lists "a/b/..." and not "a/bc"."""
+    if prefix == "":
+        return ""
+    _check_key(prefix.rstrip("/"))
+    return prefix.rstrip("/") + "/"
