@@ -25,21 +25,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from sim.clock import SimClock
-from spark_sqs.errors import JournalError
+from spark_sqs.errors import JournalError, JournalOutcomeUnknown
 
 METHODS = ("create", "put", "read", "list", "delete")
 WRITES = frozenset({"create", "put", "delete"})
 
 
-class JournalOutcomeUnknown(JournalError):
-    """A journal write may or may not have happened (its answer was lost). Retriable: the
-    caller re-reads the key to learn the outcome.
-
-    Defined here for the simulator for now; it belongs in ``spark_sqs.errors`` next to
-    ``JournalError``.
-    """
-
-    retriable = True
 
 
 @runtime_checkable
