@@ -14,15 +14,18 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .client import classify, error_code
-from .errors import SqsSourceError
-from .lag import batch_lag
+from .errors import SqsSourceError, TransientSqsError
+
+if TYPE_CHECKING:
+    from .heartbeat import BatchVisibility, Heartbeat
+from .journal import AckAssignment, BatchPlan, receipts_of
+from .lag import LAG, batch_lag
 
 logger = logging.getLogger(__name__)
 
@@ -189,13 +192,108 @@ class AckStats:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
+def handle_margin(visibility_timeout: int) -> float:
+    """A handle closer than this to its expiry may expire before the delete reaches SQS; it
+    also absorbs clock skew between the executor that received and the one that deletes."""
+    return max(2.0, 0.05 * visibility_timeout)
+
+
+def uncertain_ids(
+    message_ids: Sequence[str], valid_until: float, lost: Iterable[str], now: float, margin: float
+) -> set[str]:
+    """Messages whose delete may not take effect: their handle may have expired (a stale
+    delete "succeeds" on standard queues and deletes nothing), or the heartbeat lost them."""
+    if valid_until < now + margin:
+        return set(message_ids)
+    lost = set(lost)
+    return {i for i in message_ids if i in lost}
+
+
+def acknowledge_assigned(
+    journal: Any,
+    client: Any,
+    queue_url: str,
+    batch: int,
+    receiver: int,
+    assignments: Sequence[AckAssignment],
+    *,
+    visibility_timeout: int,
+    on_deleted: Callable[[list[Any], set[str]], None] | None = None,
+    wall_clock: Callable[[], float] = time.time,
+) -> dict[str, Any]:
+    """Runs on executors: delete the messages of the committed entries assigned to receiver
+    ``receiver`` of ``batch`` (spread over all of its receivers by the batch's plan), then
+    record what was done. Idempotent: a retried or concurrent attempt deletes again (harmless)
+    and an entry already removed was acknowledged before. Transient failures that outlast the
+    retries fail the task, so that Spark retries it: the batch only commits once every
+    assigned delete was made."""
+    caller = BatchCaller(client, queue_url)
+    margin = handle_margin(visibility_timeout)
+    entries: list[dict[str, Any]] = []
+    uncertain: set[str] = set()
+    for assignment in assignments:
+        table = journal.read_entry(assignment.batch, assignment.receiver)
+        if table is None:
+            continue
+        receipts = receipts_of(assignment.batch, assignment.receiver, table)
+        doubtful = uncertain_ids(
+            receipts.message_ids, assignment.valid_until, assignment.lost, wall_clock(), margin
+        )
+        result = caller.delete(
+            [
+                Entry(i, h)
+                for i, h in zip(receipts.message_ids, receipts.receipt_handles, strict=True)
+            ]
+        )
+        if result.transient:
+            raise TransientSqsError(
+                f"batch {batch} receiver {receiver}: {len(result.transient)} deletes of batch "
+                f"{assignment.batch} failed transiently ({sorted(set(result.transient.values()))})"
+            )
+        doubtful.update(result.permanent)
+        if on_deleted is not None:
+            on_deleted([receipts], doubtful)
+        uncertain |= doubtful
+        entries.append(
+            {
+                "uncertain": sorted(doubtful),
+                "batch": assignment.batch,
+                "receiver": assignment.receiver,
+                "rows": receipts.rows,
+                "dropped": receipts.dropped,
+                "deleted": len(result.succeeded),
+                "deleteFailures": len(result.permanent),
+                "lag": (receipts.metadata.get(LAG, b"").decode() or None),
+            }
+        )
+    report = {"entries": entries}
+    journal.write_ack_report(batch, receiver, report)
+    if entries:
+        logger.info(
+            "batch %d receiver %d: acknowledged %d entries of batches %s (%d messages deleted, "
+            "%d uncertain)",
+            batch,
+            receiver,
+            len(entries),
+            sorted({e["batch"] for e in entries}),
+            sum(e["deleted"] for e in entries),
+            len(uncertain),
+        )
+    return report
+
+
 class Acknowledger:
     """Cumulative, idempotent acknowledgement of journaled batches. Runs on: driver.
 
-    ``acknowledge_through(n)`` deletes every message journaled for batches up to ``n`` and then
-    removes those journal entries. Calling it again for the same ``n`` does nothing; a batch
-    whose deletes failed transiently stays pending (and heartbeated) and is retried on a later
-    call after a backoff, so an AWS outage delays deletion but never fails the query.
+    A committed batch is acknowledged in one of two ways. Normally the next batch's plan
+    assigns its entries to that batch's receivers (``assignments``), which delete them on the
+    executors; once the next batch commits, ``acknowledge_through`` settles it from their
+    reports: no per-message work here. When no next batch comes (an idle queue, the end of
+    ``Trigger.AvailableNow``, the first call after a restart), the driver deletes it itself
+    with parallel batch calls. Either way the acknowledged watermark never passes a batch whose
+    messages may still be in SQS, and a batch whose deletes failed transiently stays pending
+    (and heartbeated) and is retried after a backoff, so an AWS outage delays deletion but
+    never fails the query.
 
     A delete may not take effect: its handle expired (SQS then reports success on standard
     queues yet keeps the message), the heartbeat lost the message, or SQS rejected the handle.
@@ -212,7 +310,7 @@ class Acknowledger:
         on_acked: Callable[[int], None],
         visibility_timeout: int,
         dedupe_window: float,
-        heartbeat: Any = None,
+        heartbeat: Heartbeat | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         retry_after: float = 5.0,
@@ -231,12 +329,16 @@ class Acknowledger:
         self._clock = clock
         self._wall = wall_clock
         self._retry_after = retry_after
-        # A handle closer than this to its expiry may expire before the delete reaches SQS;
-        # it also absorbs clock skew between the executor that received and the driver.
-        self._margin = max(2.0, 0.05 * visibility_timeout)
+        self._margin = handle_margin(visibility_timeout)
         self._pending: set[int] = set()
-        # Message counts of pending batches that have been journaled completely.
-        self._counts: dict[int, int] = {}
+        # Upper bound of the messages of each batch planned in this run (its plan's limits).
+        self._limits: dict[int, int] = {}
+        # Batches found pending at start: their handles may have lapsed while no driver
+        # heartbeated them, so SQS may hand their messages out again until they are settled.
+        self._inherited: set[int] = set()
+        self._inherited_ids: dict[int, frozenset[str]] = {}
+        # Committed batch -> the batch whose receivers acknowledge it.
+        self._assigned: dict[int, int] = {}
         self._acked = 0
         self._not_before = 0.0
         self.dedupe: dict[str, float] = {}
@@ -250,48 +352,116 @@ class Acknowledger:
     def acked_batch(self) -> int:
         return self._acked
 
-    def start(self, acked_batch: int, journaled_batches: list[int]) -> None:
+    def start(
+        self,
+        acked_batch: int,
+        journaled_batches: list[int],
+        plans: Mapping[int, BatchPlan] | None = None,
+    ) -> None:
+        """``plans``: the stored plans of the pending batches, whose acknowledgement
+        assignments still hold."""
         self._acked = acked_batch
         self._pending = set(journaled_batches)
+        self._inherited = set(journaled_batches)
         self.dedupe = self._journal.read_dedupe(self._wall())
+        for plan in (plans or {}).values():
+            self.assign(plan)
         if self._heartbeat is not None:
             for batch in journaled_batches:
                 self._heartbeat.watch(batch)
 
-    def track(self, batch: int) -> None:
+    def track(self, batch: int, limit: int | None = None) -> None:
         """A batch was planned: it will need acknowledging once Spark commits it."""
         self._pending.add(batch)
-        # Its receivers are about to journal: count it afresh when next asked.
-        self._counts.pop(batch, None)
+        if limit is not None:
+            self._limits[batch] = limit
         if self._heartbeat is not None:
-            self._heartbeat.watch(batch)
+            self._heartbeat.watch(batch, planned=batch not in self._inherited)
 
     def forget(self, batch: int) -> None:
         """The batch's entries moved elsewhere (adopted into a later batch)."""
         self._pending.discard(batch)
-        self._counts.pop(batch, None)
+        self._limits.pop(batch, None)
+        self._inherited.discard(batch)
+        self._inherited_ids.pop(batch, None)
         if self._heartbeat is not None:
             self._heartbeat.forget(batch)
 
+    def assign(self, plan: BatchPlan) -> None:
+        """``plan``'s receivers acknowledge the batches it lists."""
+        for batch in plan.acknowledges:
+            self._assigned[batch] = plan.batch
+
+    def assignments(self, committed: int, receivers: list[int]) -> tuple[AckAssignment, ...]:
+        """Spread the entries of the committed, unassigned pending batches over ``receivers``
+        of the batch being planned (only with deleteOnCommit: otherwise nothing is deleted
+        and the driver removes the entries itself)."""
+        if not self._delete or not receivers:
+            return ()
+        due = [b for b in sorted(self._pending) if b <= committed and b not in self._assigned]
+        out: list[AckAssignment] = []
+        for batch in due:
+            visibility = self._heartbeat.snapshot(batch) if self._heartbeat is not None else None
+            for entry in self._journal.receivers(batch):
+                out.append(
+                    AckAssignment(
+                        batch,
+                        entry,
+                        receivers[len(out) % len(receivers)],
+                        valid_until=self._valid_until(visibility),
+                        lost=tuple(sorted(visibility.lost)) if visibility else (),
+                    )
+                )
+        return tuple(out)
+
+    def _valid_until(self, visibility: BatchVisibility | None) -> float:
+        """The earliest time any handle of the batch may expire, as far as this driver knows:
+        only an extension the heartbeat made counts, else the receive baseline applies (the
+        receiver compares it with the entry's receive time)."""
+        if visibility is None or not visibility.expires_at:
+            # Not extended yet: valid for a visibility timeout from the batch's planning,
+            # which precedes every receive of it; inherited batches are uncertain.
+            return visibility.valid_from + self._visibility if visibility else 0.0
+        return min(visibility.expires_at.values())
+
     def drop_ids(self, before_or_at: int) -> frozenset[str]:
         """Ids a receiver of batch ``before_or_at`` must drop: recorded uncertain
-        acknowledgements, and everything journaled by unacknowledged batches up to it (after a
-        restart their handles may have expired and SQS may hand them out again)."""
+        acknowledgements, messages whose visibility the heartbeat lost, and everything
+        journaled by batches inherited from an earlier run (their handles may have expired
+        while no heartbeat ran, and SQS may hand them out again). Batches planned in this run
+        stay invisible under the heartbeat, so they cost nothing here."""
         now = self._wall()
         self.dedupe = {i: exp for i, exp in self.dedupe.items() if exp > now}
         ids = set(self.dedupe)
-        for batch in self._pending:
+        for batch in sorted(self._inherited & self._pending):
             if batch <= before_or_at:
-                for receipts in self._journal.batch_receipts(batch):
-                    ids.update(receipts.message_ids)
+                if batch not in self._inherited_ids:
+                    self._inherited_ids[batch] = frozenset(
+                        i for r in self._journal.batch_receipts(batch) for i in r.message_ids
+                    )
+                ids.update(self._inherited_ids[batch])
+        if self._heartbeat is not None:
+            for batch in self._pending:
+                ids.update(self._heartbeat.snapshot(batch).lost)
         return frozenset(ids)
 
-    def acknowledge_through(self, batch: int) -> AckStats:
+    def acknowledge_through(self, batch: int, *, next_batch_follows: bool = False) -> AckStats:
+        """Acknowledge every pending batch up to ``batch`` (committed by Spark). With
+        ``next_batch_follows``, committed batches no receivers were assigned yet are left for
+        the batch about to be planned."""
         stats = AckStats()
         due = sorted(b for b in self._pending if b <= batch)
         if not due or self._clock() < self._not_before:
             return stats
         for b in due:
+            by = self._assigned.get(b)
+            if by is not None:
+                if by > batch:
+                    break  # its receivers have not all run yet
+                self._settle(b, by, stats)
+                continue
+            if next_batch_follows and self._delete:
+                break
             if not self._acknowledge(b, stats):
                 # Later batches wait too: the acknowledged watermark must never pass a batch
                 # whose messages are still in SQS.
@@ -301,101 +471,144 @@ class Acknowledger:
         return stats
 
     def pending_messages(self) -> int:
-        """Messages journaled by batches not yet acknowledged (received, not deleted)."""
+        """Messages journaled by batches not yet acknowledged (received, not deleted), at most:
+        the plan limits of this run's batches, the counted entries of inherited ones."""
         total = 0
         for batch in self._pending:
-            if batch not in self._counts:
-                self._counts[batch] = sum(
-                    len(r.message_ids) for r in self._journal.batch_receipts(batch)
-                )
-            total += self._counts[batch]
+            if batch in self._limits:
+                total += self._limits[batch]
+            else:
+                if batch not in self._inherited_ids:
+                    self._inherited_ids[batch] = frozenset(
+                        i for r in self._journal.batch_receipts(batch) for i in r.message_ids
+                    )
+                total += len(self._inherited_ids[batch])
         return total
 
+    def _settle(self, batch: int, by: int, stats: AckStats) -> None:
+        """``batch`` was acknowledged by the receivers of ``by``, which Spark committed."""
+        reports = self._journal.read_ack_reports(by)
+        mine = [e for r in reports for e in r["entries"] if e["batch"] == batch]
+        uncertain = {i for e in mine for i in e["uncertain"]}
+        self._record_uncertain(batch, uncertain, stats)
+        rows = sum(e["rows"] for e in mine)
+        deleted = sum(e["deleted"] for e in mine)
+        stats.deleted += deleted
+        stats.delete_failed += sum(e["deleteFailures"] for e in mine)
+        stats.per_batch.append(
+            {
+                "batch": batch,
+                "receivers": len(mine),
+                "journaled": rows,
+                "duplicatesDropped": sum(e["dropped"] for e in mine),
+                "deleted": deleted,
+                "deleteFailures": sum(e["deleteFailures"] for e in mine),
+                "uncertainAcknowledgements": len(uncertain),
+                "acknowledgedBy": by,
+                **batch_lag(_lag_metadata(e["lag"]) for e in mine),
+            }
+        )
+        self._finish(batch, rows, stats)
+        if not any(b for b, m in self._assigned.items() if m == by):
+            self._journal.remove_ack_reports(by)
+
+    def _finish(self, batch: int, rows: int, stats: AckStats) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.forget(batch)
+        self._acked = max(self._acked, batch)
+        self._on_acked(self._acked)
+        self._journal.remove_batch(batch)
+        self._pending.discard(batch)
+        self._limits.pop(batch, None)
+        self._assigned.pop(batch, None)
+        self._inherited.discard(batch)
+        self._inherited_ids.pop(batch, None)
+        stats.batches += 1
+        stats.messages += rows
+
+    def _record_uncertain(self, batch: int, uncertain: set[str], stats: AckStats) -> None:
+        if not uncertain:
+            return
+        expires = self._wall() + self._window
+        self._journal.write_dedupe(batch, sorted(uncertain), expires)
+        for message_id in uncertain:
+            self.dedupe[message_id] = expires
+        stats.uncertain += len(uncertain)
+        logger.warning(
+            "batch %d: %d acknowledgements may not have taken effect; redeliveries of those "
+            "messages will be dropped for %.0fs (dedupeWindow)",
+            batch,
+            len(uncertain),
+            self._window,
+        )
+
     def _acknowledge(self, batch: int, stats: AckStats) -> bool:
+        """The driver deletes ``batch`` itself (no next batch's receivers will)."""
         deleted_before, failed_before = stats.deleted, stats.delete_failed
-        lock = self._heartbeat.lock if self._heartbeat is not None else nullcontext()
-        # Holding the heartbeat's lock: no extension of this batch can race with its deletion.
-        with lock:
-            receipts = self._journal.batch_receipts(batch)
-            entries = [
-                Entry(i, h)
-                for r in receipts
-                for i, h in zip(r.message_ids, r.receipt_handles, strict=True)
-            ]
-            uncertain = self._uncertain(batch, receipts) if self._delete else set()
-            if self._delete and entries:
-                try:
-                    result = self._caller.delete(entries)
-                except SqsSourceError as exc:
-                    if not exc.retriable:
-                        raise
-                    logger.warning(
-                        "batch %d: deleting %d messages failed, will retry: %s",
-                        batch,
-                        len(entries),
-                        exc,
-                    )
-                    stats.pending_retry += len(entries)
-                    return False
-                if result.transient:
-                    logger.warning(
-                        "batch %d: %d of %d deletes failed transiently (%s), will retry",
-                        batch,
-                        len(result.transient),
-                        len(entries),
-                        sorted(set(result.transient.values())),
-                    )
-                    stats.pending_retry += len(result.transient)
-                    return False
-                stats.deleted += len(result.succeeded)
-                if result.permanent:
-                    stats.delete_failed += len(result.permanent)
-                    uncertain.update(result.permanent)
-                    logger.warning(
-                        "batch %d: %d deletes failed permanently (%s)",
-                        batch,
-                        len(result.permanent),
-                        sorted(set(result.permanent.values())),
-                    )
-            if uncertain:
-                expires = self._wall() + self._window
-                self._journal.write_dedupe(batch, sorted(uncertain), expires)
-                for message_id in uncertain:
-                    self.dedupe[message_id] = expires
-                stats.uncertain += len(uncertain)
+        receipts = self._journal.batch_receipts(batch)
+        entries = [
+            Entry(i, h)
+            for r in receipts
+            for i, h in zip(r.message_ids, r.receipt_handles, strict=True)
+        ]
+        uncertain = self._uncertain(batch, receipts) if self._delete else set()
+        if self._heartbeat is not None:
+            # From here on the batch is being deleted: extending it would only race.
+            self._heartbeat.forget(batch)
+        if self._delete and entries:
+            try:
+                result = self._caller.delete(entries)
+            except SqsSourceError as exc:
+                if not exc.retriable:
+                    raise
                 logger.warning(
-                    "batch %d: %d acknowledgements may not have taken effect; redeliveries of "
-                    "those messages will be dropped for %.0fs (dedupeWindow)",
+                    "batch %d: deleting %d messages failed, will retry: %s",
                     batch,
-                    len(uncertain),
-                    self._window,
+                    len(entries),
+                    exc,
                 )
-            if self._heartbeat is not None:
-                self._heartbeat.forget(batch)
+                stats.pending_retry += len(entries)
+                self._rewatch(batch)
+                return False
+            if result.transient:
+                logger.warning(
+                    "batch %d: %d of %d deletes failed transiently (%s), will retry",
+                    batch,
+                    len(result.transient),
+                    len(entries),
+                    sorted(set(result.transient.values())),
+                )
+                stats.pending_retry += len(result.transient)
+                self._rewatch(batch)
+                return False
+            stats.deleted += len(result.succeeded)
+            if result.permanent:
+                stats.delete_failed += len(result.permanent)
+                uncertain.update(result.permanent)
+                logger.warning(
+                    "batch %d: %d deletes failed permanently (%s)",
+                    batch,
+                    len(result.permanent),
+                    sorted(set(result.permanent.values())),
+                )
+        self._record_uncertain(batch, uncertain, stats)
         if self._on_deleted is not None and self._delete:
             self._on_deleted(receipts, uncertain)
         rows = sum(r.rows for r in receipts)
-        deleted = stats.deleted - deleted_before
         stats.per_batch.append(
             {
                 "batch": batch,
                 "receivers": len(receipts),
                 "journaled": rows,
                 "duplicatesDropped": sum(r.dropped for r in receipts),
-                "deleted": deleted,
+                "deleted": stats.deleted - deleted_before,
                 "deleteFailures": stats.delete_failed - failed_before,
                 "uncertainAcknowledgements": len(uncertain),
                 # oldestMessageAgeMs, medianMessageAgeMs (lag.py)
                 **batch_lag(getattr(r, "metadata", None) for r in receipts),
             }
         )
-        self._acked = max(self._acked, batch)
-        self._on_acked(self._acked)
-        self._journal.remove_batch(batch)
-        self._pending.discard(batch)
-        self._counts.pop(batch, None)
-        stats.batches += 1
-        stats.messages += rows
+        self._finish(batch, rows, stats)
         logger.info(
             "batch %d: acknowledged %d messages (%s)",
             batch,
@@ -404,10 +617,14 @@ class Acknowledger:
         )
         return True
 
+    def _rewatch(self, batch: int) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.watch(batch)
+
     def _uncertain(self, batch: int, receipts: list[Any]) -> set[str]:
         """Messages whose receipt handle may have expired, or that the heartbeat lost."""
         visibility = self._heartbeat.snapshot(batch) if self._heartbeat is not None else None
-        deadline = self._wall() + self._margin
+        now = self._wall()
         out: set[str] = set()
         for r in receipts:
             baseline = r.received_at + self._visibility
@@ -418,6 +635,10 @@ class Acknowledger:
                         out.add(message_id)
                         continue
                     expires = max(expires, visibility.expires_at.get(message_id, 0.0))
-                if expires < deadline:
+                if expires < now + self._margin:
                     out.add(message_id)
         return out
+
+
+def _lag_metadata(value: str | None) -> dict[bytes, bytes] | None:
+    return {LAG: value.encode()} if value else None

@@ -1,7 +1,9 @@
 """Visibility heartbeat: keeps received messages invisible until acknowledged. Runs on: driver.
 
 A background thread on the driver's reader wakes every ``heartbeatInterval`` seconds (monotonic
-clock), finds the journal entries of every unacknowledged batch, and extends with
+clock), finds the journal entries of every unacknowledged batch that could need it (a batch
+planned in this run only once its visibility timeout nears its end: batches acknowledged sooner
+cost nothing here), and extends with
 ``ChangeMessageVisibilityBatch`` each message whose visibility would run out before the next
 two ticks. It never asks for more than SQS's 12 hours from the receive, and warns, naming the
 batch, when a message gets within an hour of that ceiling.
@@ -13,8 +15,9 @@ tick. A failed tick is logged and counted; the thread never dies and never raise
 failure only a person can fix (access denied, queue deleted) is kept in ``fatal``, and the
 driver stops the query with it at the next batch boundary. ``stop()`` cancels and waits.
 
-The acknowledger holds ``lock`` while it deletes a batch and then calls ``forget``, so the
-heartbeat never touches an acknowledged message.
+``lock`` guards the bookkeeping only: journal reads and SQS calls run outside it, so planning
+and acknowledgement never wait for them. A batch being acknowledged is forgotten first; an
+extension that races with a delete fails harmlessly.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any
 
 from .acknowledgement import BatchCaller, Entry
 from .errors import JournalInUseError, QueueNotFoundError, SqsAccessError, SqsSourceError
+from .journal import EntryReceipts
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +63,9 @@ class BatchVisibility:
 
     expires_at: dict[str, float]  # message id -> wall-clock time its visibility ends
     lost: frozenset[str]  # message ids that may already be visible again
+    # Wall-clock time the batch was planned in this run: no receive of it started earlier
+    # (0.0 for a batch inherited from an earlier run).
+    valid_from: float = 0.0
 
 
 class Heartbeat:
@@ -84,6 +91,8 @@ class Heartbeat:
         self.lock = threading.RLock()
         self._tracked: dict[int, dict[str, _Tracked]] = {}
         self._seen_receivers: dict[int, set[int]] = {}
+        self._valid_from: dict[int, float] = {}
+        self._discover_after: dict[int, float] = {}
         self._lost: dict[int, set[str]] = defaultdict(set)
         self._warned: set[int] = set()
         self._stop = threading.Event()
@@ -94,10 +103,21 @@ class Heartbeat:
 
     # -- batches --------------------------------------------------------------------------------
 
-    def watch(self, batch: int) -> None:
+    def watch(self, batch: int, planned: bool = False) -> None:
+        """Keep ``batch`` invisible. A batch ``planned`` just now is first read once one of
+        its messages could need extending (its receives started after now): a batch that is
+        acknowledged within the visibility timeout costs the heartbeat nothing."""
         with self.lock:
-            self._tracked.setdefault(batch, {})
-            self._seen_receivers.setdefault(batch, set())
+            if batch in self._tracked:
+                return
+            self._tracked[batch] = {}
+            self._seen_receivers[batch] = set()
+            if planned:
+                self._valid_from[batch] = self._wall()
+                margin = max(2.0, 0.05 * self._visibility)
+                self._discover_after[batch] = (
+                    self._clock() + self._visibility - 2 * self._interval - 1.0 - margin
+                )
 
     def snapshot(self, batch: int) -> BatchVisibility:
         with self.lock:
@@ -106,12 +126,15 @@ class Heartbeat:
             return BatchVisibility(
                 expires_at={i: wall + (t.expires - now) for i, t in tracked.items()},
                 lost=frozenset(self._lost.get(batch, ())),
+                valid_from=self._valid_from.get(batch, 0.0),
             )
 
     def forget(self, batch: int) -> None:
         with self.lock:
             self._tracked.pop(batch, None)
             self._seen_receivers.pop(batch, None)
+            self._valid_from.pop(batch, None)
+            self._discover_after.pop(batch, None)
             self._lost.pop(batch, None)
             self._warned.discard(batch)
 
@@ -161,36 +184,30 @@ class Heartbeat:
     # -- one pass -------------------------------------------------------------------------------
 
     def tick(self) -> None:
+        """Discover new entries, then extend what runs out before the next two ticks. Journal
+        and SQS calls run outside ``lock``, which planning and acknowledgement also take."""
         with self.lock:
             self.stats.ticks += 1
-            self._discover()
-            self._extend_due()
-
-    def _discover(self) -> None:
-        for batch in list(self._tracked):
-            seen = self._seen_receivers[batch]
+            now = self._clock()
+            due = [
+                (batch, set(self._seen_receivers[batch]))
+                for batch in self._tracked
+                if self._discover_after.get(batch, 0.0) <= now
+            ]
+        found = []
+        for batch, seen in due:
             for receiver in self._journal.receivers(batch):
-                if receiver in seen:
-                    continue
-                receipts = self._journal.read_receipts(batch, receiver)
-                if receipts is None:
-                    continue
-                seen.add(receiver)
-                # The receive happened at received_at (wall clock, on the executor); turn it
-                # into this process's monotonic clock once, here.
-                received = self._clock() - (self._wall() - receipts.received_at)
-                for message_id, handle in zip(
-                    receipts.message_ids, receipts.receipt_handles, strict=True
-                ):
-                    self._tracked[batch][message_id] = _Tracked(
-                        handle=handle,
-                        expires=received + self._visibility,
-                        ceiling=received + MAX_INVISIBLE_SECONDS,
-                    )
-
-    def _extend_due(self) -> None:
-        lost_before = self.stats.lost
-        self._extend_due_inner()
+                if receiver not in seen:
+                    receipts = self._journal.read_receipts(batch, receiver)
+                    if receipts is not None:
+                        found.append(receipts)
+        with self.lock:
+            for receipts in found:
+                self._track_entry(receipts)
+            lost_before = self.stats.lost
+            by_timeout, now = self._due_extensions()
+        for timeout, entries in by_timeout.items():
+            self._extend(timeout, entries, now)
         if self.stats.lost > lost_before:
             logger.warning(
                 "visibility heartbeat: lost track of %d messages (stale handle, gone, or "
@@ -198,7 +215,23 @@ class Heartbeat:
                 self.stats.lost - lost_before,
             )
 
-    def _extend_due_inner(self) -> None:
+    def _track_entry(self, receipts: EntryReceipts) -> None:
+        tracked = self._tracked.get(receipts.batch)
+        seen = self._seen_receivers.get(receipts.batch)
+        if tracked is None or seen is None or receipts.receiver in seen:
+            return  # forgotten (acknowledged) meanwhile, or seen by an earlier tick
+        seen.add(receipts.receiver)
+        # The receive happened at received_at (wall clock, on the executor); turn it into this
+        # process's monotonic clock once, here.
+        received = self._clock() - (self._wall() - receipts.received_at)
+        for message_id, handle in zip(receipts.message_ids, receipts.receipt_handles, strict=True):
+            tracked[message_id] = _Tracked(
+                handle=handle,
+                expires=received + self._visibility,
+                ceiling=received + MAX_INVISIBLE_SECONDS,
+            )
+
+    def _due_extensions(self) -> tuple[dict[int, list[tuple[int, str, _Tracked]]], float]:
         now = self._clock()
         horizon = now + 2 * self._interval + 1.0
         by_timeout: dict[int, list[tuple[int, str, _Tracked]]] = defaultdict(list)
@@ -223,21 +256,23 @@ class Heartbeat:
                     self._mark_lost(batch, message_id, "it reached the 12-hour ceiling")
                     continue
                 by_timeout[timeout].append((batch, message_id, t))
-        for timeout, due in by_timeout.items():
-            self._extend(timeout, due, now)
+        return by_timeout, now
 
     def _extend(self, timeout: int, due: list[tuple[int, str, _Tracked]], now: float) -> None:
         entries = [Entry(message_id, t.handle) for _, message_id, t in due]
         result = self._caller.change_visibility(entries, timeout)
         ok = set(result.succeeded)
-        for batch, message_id, t in due:
-            if message_id in ok:
-                t.expires = now + timeout
-            elif message_id in result.permanent:
-                self.stats.failed_permanent += 1
-                self._mark_lost(batch, message_id, result.permanent[message_id])
-        self.stats.extended += len(ok)
-        self.stats.failed_transient += len(result.transient)
+        with self.lock:
+            for batch, message_id, t in due:
+                if batch not in self._tracked:
+                    continue  # acknowledged while we extended: nothing to record
+                if message_id in ok:
+                    t.expires = now + timeout
+                elif message_id in result.permanent:
+                    self.stats.failed_permanent += 1
+                    self._mark_lost(batch, message_id, result.permanent[message_id])
+            self.stats.extended += len(ok)
+            self.stats.failed_transient += len(result.transient)
         if result.permanent or result.transient:
             logger.warning(
                 "visibility heartbeat: extended %d, %d failed permanently (%s), %d transiently "
@@ -251,6 +286,8 @@ class Heartbeat:
             logger.debug("visibility heartbeat: extended %d messages by %ds", len(ok), timeout)
 
     def _mark_lost(self, batch: int, message_id: str, why: str) -> None:
+        if batch not in self._tracked:
+            return
         self._tracked[batch].pop(message_id, None)
         self._lost[batch].add(message_id)
         self.stats.lost += 1

@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 from botocore.exceptions import ClientError
 
-from .acknowledgement import BatchCaller, Entry
+from .acknowledgement import BatchCaller, Entry, acknowledge_assigned
 from .client import cached_client, classify
 from .envelopes import Prepared, merged_metadata, prepare
 from .errors import JournalError, JournalOutcomeUnknown
@@ -206,6 +206,20 @@ def read_partition(
     partition = replace(partition, max_messages=mine.limit)
     drop_ids = journal.read_drops(plan.drops)
     client = client_factory() if client_factory else cached_client(options)
+    assigned = plan.acks_by(partition.receiver)
+    if assigned:
+        # Committed batches' messages, deleted here rather than by the driver, before this
+        # receiver journals: a retry repeats the deletes; the batch commits only once all ran.
+        acknowledge_assigned(
+            journal,
+            client,
+            partition.queue_url,
+            partition.batch,
+            partition.receiver,
+            assigned,
+            visibility_timeout=options.visibility_timeout,
+            on_deleted=_payload_deleter(options),
+        )
     if options.delete_after_journal:
         yield from _read_deleting_after_journal(journal, client, partition, drop_ids)
         return
@@ -487,3 +501,16 @@ def _release_entries(client: Any, partition: ReceiverPartition, entries: list[En
             partition.receiver,
             exc_info=True,
         )
+
+
+def _payload_deleter(options: Any) -> Callable[[list[Any], set[str]], None] | None:
+    """deleteExtendedPayloads: a receiver that deletes committed messages deletes their S3
+    payloads too, never those of messages whose deletion may not have taken effect."""
+    if not options.delete_extended_payloads:
+        return None
+    from .envelopes import delete_payloads, s3_client
+
+    def delete(receipts: list[Any], uncertain: set[str]) -> None:
+        delete_payloads(receipts, s3_client(options), exclude=uncertain)
+
+    return delete

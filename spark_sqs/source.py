@@ -27,6 +27,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -181,10 +182,9 @@ class _DriverState:
         for leftover in [b for b in journaled if b <= self.journal_state.acked_batch]:
             logger.info("removing leftover journal files of acknowledged batch %d", leftover)
             journal.remove_batch(leftover)
-        self.acknowledger.start(
-            self.journal_state.acked_batch,
-            [b for b in journaled if b > self.journal_state.acked_batch],
-        )
+        pending = [b for b in journaled if b > self.journal_state.acked_batch]
+        plans = {b: p for b in pending if (p := journal.read_plan(b)) is not None}
+        self.acknowledger.start(self.journal_state.acked_batch, pending, plans)
         if self.journal_state.initial_batch is None:
             # Fixed before any batch is numbered: Spark 4.0/4.1 ask for latestOffset first.
             self._write_state(initial=self.journal_state.planned_batch)
@@ -268,7 +268,9 @@ class _DriverState:
             # and before the first one nothing is known to be committed.
             committed = offsets.batch_of(start) if start is not None else self._last_end
             if committed is not None:
-                self._acknowledge(committed)
+                # Settle what the receivers of committed batches acknowledged; the rest waits
+                # to see whether a next batch's receivers will delete it.
+                self._acknowledge(committed, next_batch_follows=True)
             if self.heartbeat.fatal is not None:
                 # Raised only now: the heartbeat's thread cannot raise into Spark, and what
                 # Spark committed is acknowledged first.
@@ -286,6 +288,11 @@ class _DriverState:
                 and self._queue_has_messages()
                 and not self.flow.wait_for_more(self._visible)
             )
+            if not start_batch or self.flow.available_now is not None:
+                # No next batch (an idle queue), or Trigger.AvailableNow, which counts what it
+                # delivered by what is acknowledged: the driver deletes the rest itself.
+                if committed is not None:
+                    self._acknowledge(committed)
             if not start_batch:
                 return offsets.make(committed if committed is not None else planned)
             new_batch = max(planned, committed or 0) + 1
@@ -328,18 +335,22 @@ class _DriverState:
             if stored is None:
                 stored = self.journal.write_plan(self._new_plan(batch, first))
             self._adopt(stored)
-            self.acknowledger.track(batch)
+            self.acknowledger.track(batch, limit=sum(r.limit for r in stored.receivers))
+            self.acknowledger.assign(stored)
             # The queue is asked again after every batch, rather than after queuePollInterval.
             self._poll_due = True
             journaled = len(self.journal.receivers(batch))
             self._replayed[batch] = journaled
             logger.info(
-                "batch %d: %d receivers (%s plan, %d with journal entries), %d ids to drop",
+                "batch %d: %d receivers (%s plan, %d with journal entries), %d ids to drop, "
+                "acknowledging %d entries of batches %s",
                 batch,
                 len(stored.receivers),
                 "stored" if replay else "new",
                 journaled,
                 stored.drop_count,
+                len(stored.acks),
+                stored.acknowledges,
             )
             return partitions_of(stored, self.queue_url, self.options)
 
@@ -364,16 +375,25 @@ class _DriverState:
         unfinished = self.journal.unfinished_parts(batch)
         if unfinished:
             drop_ids = drop_ids.union(*unfinished.values())
-        return new_plan(
+        journaled = self.journal.receivers(batch)
+        plan = new_plan(
             batch,
             self._limits.pop(batch, self.options.max_messages_per_trigger),
             self.options.num_partitions,
-            journaled=self.journal.receivers(batch),
+            journaled=journaled,
             resuming=sorted(unfinished),
             adopted=adopted,
             drops=self.journal.write_drops(drop_ids),
             drop_count=len(drop_ids),
         )
+        # The receivers that will receive (not replay) delete the committed batches' messages
+        # first: acknowledgement runs on the executors, spread over every receiver.
+        fresh = [
+            r.receiver
+            for r in plan.receivers
+            if r.adopt_from is None and r.receiver not in journaled and r.receiver not in unfinished
+        ]
+        return replace(plan, acks=self.acknowledger.assignments(first, fresh))
 
     def _adopt(self, plan: BatchPlan) -> None:
         """Copy the orphaned entries the plan delivers, then remove the orphans. Idempotent:
@@ -400,15 +420,18 @@ class _DriverState:
         )
 
     def acknowledge(self, batch: int) -> None:
+        """Spark's ``commit(end)``: called only while the next batch is being constructed,
+        whose receivers will acknowledge ``batch``; what earlier receivers acknowledged is
+        settled now."""
         with self.lock:
-            self._acknowledge(batch)
+            self._acknowledge(batch, next_batch_follows=True)
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _acknowledge(self, batch: int) -> None:
+    def _acknowledge(self, batch: int, next_batch_follows: bool = False) -> None:
         # Transient failures are retried inside; what escapes (access denied, queue deleted,
         # journal unreadable) needs a person, and stopping beats redelivering everything.
-        stats = self.acknowledger.acknowledge_through(batch)
+        stats = self.acknowledger.acknowledge_through(batch, next_batch_follows=next_batch_follows)
         for counters in stats.per_batch:
             self._report_batch(counters)
 

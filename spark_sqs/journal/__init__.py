@@ -11,6 +11,7 @@ from .entries import (
     PENDING_DELETE,
     RECEIVED_AT,
     SEAL,
+    AckAssignment,
     BatchPlan,
     EntryReceipts,
     Journal,
@@ -21,6 +22,7 @@ from .entries import (
 from .stores import JournalStore, LocalStore, S3Store, check_location, open_store
 
 __all__ = [
+    "AckAssignment",
     "DROPPED",
     "EXPIRES_AT",
     "SEAL",

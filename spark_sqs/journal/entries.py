@@ -87,6 +87,20 @@ class ReceiverPlan:
 
 
 @dataclass(frozen=True)
+class AckAssignment:
+    """One entry of a committed batch that a receiver of the planned batch acknowledges
+    (deletes from SQS) before it receives: acknowledgement runs on executors, in parallel."""
+
+    batch: int  # the committed batch
+    receiver: int  # its receiver whose entry is acknowledged
+    by: int  # the receiver of the planned batch that does it
+    # Wall-clock time until which the entry's receipt handles are known to be valid (receive
+    # time plus the visibility timeout, or later if the heartbeat extended them).
+    valid_until: float
+    lost: tuple[str, ...] = ()  # message ids whose visibility the heartbeat lost
+
+
+@dataclass(frozen=True)
 class BatchPlan:
     """What every attempt of a batch does, fixed the first time the batch is planned."""
 
@@ -94,6 +108,15 @@ class BatchPlan:
     receivers: tuple[ReceiverPlan, ...]
     drops: str | None = None  # digest of the drop-set object, None when empty
     drop_count: int = 0
+    acks: tuple[AckAssignment, ...] = ()
+
+    @property
+    def acknowledges(self) -> list[int]:
+        """The committed batches this batch's receivers acknowledge."""
+        return sorted({a.batch for a in self.acks})
+
+    def acks_by(self, receiver: int) -> list[AckAssignment]:
+        return [a for a in self.acks if a.by == receiver]
 
     def receiver(self, number: int) -> ReceiverPlan | None:
         for plan in self.receivers:
@@ -110,6 +133,7 @@ class BatchPlan:
             ],
             "drops": self.drops,
             "dropCount": self.drop_count,
+            "acks": [[a.batch, a.receiver, a.by, a.valid_until, list(a.lost)] for a in self.acks],
         }
         return json.dumps(doc, sort_keys=True).encode()
 
@@ -128,6 +152,10 @@ class BatchPlan:
             ),
             drops=doc.get("drops"),
             drop_count=int(doc.get("dropCount", 0)),
+            acks=tuple(
+                AckAssignment(int(b), int(r), int(by), float(valid), tuple(lost))
+                for b, r, by, valid, lost in doc.get("acks", ())
+            ),
         )
 
 
@@ -366,6 +394,26 @@ class Journal:
             digest = key.rsplit("/", 1)[-1].removesuffix(".arrow")
             if digest not in keep:
                 self.store.delete(key)
+
+    # -- acknowledgement reports ---------------------------------------------------------------
+
+    def write_ack_report(self, batch: int, receiver: int, report: dict[str, Any]) -> None:
+        """What receiver ``receiver`` of ``batch`` acknowledged of earlier batches. Written
+        once: a retried attempt repeats the same deletes, and its report adds nothing new."""
+        key = f"acks/{batch:012d}/{receiver:05d}.json"
+        self.store.create(key, json.dumps(report, sort_keys=True).encode())
+
+    def read_ack_reports(self, batch: int) -> list[dict[str, Any]]:
+        reports = []
+        for key in self.store.list(f"acks/{batch:012d}"):
+            data = self.store.read(key)
+            if data is not None:
+                reports.append(json.loads(data))
+        return reports
+
+    def remove_ack_reports(self, batch: int) -> None:
+        for key in self.store.list(f"acks/{batch:012d}"):
+            self.store.delete(key)
 
     # -- redelivery dedupe ----------------------------------------------------------------------
 

@@ -899,7 +899,9 @@ def test_tick_blocks_while_another_thread_holds_the_lock() -> None:
     assert not {handle_of(m) for m in acked} & set(world.sqs.handles_sent())
 
 
-def test_tick_holds_the_lock_while_it_calls_sqs() -> None:
+def test_tick_calls_sqs_without_holding_the_lock_planning_needs() -> None:
+    # Planning and acknowledgement take the heartbeat's lock (watch, forget, snapshot): a slow
+    # ChangeMessageVisibilityBatch must not hold them up.
     world = World()
     hb = world.heartbeat
     hb.watch(1)
@@ -909,8 +911,41 @@ def test_tick_holds_the_lock_while_it_calls_sqs() -> None:
 
     hb.tick()
 
-    assert free_during_call == [False]
+    assert free_during_call == [True]
     assert lock_is_free(hb.lock)
+
+
+def test_a_batch_forgotten_during_an_extension_stays_forgotten() -> None:
+    world = World()
+    hb = world.heartbeat
+    hb.watch(1)
+    world.receive(1, 2, ago=100.0)
+    world.sqs.on_call = lambda: hb.forget(1)
+
+    hb.tick()
+
+    assert hb.watched() == []
+    assert hb.snapshot(1).expires_at == {}
+
+
+def test_a_batch_planned_now_is_not_read_until_it_could_need_extending() -> None:
+    # A batch acknowledged well within its visibility timeout costs the heartbeat nothing: no
+    # journal list, no entry read, no SQS call (issue 14: no per-message work on the driver).
+    world = World()
+    hb = world.heartbeat
+    hb.watch(1, planned=True)
+    world.receive(1, 3)
+    ticks = 0
+    while world.sqs.handles_sent() == []:
+        hb.tick()
+        ticks += 1
+        if world.mono.now < MONO + world.visibility - 2 * world.interval - 1.0 - 2.0:
+            assert world.journal.listed == [] and world.journal.read == [], "read too early"
+        world.mono.now += world.interval
+        world.wall.now += world.interval
+    # It was still extended in time: before its visibility ran out.
+    assert world.mono.now <= MONO + world.visibility
+    assert ticks > 1
 
 
 def test_the_lock_is_reentrant_for_the_thread_that_holds_it() -> None:

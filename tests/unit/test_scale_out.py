@@ -1,0 +1,208 @@
+"""Acknowledgement on the executors (issue 14): the receivers of batch N+1 delete batch N's
+messages, and the driver's work per batch does not grow with the number of messages. Driven
+through the real driver and receivers, on a local journal whose requests are counted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from spark_sqs.acknowledgement import acknowledge_assigned
+from spark_sqs.errors import TransientSqsError
+from spark_sqs.journal import AckAssignment, Journal, LocalStore
+from spark_sqs.receiver import read_partition
+from spark_sqs.schema import messages_to_table
+from spark_sqs.source import _DriverState
+from tests.fakes import FakeSqs, HookedStore, client_error
+from tests.unit.factories import QUEUE_URL, make_options, sqs_message
+
+
+class QueueSqs(FakeSqs):
+    """The scripted queue, answering the driver's backlog poll too."""
+
+    def get_queue_attributes(self, QueueUrl: str, AttributeNames: list[str]) -> dict[str, Any]:
+        return {"Attributes": {name: str(len(self.queue)) for name in AttributeNames}}
+
+
+def deletes(sqs: FakeSqs, since: int = 0) -> list[str]:
+    return [
+        e["ReceiptHandle"]
+        for action, entries in sqs.batch_calls[since:]
+        for e in entries
+        if action == "delete"
+    ]
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Any:
+    location = str(tmp_path / "journal")
+    options = make_options(
+        location,
+        numPartitions="3",
+        maxMessagesPerTrigger="9",
+        waitTimeSeconds="0",
+        queuePollInterval="0.01",
+    )
+    store = HookedStore(LocalStore(location))
+    sqs = QueueSqs(available=18)
+    state = _DriverState(options, sqs, QUEUE_URL, Journal(location, options, store=store))
+    yield state, sqs, store, Journal(location, options)
+    state.close()
+
+
+def run(parts: list[Any], sqs: FakeSqs, journal: Journal) -> list[str]:
+    """Every receiver of the batch, as Spark's tasks would run them."""
+    out: list[str] = []
+    for part in parts:
+        for batch in read_partition(part, client_factory=lambda: sqs, journal=journal):
+            out.extend(pa.Table.from_batches([batch]).column("messageId").to_pylist())
+    return out
+
+
+def test_the_next_batch_s_receivers_delete_the_committed_batch(world: Any) -> None:
+    state, sqs, store, journal = world
+    end = state.latest_offset({"batch": 0})
+    first = run(state.plan({"batch": 0}, end), sqs, journal)
+    assert len(first) == 9
+
+    # Spark committed batch 1 and asks for batch 2: the driver deletes nothing itself.
+    calls = len(sqs.batch_calls)
+    end = state.latest_offset({"batch": 1})
+    parts = state.plan({"batch": 1}, end)
+    assert deletes(sqs, calls) == []
+    plan = journal.read_plan(2)
+    assert plan is not None
+    assert sorted(a.receiver for a in plan.acks) == journal.receivers(1)
+    assert {a.by for a in plan.acks} == {p.receiver for p in parts}, "spread over receivers"
+
+    second = run(parts, sqs, journal)
+    assert len(second) == 9 and not set(first) & set(second)
+    # Batch 1's messages were deleted by batch 2's receivers, before they received.
+    assert sorted(deletes(sqs, calls)) == sorted(f"AQEB-receipt-{n}-1" for n in range(9))
+
+    # Batch 2 committed, the queue is empty: batch 1 is settled from the receivers' reports,
+    # batch 2 (no next batch will come) is deleted by the driver.
+    calls = len(sqs.batch_calls)
+    assert state.latest_offset({"batch": 2}) == {"batch": 2}
+    assert sorted(deletes(sqs, calls)) == sorted(f"AQEB-receipt-{n}-1" for n in range(9, 18))
+    assert journal.read_state().acked_batch == 2
+    assert journal.batches() == []
+    metrics = {m["batch"]: m for m in journal.read_metrics()}
+    assert metrics[1]["deleted"] == 9 and metrics[1]["acknowledgedBy"] == 2
+    assert metrics[2]["deleted"] == 9 and "acknowledgedBy" not in metrics[2]
+
+
+def test_the_driver_reads_no_entry_in_steady_state(world: Any) -> None:
+    # Issue 14: the driver's cost per batch does not grow with messages. In steady state it
+    # lists and writes a few keys per batch and never reads an entry (receipt handles are
+    # read by the receivers that delete them).
+    state, sqs, store, journal = world
+    run(state.plan({"batch": 0}, state.latest_offset({"batch": 0})), sqs, journal)
+    store.calls.clear()
+    parts = state.plan({"batch": 1}, state.latest_offset({"batch": 1}))
+    entry_reads = [k for m, k in store.calls if m == "read" and k.endswith(".arrow")]
+    assert entry_reads == [k for k in entry_reads if k.startswith("drops/")]
+    run(parts, sqs, journal)
+    store.calls.clear()
+    state.acknowledge(2)  # Spark's commit(2) while batch 3 is constructed
+    assert [k for m, k in store.calls if m == "read" and "/batches/" in f"/{k}"] == []
+
+
+def test_a_replayed_next_batch_acknowledges_again_harmlessly(world: Any) -> None:
+    state, sqs, store, journal = world
+    run(state.plan({"batch": 0}, state.latest_offset({"batch": 0})), sqs, journal)
+    end = state.latest_offset({"batch": 1})
+    parts = state.plan({"batch": 1}, end)
+    run(parts, sqs, journal)
+    # The driver dies before Spark's commit log has batch 2; the restart replays it from the
+    # journal: the receivers delete batch 1 again (its entries still exist) and replay.
+    restarted = _DriverState(
+        state.options, sqs, QUEUE_URL, Journal(journal.location, state.options)
+    )
+    try:
+        calls = len(sqs.batch_calls)
+        replay = run(restarted.plan({"batch": 1}, end), sqs, journal)
+        assert len(replay) == 9
+        # Replaying receivers (their entries exist) neither receive nor delete again.
+        assert deletes(sqs, calls) == []
+        assert restarted.latest_offset({"batch": 2}) == {"batch": 2}
+        assert journal.read_state().acked_batch == 2 and journal.batches() == []
+    finally:
+        restarted.close()
+
+
+def test_the_last_batch_before_an_idle_queue_is_deleted_by_the_driver(world: Any) -> None:
+    state, sqs, store, journal = world
+    sqs.queue = sqs.queue[:5]
+    run(state.plan({"batch": 0}, state.latest_offset({"batch": 0})), sqs, journal)
+    calls = len(sqs.batch_calls)
+    assert state.latest_offset({"batch": 1}) == {"batch": 1}
+    assert len(deletes(sqs, calls)) == 5
+    assert journal.batches() == []
+
+
+# -- acknowledge_assigned, alone -----------------------------------------------------------------
+
+
+def entry(journal: Journal, batch: int, receiver: int, numbers: range) -> list[str]:
+    messages = [sqs_message(n) for n in numbers]
+    table = messages_to_table(messages, QUEUE_URL).replace_schema_metadata(
+        {b"spark_sqs.receivedAt": b"1000.0"}
+    )
+    journal.write_entry(batch, receiver, table)
+    return [m["MessageId"] for m in messages]
+
+
+def test_handles_that_may_have_expired_or_were_lost_are_reported_uncertain(tmp_path: Path) -> None:
+    journal = Journal(str(tmp_path / "j"))
+    fresh = entry(journal, 1, 0, range(0, 3))
+    stale = entry(journal, 1, 1, range(3, 5))
+    sqs = FakeSqs()
+    assignments = [
+        AckAssignment(1, 0, by=0, valid_until=2000.0, lost=(fresh[1],)),
+        AckAssignment(1, 1, by=0, valid_until=1500.0),
+        AckAssignment(1, 7, by=0, valid_until=2000.0),  # already acknowledged and removed
+    ]
+
+    report = acknowledge_assigned(
+        journal,
+        sqs,
+        QUEUE_URL,
+        2,
+        0,
+        assignments,
+        visibility_timeout=120,
+        wall_clock=lambda: 1600.0,
+    )
+
+    assert len(deletes(sqs)) == 5
+    by_entry = {(e["batch"], e["receiver"]): e for e in report["entries"]}
+    assert set(by_entry) == {(1, 0), (1, 1)}
+    assert by_entry[(1, 0)]["uncertain"] == [fresh[1]]
+    assert by_entry[(1, 1)]["uncertain"] == sorted(stale)
+    assert journal.read_ack_reports(2) == [report]
+
+
+def test_transient_delete_failures_fail_the_task_for_spark_to_retry(tmp_path: Path) -> None:
+    journal = Journal(str(tmp_path / "j"))
+    entry(journal, 1, 0, range(3))
+
+    class Throttled(FakeSqs):
+        def delete_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> Any:
+            raise client_error("ThrottlingException", 400, "DeleteMessageBatch")
+
+    with pytest.raises(TransientSqsError, match="batch 2 receiver 0"):
+        acknowledge_assigned(
+            journal,
+            Throttled(),
+            QUEUE_URL,
+            2,
+            0,
+            [AckAssignment(1, 0, by=0, valid_until=10.0**10)],
+            visibility_timeout=120,
+        )
+    # No report: the batch cannot commit, and the retry deletes again.
+    assert journal.read_ack_reports(2) == []
