@@ -33,26 +33,17 @@ def main() -> int:
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
 
-    from pyspark.sql import SparkSession
     from pyspark.sql.functions import udf
 
-    from spark_sqs import SqsDataSource
+    from devtools.spark import local_session
 
-    spark = (
+    spark = local_session(
+        "spark-sqs-chaos",
         # Up to 4 attempts per task: receivers fail when faults outlast botocore's retries.
-        SparkSession.builder.master("local[2,4]")
-        .appName("spark-sqs-chaos")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
+        "local[2,4]",
         # Keep one metadata file per batch: the harness checks FIFO order batch by batch.
-        .config("spark.sql.streaming.fileSink.log.compactInterval", "1000000")
-        .getOrCreate()
+        {"spark.sql.streaming.fileSink.log.compactInterval": "1000000"},
     )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(SqsDataSource)
 
     stall_every, stall_seconds = args.stall_every, args.stall_seconds
     stalled = str(Path(args.out).parent / "stalled")

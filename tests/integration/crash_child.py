@@ -27,19 +27,9 @@ def main() -> None:
     args = parser.parse_args()
     control = Path(args.control)
 
-    from pyspark.sql import SparkSession
+    from devtools.spark import local_session
 
-    from spark_sqs import SqsDataSource
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(SqsDataSource)
+    spark = local_session("spark-sqs-crash-test")
 
     def pause(point: str) -> None:
         if (control / f"hold-{point}").exists():
