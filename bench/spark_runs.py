@@ -56,16 +56,9 @@ class Workdir:
 
 
 def source_stream(spark: Any, endpoint: str, queue_url: str, journal: Path, **options: Any) -> Any:
-    reader = (
-        spark.readStream.format("sqs")
-        .option("queueUrl", queue_url)
-        .option("endpointUrl", endpoint)
-        .option("region", load.REGION)
-        .option("journalLocation", str(journal))
-    )
-    for key, value in options.items():
-        reader = reader.option(key, str(value))
-    return reader.load()
+    from devtools.spark import sqs_stream
+
+    return sqs_stream(spark, endpoint, queue_url, journal, region=load.REGION, **options)
 
 
 def _start_noop(df: Any, checkpoint: Path) -> Any:

@@ -35,7 +35,7 @@ def main() -> int:
 
     from pyspark.sql.functions import udf
 
-    from devtools.spark import local_session
+    from devtools.spark import local_session, sqs_stream
 
     spark = local_session(
         "spark-sqs-chaos",
@@ -62,15 +62,16 @@ def main() -> int:
         return body
 
     query = (
-        spark.readStream.format("sqs")
-        .option("queueUrl", args.queue_url)
-        .option("endpointUrl", args.endpoint)
-        .option("journalLocation", args.journal)
-        .option("visibilityTimeout", args.visibility)
-        .option("numPartitions", args.receivers)
-        .option("maxMessagesPerTrigger", args.max_per_trigger)
-        .option("deleteAfterJournal", str(args.delete_after_journal).lower())
-        .load()
+        sqs_stream(
+            spark,
+            args.endpoint,
+            args.queue_url,
+            args.journal,
+            visibilityTimeout=args.visibility,
+            numPartitions=args.receivers,
+            maxMessagesPerTrigger=args.max_per_trigger,
+            deleteAfterJournal=str(args.delete_after_journal).lower(),
+        )
         .select("messageId", pass_through("messageId", "body").alias("body"), "messageGroupId")
         .writeStream.format("parquet")
         .option("path", args.out)

@@ -25,7 +25,7 @@ from spark_sqs.client import queue_counts
 from spark_sqs.console import say
 from spark_sqs.producer import numbered_entries
 
-from .spark import local_session
+from .spark import local_session, sqs_stream
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,13 +65,14 @@ def main(argv: list[str] | None = None) -> int:
 
     sent = _Producer(sqs, queue_url, args.messages, args.rate)
     query = (
-        spark.readStream.format("sqs")
-        .option("queueUrl", queue_url)
-        .option("endpointUrl", server.endpoint)
-        .option("journalLocation", str(workdir / "journal"))
-        .option("numPartitions", str(args.receivers))
-        .option("maxMessagesPerTrigger", "500")
-        .load()
+        sqs_stream(
+            spark,
+            server.endpoint,
+            queue_url,
+            workdir / "journal",
+            numPartitions=args.receivers,
+            maxMessagesPerTrigger=500,
+        )
         .selectExpr(
             "messageId", "body", "sentTimestamp", "messageAttributes['producer'] AS producer"
         )

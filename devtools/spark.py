@@ -57,3 +57,17 @@ def local_session(
         spark.sparkContext.setLogLevel(log_level)
     spark.dataSource.register(SqsDataSource)
     return spark
+
+
+def sqs_stream(spark: Any, endpoint: str, queue_url: str, journal: Any, **options: Any) -> Any:
+    """``spark.readStream.format("sqs")`` on a development SQS at ``endpoint``, loaded; further
+    options as keywords (values are passed as strings)."""
+    reader = (
+        spark.readStream.format("sqs")
+        .option("queueUrl", queue_url)
+        .option("endpointUrl", endpoint)
+        .option("journalLocation", str(journal))
+    )
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return reader.load()

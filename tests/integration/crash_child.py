@@ -27,7 +27,7 @@ def main() -> None:
     args = parser.parse_args()
     control = Path(args.control)
 
-    from devtools.spark import local_session
+    from devtools.spark import local_session, sqs_stream
 
     spark = local_session("spark-sqs-crash-test")
 
@@ -46,14 +46,15 @@ def main() -> None:
         pause("after-sink")
 
     query = (
-        spark.readStream.format("sqs")
-        .option("queueUrl", args.queue_url)
-        .option("endpointUrl", args.endpoint)
-        .option("journalLocation", args.journal)
-        .option("visibilityTimeout", args.visibility)
-        .option("maxMessagesPerTrigger", "20")
-        .option("numPartitions", "2")
-        .load()
+        sqs_stream(
+            spark,
+            args.endpoint,
+            args.queue_url,
+            args.journal,
+            visibilityTimeout=args.visibility,
+            maxMessagesPerTrigger=20,
+            numPartitions=2,
+        )
         .writeStream.foreachBatch(sink)
         .option("checkpointLocation", args.checkpoint)
         .start()

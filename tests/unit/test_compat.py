@@ -116,3 +116,12 @@ def test_each_required_class_is_checked(tmp_path: Path, missing: str) -> None:
     result = _import_spark_sqs(fake)
     assert result.returncode == 3, result.stdout + result.stderr
     assert f"lacks {missing}." in result.stdout
+
+
+def test_the_lock_files_install_pyspark_for_local_use() -> None:
+    # pyproject requires PySpark only in extras; make venv, make test-oldest and CI install the
+    # lock files with the package itself --no-deps, so each lock must pin its own PySpark.
+    for spark in ("4.0", "4.3"):
+        lines = (ROOT / "requirements" / f"lock-spark-{spark}.txt").read_text().splitlines()
+        pins = [line for line in lines if line.startswith("pyspark==")]
+        assert len(pins) == 1 and pins[0].startswith(f"pyspark=={spark}."), pins
