@@ -4,7 +4,7 @@ LOCK ?= requirements/lock-spark-4.3.txt
 PY := $(VENV)/bin/python
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
-LINTED := spark_sqs tests notebooks chaos bench sim
+LINTED := spark_sqs devtools tests notebooks chaos bench sim
 
 .PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick soak bench conformance
 
@@ -12,7 +12,7 @@ venv:
 	@scripts/bootstrap.sh $(VENV) $(LOCK)
 
 demo: venv
-	$(PY) -m spark_sqs.demo $(DEMO_ARGS)
+	$(PY) -m devtools.demo $(DEMO_ARGS)
 
 test: venv
 	$(PY) -m ruff check $(LINTED)

@@ -1,5 +1,5 @@
 """The SQS endpoints under test, each in its own process: moto (embedded, locked, sped up, from
-``spark_sqs.local_sqs``), LocalStack (its own Python 3.13 virtualenv) and the delay proxy.
+``devtools.local_sqs``), LocalStack (its own Python 3.13 virtualenv) and the delay proxy.
 
 Own processes, so that the consumers being measured (a boto3 baseline in the bench process,
 Spark's Python workers) never share a GIL with the server answering them.
@@ -57,7 +57,7 @@ class Child:
 
 
 def start_moto() -> Child:
-    """moto's SQS as ``spark_sqs.local_sqs.MotoServer`` (serialised backend, strict handles)."""
+    """moto's SQS as ``devtools.local_sqs.MotoServer`` (serialised backend, strict handles)."""
     return Child([sys.executable, "-m", "bench.servers", "moto"], "ENDPOINT")
 
 
@@ -189,7 +189,7 @@ def localstack_version(python: Path) -> str:
 def _serve_moto() -> int:
     import logging
 
-    from spark_sqs.local_sqs import MotoServer
+    from devtools.local_sqs import MotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = MotoServer()

@@ -27,25 +27,17 @@ logger = logging.getLogger("bench")
 
 
 def session(cores: int) -> Any:
-    from pyspark.sql import SparkSession
-
     from bench.trivial import TrivialDataSource
-    from spark_sqs import SqsDataSource
+    from devtools.spark import local_session
 
-    spark = (
-        SparkSession.builder.master(f"local[{cores}]")
-        .appName("spark-sqs-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.streaming.numRecentProgressUpdates", "2000")
-        .config("spark.sql.streaming.stopTimeout", "60s")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
+    spark = local_session(
+        "spark-sqs-bench",
+        f"local[{cores}]",
+        {
+            "spark.sql.streaming.numRecentProgressUpdates": "2000",
+            "spark.sql.streaming.stopTimeout": "60s",
+        },
     )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(SqsDataSource)
     spark.dataSource.register(TrivialDataSource)
     return spark
 
@@ -64,16 +56,9 @@ class Workdir:
 
 
 def source_stream(spark: Any, endpoint: str, queue_url: str, journal: Path, **options: Any) -> Any:
-    reader = (
-        spark.readStream.format("sqs")
-        .option("queueUrl", queue_url)
-        .option("endpointUrl", endpoint)
-        .option("region", load.REGION)
-        .option("journalLocation", str(journal))
-    )
-    for key, value in options.items():
-        reader = reader.option(key, str(value))
-    return reader.load()
+    from devtools.spark import sqs_stream
+
+    return sqs_stream(spark, endpoint, queue_url, journal, region=load.REGION, **options)
 
 
 def _start_noop(df: Any, checkpoint: Path) -> Any:

@@ -33,26 +33,17 @@ def main() -> int:
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
 
-    from pyspark.sql import SparkSession
     from pyspark.sql.functions import udf
 
-    from spark_sqs import SqsDataSource
+    from devtools.spark import local_session, sqs_stream
 
-    spark = (
+    spark = local_session(
+        "spark-sqs-chaos",
         # Up to 4 attempts per task: receivers fail when faults outlast botocore's retries.
-        SparkSession.builder.master("local[2,4]")
-        .appName("spark-sqs-chaos")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
+        "local[2,4]",
         # Keep one metadata file per batch: the harness checks FIFO order batch by batch.
-        .config("spark.sql.streaming.fileSink.log.compactInterval", "1000000")
-        .getOrCreate()
+        {"spark.sql.streaming.fileSink.log.compactInterval": "1000000"},
     )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(SqsDataSource)
 
     stall_every, stall_seconds = args.stall_every, args.stall_seconds
     stalled = str(Path(args.out).parent / "stalled")
@@ -71,15 +62,16 @@ def main() -> int:
         return body
 
     query = (
-        spark.readStream.format("sqs")
-        .option("queueUrl", args.queue_url)
-        .option("endpointUrl", args.endpoint)
-        .option("journalLocation", args.journal)
-        .option("visibilityTimeout", args.visibility)
-        .option("numPartitions", args.receivers)
-        .option("maxMessagesPerTrigger", args.max_per_trigger)
-        .option("deleteAfterJournal", str(args.delete_after_journal).lower())
-        .load()
+        sqs_stream(
+            spark,
+            args.endpoint,
+            args.queue_url,
+            args.journal,
+            visibilityTimeout=args.visibility,
+            numPartitions=args.receivers,
+            maxMessagesPerTrigger=args.max_per_trigger,
+            deleteAfterJournal=str(args.delete_after_journal).lower(),
+        )
         .select("messageId", pass_through("messageId", "body").alias("body"), "messageGroupId")
         .writeStream.format("parquet")
         .option("path", args.out)

@@ -524,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     import logging
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    from spark_sqs.local_sqs import MotoServer
+    from devtools.local_sqs import MotoServer
 
     root = Path(args.workdir or tempfile.mkdtemp(prefix="spark-sqs-chaos-"))
     root.mkdir(parents=True, exist_ok=True)

@@ -48,7 +48,9 @@ LOG="$(mktemp)"
 if ! { "$PY" -m venv "$VENV" &&
     "$VENV/bin/python" -m pip install --upgrade pip &&
     "$VENV/bin/python" -m pip install -r "$HERE/$LOCK" &&
-    "$VENV/bin/python" -m pip install --no-deps -e "$HERE"; } >"$LOG" 2>&1; then
+    "$VENV/bin/python" -m pip install --no-deps -e "$HERE" &&
+    # PySpark comes from the lock, not from the package (an extra): the import checks it is there.
+    "$VENV/bin/python" -c "import spark_sqs"; } >"$LOG" 2>&1; then
     grep -v "is ignored: it is neither a file nor a directory" "$LOG" | tail -40 >&2
     echo "spark-sqs: setting up $VENV failed (full log: $LOG)" >&2
     exit 1

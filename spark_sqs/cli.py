@@ -1,6 +1,6 @@
-"""The ``spark-sqs`` command: ``demo``, ``send`` and ``inspect``. Runs on: a workstation.
+"""The ``spark-sqs`` command: ``send`` and ``inspect``, against real AWS or any SQS endpoint.
+Runs on: a workstation. (The demo is a development tool of the repository: ``make demo``.)
 
-spark-sqs demo [--messages N --rate R]
 spark-sqs send --queue-url URL [--count N] [--endpoint-url URL]
 spark-sqs inspect --queue-url URL [--journal LOCATION] [--endpoint-url URL]
 """
@@ -21,10 +21,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="spark-sqs", description="spark-sqs tools")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    commands.add_parser(
-        "demo", help="embedded SQS, producer, streaming query, verdict", add_help=False
-    )
-
     send = commands.add_parser("send", help="send numbered test messages to a queue")
     _queue_args(send)
     send.add_argument("--count", type=int, default=100)
@@ -34,13 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     _queue_args(inspect)
     inspect.add_argument("--journal", default=None, help="a query's journalLocation")
 
-    args, rest = parser.parse_known_args(argv)
-    if args.command == "demo":
-        from .demo import main as demo
-
-        return demo(rest)
-    if rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args = parser.parse_args(argv)
     if args.command == "send":
         return _send(args)
     return _inspect(args)

@@ -1,4 +1,5 @@
-"""Terminal output of the ``spark-sqs`` command and the demo. Runs on: a workstation.
+"""Terminal output of the ``spark-sqs`` command (and of the demo in devtools/).
+Runs on: a workstation.
 
 What the command prints is its result, not a log record, so it goes straight to the stream;
 the library itself reports through ``logging``.

@@ -1,4 +1,5 @@
-"""Numbered test messages, for the demo and ``spark-sqs send``. Runs on: a workstation.
+"""Numbered test messages, for ``spark-sqs send`` (and the demo in devtools/).
+Runs on: a workstation.
 
 Each body is JSON with a sequence number ``n``, so a consumer can check completeness and order.
 """

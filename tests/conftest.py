@@ -24,7 +24,7 @@ REGION = "us-east-1"
 
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
-    from spark_sqs.local_sqs import MotoServer
+    from devtools.local_sqs import MotoServer
 
     server = MotoServer()
     yield server.endpoint
@@ -33,24 +33,17 @@ def moto_endpoint() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from pyspark.sql import SparkSession
+    from devtools.spark import local_session
 
-    from spark_sqs import SqsDataSource
-
-    session = (
-        SparkSession.builder.master("local[2,3]")
-        .appName("spark-sqs-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.streaming.stopTimeout", "30s")
-        # Idle queries report progress every second, so tests can watch them idle.
-        .config("spark.sql.streaming.noDataProgressEventInterval", "1s")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
+    session = local_session(
+        "spark-sqs-tests",
+        "local[2,3]",
+        {
+            "spark.sql.streaming.stopTimeout": "30s",
+            # Idle queries report progress every second, so tests can watch them idle.
+            "spark.sql.streaming.noDataProgressEventInterval": "1s",
+        },
     )
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(SqsDataSource)
     yield session
     session.stop()
 

@@ -8,4 +8,6 @@ sudo mkdir -p /opt/spark-sqs
 sudo chown "$(id -u)" /opt/spark-sqs
 python3 -m venv /opt/spark-sqs/venv
 aws s3 cp "$WHEEL_URI" /opt/spark-sqs/
+# No PySpark from PyPI (the wheel requires it only in its `spark` extra): Spark puts the release's
+# own PySpark on the PYTHONPATH of the driver and the Python workers.
 /opt/spark-sqs/venv/bin/pip install --quiet /opt/spark-sqs/"$(basename "$WHEEL_URI")"

@@ -36,19 +36,9 @@ def main() -> None:
     args = parser.parse_args()
     control = Path(args.control)
 
-    from pyspark.sql import SparkSession
+    from devtools.spark import local_session, sqs_stream
 
-    from spark_sqs import SqsDataSource
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(SqsDataSource)
+    spark = local_session("spark-sqs-crash-test")
 
     def pause(point: str) -> None:
         if (control / f"hold-{point}").exists():
@@ -70,14 +60,15 @@ def main() -> None:
         pause("after-sink")
 
     query = (
-        spark.readStream.format("sqs")
-        .option("queueUrl", args.queue_url)
-        .option("endpointUrl", args.endpoint)
-        .option("journalLocation", args.journal)
-        .option("visibilityTimeout", args.visibility)
-        .option("maxMessagesPerTrigger", args.max_messages)
-        .option("numPartitions", args.num_partitions)
-        .load()
+        sqs_stream(
+            spark,
+            args.endpoint,
+            args.queue_url,
+            args.journal,
+            visibilityTimeout=args.visibility,
+            maxMessagesPerTrigger=args.max_messages,
+            numPartitions=args.num_partitions,
+        )
         .writeStream.foreachBatch(sink)
         .option("checkpointLocation", args.checkpoint)
         .start()

@@ -31,19 +31,12 @@ def main() -> None:
     os.umask(0o022)
 
     import boto3
-    from pyspark.sql import SparkSession
 
-    from spark_sqs import SqsDataSource
+    from devtools.spark import local_session
     from spark_sqs.journal import Journal
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.dataSource.register(SqsDataSource)
+    # Spark's default log level: the test searches everything Spark writes.
+    spark = local_session("spark-sqs-security-test", log_level=None)
     credentials = {
         "awsAccessKeyId": os.environ["TEST_KEY"],
         "awsSecretAccessKey": os.environ["TEST_SECRET"],

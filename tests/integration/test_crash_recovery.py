@@ -15,8 +15,8 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
+from devtools.local_sqs import RECEIVE_GATE
 from spark_sqs.client import queue_counts
-from spark_sqs.local_sqs import RECEIVE_GATE
 from tests.helpers import send_numbered, wait_until
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from spark_sqs.local_sqs import RECEIVE_REQUESTS
+from devtools.local_sqs import RECEIVE_REQUESTS
 from tests.helpers import (
     drain_and_stop,
     queue_counts,

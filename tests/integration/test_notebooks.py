@@ -25,6 +25,8 @@ def test_quickstart_notebook_runs(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=600,
+        # Where Jupyter starts the kernel: the notebook's own folder.
+        cwd=NOTEBOOK.parent,
         env=dict(os.environ, PYSPARK_PYTHON=sys.executable),
     )
     assert result.returncode == 0, result.stderr[-3000:]

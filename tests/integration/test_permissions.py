@@ -4,7 +4,7 @@ an error that names the missing ``sqs:<Action>`` (and loses nothing).
 
 moto's IAM enforcement is global to the (shared, in-process) server: it is switched on inside one
 test at a time and always switched off again. The embedded server authorises like SQS (batch
-actions need the single-message permission, see ``spark_sqs.local_sqs``).
+actions need the single-message permission, see ``devtools.local_sqs``).
 """
 
 from __future__ import annotations

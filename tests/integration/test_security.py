@@ -169,7 +169,7 @@ def test_demo_output_shows_no_credentials_or_receipt_handles(tmp_path):
     )
     workdir = tmp_path / "demo"
     result = subprocess.run(
-        [sys.executable, "-m", "spark_sqs.demo", "--messages", "60", "--rate", "100"]
+        [sys.executable, "-m", "devtools.demo", "--messages", "60", "--rate", "100"]
         + ["--receivers", "1", "--timeout", "300", "--workdir", str(workdir)],
         env=env,
         capture_output=True,

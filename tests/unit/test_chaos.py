@@ -26,7 +26,7 @@ from spark_sqs.errors import TransientSqsError
 
 @pytest.fixture(scope="module")
 def endpoint() -> Any:
-    from spark_sqs.local_sqs import MotoServer
+    from devtools.local_sqs import MotoServer
 
     server = MotoServer()
     yield server.endpoint

@@ -1,9 +1,10 @@
-"""``make demo``: an embedded SQS, a producer, a streaming query, progress, and a verdict.
+"""``make demo`` (``python -m devtools.demo``): an embedded SQS, a producer, a streaming query,
+progress, and a verdict.
 
-Runs on: the demo's driver. Starts moto's SQS on 127.0.0.1, sends numbered messages at a steady
-rate while ``spark.readStream.format("sqs")`` writes them to a Parquet sink, prints progress
-every second, and finally checks that every sent message is in the sink exactly once and the
-queue is empty.
+Runs on: the demo's driver, from a checkout (a development tool: not in the wheel). Starts moto's
+SQS on 127.0.0.1, sends numbered messages at a steady rate while
+``spark.readStream.format("sqs")`` writes them to a Parquet sink, prints progress every second,
+and finally checks that every sent message is in the sink exactly once and the queue is empty.
 """
 
 from __future__ import annotations
@@ -20,15 +21,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .client import queue_counts
-from .console import say
-from .producer import numbered_entries
+from spark_sqs.client import queue_counts
+from spark_sqs.console import say
+from spark_sqs.producer import numbered_entries
 
-REPO_CONF = Path(__file__).resolve().parent.parent / "conf"
+from .spark import local_session, sqs_stream
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="spark-sqs demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="make demo", description=__doc__)
     parser.add_argument("--messages", type=int, default=2000, help="messages to send")
     parser.add_argument("--rate", type=float, default=200.0, help="messages per second")
     parser.add_argument("--receivers", type=int, default=2, help="numPartitions")
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 
         from .local_sqs import MotoServer
     except ImportError as exc:
-        say(f"spark-sqs demo needs moto[server] ({exc}). Fix: pip install 'spark-sqs[test]'")
+        say(f"The demo needs moto[server] ({exc}). Fix: run it as 'make demo' (pinned virtualenv)")
         return 2
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "demo")
@@ -60,20 +61,18 @@ def main(argv: list[str] | None = None) -> int:
     queue_url = sqs.create_queue(QueueName="spark-sqs-demo")["QueueUrl"]
 
     say("Starting Spark (local[2]); the first start takes 15-30 s ...")
-    spark = _spark()
-    from . import SqsDataSource
-
-    spark.dataSource.register(SqsDataSource)
+    spark = local_session("spark-sqs-demo", quiet_log4j=True)
 
     sent = _Producer(sqs, queue_url, args.messages, args.rate)
     query = (
-        spark.readStream.format("sqs")
-        .option("queueUrl", queue_url)
-        .option("endpointUrl", server.endpoint)
-        .option("journalLocation", str(workdir / "journal"))
-        .option("numPartitions", str(args.receivers))
-        .option("maxMessagesPerTrigger", "500")
-        .load()
+        sqs_stream(
+            spark,
+            server.endpoint,
+            queue_url,
+            workdir / "journal",
+            numPartitions=args.receivers,
+            maxMessagesPerTrigger=500,
+        )
         .selectExpr(
             "messageId", "body", "sentTimestamp", "messageAttributes['producer'] AS producer"
         )
@@ -95,28 +94,6 @@ def main(argv: list[str] | None = None) -> int:
     server.stop()
     say(f"Output kept in {workdir}")
     return 0 if verdict else 1
-
-
-def _spark() -> Any:
-    from pyspark.sql import SparkSession
-
-    builder = (
-        SparkSession.builder.master("local[2]")
-        .appName("spark-sqs-demo")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.showConsoleProgress", "false")
-    )
-    log4j = REPO_CONF / "log4j2-demo.properties"
-    if log4j.exists():
-        builder = builder.config(
-            "spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile={log4j}"
-        )
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 class _Producer(threading.Thread):

@@ -1,5 +1,6 @@
-"""An embedded SQS (moto) for the demo and the tests. Runs on: the demo's or test's driver
-process only; the source itself never imports it. Needs the ``moto[server]`` extra.
+"""An embedded SQS (moto) for the demo, the tests, the benchmarks and the fault harness. Runs on:
+the driver process of those tools only; a development tool, not in the wheel (the source never
+imports it). Needs ``moto[server]`` (in the lock files).
 
 moto's SQS backend has no locking: two concurrent ReceiveMessage calls can hand out the same
 message, and concurrent deletes race. Every backend method is serialised here with one lock.
