@@ -213,6 +213,9 @@ class Sender:
         )
 
     def _settle(self, batch: list[Entry], future: Future[Any]) -> None:
+        # One jitter per call: the entries of a failed call come due together and go back out
+        # together, rather than one per call.
+        jitter = 0.5 + random.random() / 2
         try:
             response = future.result()
         except Exception as exc:
@@ -222,7 +225,7 @@ class Sender:
             throttled = error_code(exc) in _THROTTLING
             logger.debug("SendMessageBatch failed, retrying %d entries: %s", len(batch), err)
             for entry in batch:
-                self._retry(entry, throttled, str(err))
+                self._retry(entry, throttled, str(err), jitter)
             return
         failed = {f.get("Id"): f for f in response.get("Failed", [])}
         succeeded = {s.get("Id") for s in response.get("Successful", [])}
@@ -241,7 +244,7 @@ class Sender:
                     "(body characters, attribute names and types, deduplication or group id "
                     "format)"
                 )
-            self._retry(entry, code in _THROTTLING, code)
+            self._retry(entry, code in _THROTTLING, code, jitter)
 
     def _done(self, entry: Entry) -> None:
         self.counters.sent += 1
@@ -254,7 +257,7 @@ class Sender:
             else:
                 del self._groups[group_id]  # type: ignore[arg-type]
 
-    def _retry(self, entry: Entry, throttled: bool, reason: str) -> None:
+    def _retry(self, entry: Entry, throttled: bool, reason: str, jitter: float) -> None:
         self.counters.failed += 1
         if throttled:
             entry.throttled += 1
@@ -267,7 +270,7 @@ class Sender:
         ):
             raise SinkSendError(
                 f"SQS did not accept the row at position {entry.position} of this partition "
-                f"after {entry.attempts + entry.throttled + 1} attempts (last: {reason}). "
+                f"after {entry.attempts + entry.throttled} attempts (last: {reason}). "
                 "Fix: check the queue's health and throttling limits, or raise "
                 "'maxSendAttempts'; Spark retries the task",
                 retriable=True,
@@ -275,7 +278,7 @@ class Sender:
         self.counters.retried += 1
         exponent = entry.attempts + entry.throttled - 1
         delay = min(self.backoff_cap, self.backoff_base * 2**exponent)
-        not_before = self.clock() + delay * (0.5 + random.random() / 2)
+        not_before = self.clock() + delay * jitter
         entry.not_before = not_before
         if not self.fifo:
             heapq.heappush(self._waiting, (not_before, next(self._seq), entry))

@@ -69,7 +69,9 @@ def _write_fails(df: Any, endpoint: str, queue_url: str, **options: Any) -> str:
 
 
 def test_batch_write_round_trip(spark, moto_endpoint, sqs, queue_url, tmp_path):
-    rows = [(json.dumps({"n": n, "text": f"m{n} \u00e9\U0001f600"}), {"n": str(n)}) for n in range(50)]
+    rows = [
+        (json.dumps({"n": n, "text": f"m{n} \u00e9\U0001f600"}), {"n": str(n)}) for n in range(50)
+    ]
     df = spark.createDataFrame(rows, "body string, messageAttributes map<string,string>")
     metrics = tmp_path / "metrics"
     _write(df, moto_endpoint, queue_url, maxInFlightCalls=3, metricsLocation=metrics)
@@ -176,9 +178,7 @@ def test_fifo_batch_write_without_write_id_is_refused(spark, moto_endpoint, sqs,
         ("body string, delaySeconds string", "'delaySeconds' must be an integer"),
     ],
 )
-def test_bad_input_fails_before_sending(
-    spark, moto_endpoint, sqs, queue_url, columns, expected
-):
+def test_bad_input_fails_before_sending(spark, moto_endpoint, sqs, queue_url, columns, expected):
     schema = spark.createDataFrame([], columns).schema
     df = spark.createDataFrame([tuple([None] * len(schema))], schema)
     text = _write_fails(df, moto_endpoint, queue_url)
