@@ -237,3 +237,77 @@ def test_streaming_bad_input_fails_at_query_start(spark, moto_endpoint, sqs, que
             query.stop()
     assert "needs a string column 'body'" in str(failure.value)
     assert queue_counts(sqs, queue_url) == (0, 0)
+
+
+@pytest.mark.parametrize("fifo", [True, False], ids=["fifo", "standard"])
+def test_a_replayed_micro_batch_sends_the_same_ids(spark, moto_endpoint, sqs, tmp_path, fifo):
+    """Spark re-runs a batch whose commit it did not record: the sink sends the same
+    deduplication ids, so a FIFO queue drops the copies and a standard queue's copies share
+    their spark_sqs.dedupeId."""
+    name = f"replay-{uuid.uuid4().hex[:8]}" + (".fifo" if fifo else "")
+    attributes = {"FifoQueue": "true"} if fifo else {}
+    target = sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+    source_dir, ckpt, metrics = tmp_path / "in", tmp_path / "ckpt", tmp_path / "metrics"
+    source_dir.mkdir()
+    for f in range(3):
+        rows = [json.dumps({"f": f, "n": n}) for n in range(10)]
+        # Two identical rows per file: distinct messages all the same.
+        rows.append(rows[0])
+        (source_dir / f"part-{f}.json").write_text("\n".join(rows) + "\n")
+
+    def run() -> None:
+        df = (
+            spark.readStream.format("text")
+            .option("maxFilesPerTrigger", 1)
+            .load(str(source_dir))
+            .select(F.col("value").alias("body"))
+        )
+        if fifo:
+            df = df.withColumn("messageGroupId", F.get_json_object("body", "$.f"))
+        query = (
+            df.writeStream.format("sqs")
+            .option("queueUrl", target)
+            .option("endpointUrl", moto_endpoint)
+            .option("metricsLocation", str(metrics))
+            .option("checkpointLocation", str(ckpt))
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            assert query.awaitTermination(240), "the query did not finish"
+        finally:
+            query.stop()
+
+    run()
+    assert sorted(p.name for p in metrics.glob("batch-*.json"))[-1] == "batch-0000000002.json"
+    first = json.loads((metrics / "batch-0000000002.json").read_text())["committedAt"]
+    # Forget that batch 2 was committed: the restarted query runs it again, same rows.
+    (ckpt / "commits" / "2").unlink()
+    (ckpt / "commits" / ".2.crc").unlink(missing_ok=True)
+    run()
+    replay = json.loads((metrics / "batch-0000000002.json").read_text())
+    assert replay["committedAt"] > first and replay["sent"] == 11, "batch 2 ran again"
+
+    if fifo:
+        messages = _receive_all(sqs, target, 33)
+        bodies = [json.loads(m["Body"]) for m in messages]
+        assert sorted((b["f"], b["n"]) for b in bodies) == sorted(
+            [(f, n) for f in range(3) for n in range(10)] + [(f, 0) for f in range(3)]
+        ), "every row once, and the identical rows twice"
+        return
+    messages = _receive_all(sqs, target, 44)
+    ids: dict[tuple[int, int], list[str]] = {}
+    for m in messages:
+        body = json.loads(m["Body"])
+        ids.setdefault((body["f"], body["n"]), []).append(
+            m["MessageAttributes"][DEDUPE_ATTRIBUTE]["StringValue"]
+        )
+    # Files are picked by modification time: find the one batch 2 read, sent twice.
+    (again,) = {f for (f, n), sent in ids.items() if n > 0 and len(sent) == 2}
+    for f in range(3):
+        copies = 2 if f == again else 1
+        for n in range(1, 10):
+            assert len(ids[(f, n)]) == copies and len(set(ids[(f, n)])) == 1, (f, n)
+        # The two identical rows: two ids, each sent once per run of the batch.
+        twins = ids[(f, 0)]
+        assert len(twins) == 2 * copies and len(set(twins)) == 2, (f, twins)
