@@ -6,7 +6,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 LINTED := spark_sqs tests notebooks chaos bench
 
-.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick soak bench
+.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick soak bench bench-sink
 
 venv:
 	@scripts/bootstrap.sh $(VENV) $(LOCK)
@@ -44,6 +44,11 @@ test-oldest:
 bench: venv
 	$(PY) -m pip install -q -r requirements/bench.txt
 	$(PY) -m bench $(BENCH_ARGS)
+
+# The SQS sink against a plain boto3 SendMessageBatch loop at equal concurrency (moto, 20 ms
+# delay proxy; a few minutes). Prints the medians and their ratio as JSON.
+bench-sink: venv
+	$(PY) -m bench.sink $(BENCH_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

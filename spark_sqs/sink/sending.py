@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 
 MAX_BATCH_ENTRIES = 10
 MAX_BATCH_BYTES = 1024 * 1024
+LOOK_AHEAD_BYTES = 64 * 1024 * 1024
 _THROTTLING = {
     "Throttling",
     "ThrottlingException",
@@ -97,9 +98,12 @@ class Sender:
         self.backoff_cap = backoff_cap
         self.clock = clock
         self.counters = SendCounters()
-        # Enough look-ahead to fill every call in flight twice over, and no more: a partition's
-        # rows are never all held in memory.
-        self.look_ahead = max_in_flight * MAX_BATCH_ENTRIES * 2
+        # Enough look-ahead to fill every call in flight twice over (on FIFO queues, to find
+        # ten groups per call behind a run of one group), and no more: a partition's rows are
+        # never all held in memory.
+        self.look_ahead = max_in_flight * MAX_BATCH_ENTRIES * (20 if fifo else 2)
+        self.look_ahead_bytes = LOOK_AHEAD_BYTES
+        self._pending_bytes = 0
         self._seq = itertools.count()
         # Standard queues: entries ready to go, and retries waiting for their backoff.
         self._ready: deque[Entry] = deque()
@@ -121,7 +125,11 @@ class Sender:
         pool = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="sqs-sink")
         try:
             while True:
-                while not exhausted and self._pending < self.look_ahead:
+                while (
+                    not exhausted
+                    and self._pending < self.look_ahead
+                    and self._pending_bytes < self.look_ahead_bytes
+                ):
                     entry = next(source, None)
                     if entry is None:
                         exhausted = True
@@ -154,6 +162,7 @@ class Sender:
 
     def _add(self, entry: Entry) -> None:
         self._pending += 1
+        self._pending_bytes += entry.size
         if not self.fifo:
             self._ready.append(entry)
             return
@@ -249,6 +258,7 @@ class Sender:
     def _done(self, entry: Entry) -> None:
         self.counters.sent += 1
         self._pending -= 1
+        self._pending_bytes -= entry.size
         if self.fifo:
             group_id = entry.group_id
             group = self._groups[group_id]  # type: ignore[index]

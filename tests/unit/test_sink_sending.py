@@ -167,11 +167,13 @@ class FakeFifoSqs:
         self.overlap: list[str] = []
         self.max_concurrent = 0
         self.concurrent = 0
+        self.calls: list[list[str]] = []
 
     def send_message_batch(self, QueueUrl: str, Entries: list[dict]) -> dict:  # noqa: N803
         groups = [e["MessageGroupId"] for e in Entries]
         assert len(groups) == len(set(groups)), "one entry per group per call"
         with self.lock:
+            self.calls.append(groups)
             self.overlap.extend(g for g in groups if g in self.in_flight_groups)
             self.in_flight_groups.update(groups)
             self.concurrent += 1
@@ -238,3 +240,14 @@ def test_fifo_requests_carry_group_and_deduplication_ids():
         stub.add_response("send_message_batch", _ok(2), expected)
         _sender(client, fifo=True).send(_entries(2, groups=2))
         stub.assert_no_pending_responses()
+
+
+def test_fifo_look_ahead_finds_other_groups_behind_a_long_run_of_one():
+    fake = FakeFifoSqs(fail_rate=0.0, seed=0)
+    run = [Entry(position=i, body=f"m{i}", size=10, group_id="big") for i in range(100)]
+    others = [
+        Entry(position=100 + i, body=f"m{100 + i}", size=10, group_id=f"g{i}") for i in range(9)
+    ]
+    Sender(fake, FIFO_URL, fifo=True, max_in_flight=1).send(run + others)
+    assert sorted(fake.calls[0]) == sorted(["big", *(f"g{i}" for i in range(9))])
+    assert fake.accepted["big"] == list(range(100))
