@@ -6,7 +6,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 LINTED := spark_sqs devtools tests notebooks chaos bench sim
 
-.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick soak bench conformance
+.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick soak bench conformance bench-sink
 
 venv:
 	@scripts/bootstrap.sh $(VENV) $(LOCK)
@@ -52,6 +52,11 @@ conformance: venv
 	$(PY) -c "from pathlib import Path; from bench.servers import ensure_localstack_venv; \
 		ensure_localstack_venv(Path('build/localstack-install.log'))"
 	CONFORMANCE_REQUIRE_LOCALSTACK=1 $(PY) -m pytest tests/sim/test_conformance.py -v $(PYTEST_ARGS)
+
+# The SQS sink against a plain boto3 SendMessageBatch loop at equal concurrency (moto, 20 ms
+# delay proxy; a few minutes). Prints the medians and their ratio as JSON.
+bench-sink: venv
+	$(PY) -m bench.sink $(BENCH_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

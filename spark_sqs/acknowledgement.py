@@ -390,7 +390,8 @@ class Acknowledger:
     def assign(self, plan: BatchPlan) -> None:
         """``plan``'s receivers acknowledge the batches it lists."""
         for batch in plan.acknowledges:
-            self._assigned[batch] = plan.batch
+            if batch in self._pending:
+                self._assigned[batch] = plan.batch
 
     def assignments(self, committed: int, receivers: list[int]) -> tuple[AckAssignment, ...]:
         """Spread the entries of the committed, unassigned pending batches over ``receivers``

@@ -30,7 +30,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
 from pyspark.sql.types import StructType
 
 from . import offsets
@@ -60,15 +66,23 @@ class SqsDataSource(DataSource):
 
     def __init__(self, options: Mapping[str, str]) -> None:
         super().__init__(options)  # type: ignore[arg-type]
-        # Parsed here so that a bad option fails load(), before any query starts.
-        self.sqs_options = SqsOptions.parse(options)
+        # Parsed on first use: the same class serves df.write/writeStream.format("sqs"), whose
+        # options are the sink's (spark_sqs.sink.options).
+        self._sqs_options: SqsOptions | None = None
+
+    @property
+    def sqs_options(self) -> SqsOptions:
+        if self._sqs_options is None:
+            self._sqs_options = SqsOptions.parse(self.options)
+        return self._sqs_options
 
     @classmethod
     def name(cls) -> str:
         return "sqs"
 
     def schema(self) -> StructType:
-        # messageFormat=sns adds the SNS columns.
+        # Spark asks for the schema at load() (never for a write): a bad option fails there,
+        # before any query starts. messageFormat=sns adds the SNS columns.
         return spark_schema(self.sqs_options.sns)
 
     def streamReader(self, schema: StructType) -> SqsStreamReader:
@@ -79,6 +93,18 @@ class SqsDataSource(DataSource):
                 "from_json() or similar instead"
             )
         return SqsStreamReader(self.sqs_options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """``df.write.format("sqs")``: see docs/sink.md."""
+        from .sink.writer import SqsBatchWriter
+
+        return SqsBatchWriter.create(self.options, schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """``df.writeStream.format("sqs")``: see docs/sink.md."""
+        from .sink.writer import SqsStreamWriter
+
+        return SqsStreamWriter.create(self.options, schema)
 
 
 try:  # Spark 4.2+

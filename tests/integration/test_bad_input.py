@@ -132,9 +132,8 @@ def test_unwritable_journal_fails_at_query_start(spark, moto_endpoint, queue_url
     [
         # Root may write anywhere on a normal file system; /proc refuses everyone.
         ("/proc/spark-sqs-journal", "journalLocation /proc/spark-sqs-journal is not writable"),
-        ("foo://bucket/journal", "Cannot open journalLocation 'foo://bucket/journal'"),
     ],
-    ids=["read-only", "unknown-scheme"],
+    ids=["read-only"],
 )
 def test_unusable_journal_fails_at_query_start(
     spark, moto_endpoint, sqs, queue_url, tmp_path, location, message
@@ -144,6 +143,17 @@ def test_unusable_journal_fails_at_query_start(
     assert message in text and "Fix:" in text
     # Checked before anything is received.
     assert queue_counts(sqs, queue_url) == (2, 0)
+
+
+def test_a_journal_scheme_without_create_if_absent_fails_at_load(spark, moto_endpoint, queue_url):
+    reader = spark.readStream.format("sqs")
+    for key, value in _options(queue_url, moto_endpoint, "foo://bucket/journal").items():
+        reader = reader.option(key, value)
+    with pytest.raises(Exception) as info:
+        reader.load()
+    text = str(info.value)
+    assert "'journalLocation' = 'foo://bucket/journal'" in text
+    assert "create-if-absent" in text and "Fix:" in text and "s3://bucket/prefix" in text
 
 
 def test_journal_in_a_missing_bucket_fails_at_query_start(

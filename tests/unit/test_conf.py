@@ -1,4 +1,4 @@
-"""The files in conf/ are well-formed and grant what the source calls."""
+"""The files in conf/ are well-formed and grant what the source and the sink call."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Every SQS action the source calls, by the IAM action that allows it.
+# Every SQS action the source and the sink call, by the IAM action that allows it.
 ACTIONS_USED = {
     "sqs:GetQueueUrl",  # queueName
     "sqs:GetQueueAttributes",  # start check, idle polling, backlog
     "sqs:ReceiveMessage",
     "sqs:ChangeMessageVisibility",  # heartbeat, release (ChangeMessageVisibilityBatch)
     "sqs:DeleteMessage",  # acknowledgement (DeleteMessageBatch)
+    "sqs:SendMessage",  # the sink (SendMessageBatch, SendMessage to oversizeDeadLetterQueueUrl)
 }
 
 
