@@ -27,6 +27,9 @@ def test_iam_policy_grants_exactly_the_sqs_actions_used() -> None:
         actions = statement["Action"]
         granted.update([actions] if isinstance(actions, str) else actions)
     assert {a for a in granted if a.startswith("sqs:")} == ACTIONS_USED
+    # SSE-KMS: receiving from an encrypted queue needs kms:Decrypt on its key; sending (the
+    # sink, dead letters) and writing an SSE-KMS journal need kms:GenerateDataKey.
+    assert {a for a in granted if a.startswith("kms:")} == {"kms:Decrypt", "kms:GenerateDataKey"}
     assert not any("*" in a for a in granted), "least privilege: no wildcards"
 
 

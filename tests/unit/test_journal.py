@@ -469,3 +469,39 @@ def test_unfinished_parts_are_those_of_receivers_without_an_entry(journal: Journ
 
     assert journal.unfinished_parts(4) == {1: {ids[2], ids[3], ids[4]}}
     assert journal.unfinished_parts(5) == {}
+
+
+def test_s3_journal_objects_are_written_with_the_given_kms_key() -> None:
+    import boto3
+    from botocore.stub import Stubber
+
+    from spark_sqs.journal import S3Store
+
+    client = boto3.client(
+        "s3", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="y"
+    )
+    store = S3Store("bucket", "j", client_factory=lambda: client, kms_key_id="alias/journal")
+    with Stubber(client) as stub:
+        for conditional in (True, False):
+            expected = {
+                "Bucket": "bucket",
+                "Key": "j/state/acked-000000000001",
+                "Body": b"",
+                "ServerSideEncryption": "aws:kms",
+                "SSEKMSKeyId": "alias/journal",
+            }
+            if conditional:
+                expected["IfNoneMatch"] = "*"
+            stub.add_response("put_object", {}, expected)
+        assert store.create("state/acked-000000000001", b"") is True
+        store.put("state/acked-000000000001", b"")
+        stub.assert_no_pending_responses()
+
+
+def test_journal_sse_kms_key_reaches_the_s3_store() -> None:
+    from spark_sqs.journal import open_store
+
+    location = "s3://bucket/j"
+    options = make_options(location, journalSseKmsKeyId="alias/journal", region="us-east-1")
+    store = open_store(location, options)
+    assert store._kms == "alias/journal"
