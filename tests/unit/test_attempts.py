@@ -498,3 +498,63 @@ def test_a_batch_plan_is_fixed_by_its_first_writer(location: str) -> None:
     # A restart with numPartitions=4 plans the same batch again: the stored plan wins.
     assert journal.write_plan(later) == first
     assert journal.read_plan(3) == first
+
+
+def test_a_replay_after_a_restart_with_other_options_uses_the_stored_plan(location: str) -> None:
+    """Batch 1 was planned with 2 receivers and a limit of 10; the driver died before Spark
+    committed it, and the query restarts with 4 receivers and a limit of 100. The replay plans
+    the first run's receivers and limits: new receivers would receive fresh messages that a
+    write-then-skip sink drops (and the acknowledgement then deletes)."""
+    first = options_for(location, numPartitions="2", maxMessagesPerTrigger="10")
+    state = _DriverState(first, NoCallsSqs(), QUEUE_URL, Journal(location, first))
+    try:
+        planned_first = state.plan({"batch": 0}, {"batch": 1})
+    finally:
+        state.close()
+
+    later = options_for(location, numPartitions="4", maxMessagesPerTrigger="100")
+    restarted = _DriverState(later, NoCallsSqs(), QUEUE_URL, Journal(location, later))
+    try:
+        replayed = restarted.plan({"batch": 0}, {"batch": 1})
+        # New options apply from the next new batch.
+        following = restarted.plan({"batch": 1}, {"batch": 2})
+    finally:
+        restarted.close()
+    assert [(p.receiver, p.max_messages) for p in planned_first] == [(0, 5), (1, 5)]
+    assert [(p.receiver, p.max_messages) for p in replayed] == [(0, 5), (1, 5)]
+    assert [(p.receiver, p.max_messages) for p in following] == [(r, 25) for r in range(4)]
+
+
+def test_two_writers_at_the_commit_point_of_one_local_entry_have_one_winner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both writers are held at the moment they make their file visible, so that both have
+    done every check first: only a create-if-absent done by the file system itself (link())
+    leaves exactly one winner; any check-then-write lets both win."""
+    import os
+
+    from spark_sqs.journal import LocalStore
+
+    barrier = threading.Barrier(2)
+    for name in ("link", "replace", "rename"):
+        real = getattr(os, name)
+
+        def held(src: str, dst: str, *args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            if "/batches/" in str(dst):
+                barrier.wait(30)
+            return _real(src, dst, *args, **kwargs)
+
+        monkeypatch.setattr(os, name, held)
+    store = LocalStore(str(tmp_path / "journal"))
+    results: list[bool] = []
+    threads = [
+        threading.Thread(
+            target=lambda n=n: results.append(store.create("batches/1/00000.arrow", b"%d" % n))
+        )
+        for n in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(results) == [False, True]
