@@ -299,7 +299,9 @@ class _DriverState:
                 self._acknowledge(committed, next_batch_follows=True)
             if self.heartbeat.fatal is not None:
                 # Raised only now: the heartbeat's thread cannot raise into Spark, and what
-                # Spark committed is acknowledged first.
+                # Spark committed is acknowledged first (no next batch will do it).
+                if committed is not None:
+                    self._acknowledge(committed)
                 raise self.heartbeat.fatal
             # Journaled batches beyond what Spark has committed, outside any replay (the
             # journal outlived its checkpoint, or this is the first call of a 4.0 run): a batch

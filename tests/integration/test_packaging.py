@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -57,8 +58,18 @@ def _is_lock_environment() -> bool:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    # From a copy without build outputs: setuptools reuses a checkout's build/ directory, which
+    # can hold modules that no longer exist in the source (a fresh clone has none).
+    source = tmp_path_factory.mktemp("source") / "spark-sqs"
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            "build", "dist", ".venv*", "*.egg-info", ".git", "__pycache__", ".pytest_cache"
+        ),
+    )
     _run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)],
         out,
         _clean_env(),
     )

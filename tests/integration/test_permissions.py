@@ -69,6 +69,8 @@ def documented_policy(queue_arn: str, without: str | None = None) -> dict[str, A
     ):
         text = text.replace(placeholder, value)
     policy = json.loads(text)
+    # The source's statements: the sink's target queue statement is the sink's business.
+    policy["Statement"] = [s for s in policy["Statement"] if s.get("Sid") != "WriteTheTargetQueue"]
     if without is not None:
         for statement in policy["Statement"]:
             actions = statement["Action"]
