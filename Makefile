@@ -6,7 +6,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 LINTED := spark_sqs devtools tests notebooks chaos bench sim
 
-.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick soak bench conformance bench-sink
+.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick soak bench conformance bench-sink bench-driver
 
 venv:
 	@scripts/bootstrap.sh $(VENV) $(LOCK)
@@ -63,6 +63,14 @@ conformance: venv
 # delay proxy; a few minutes). Prints the medians and their ratio as JSON.
 bench-sink: venv
 	$(PY) -m bench.sink $(BENCH_ARGS)
+
+# The driver's ceiling without Spark (issue 14): the reader's driver calls in one process, its
+# receivers in worker processes, a stub SQS (fixed delay per call) and a request-counting S3.
+# Full grid (receivers x messages per batch x drop set) by default; BENCH_ARGS="--quick" runs a
+# few small points in under 3 minutes. Results: bench/results/driver.json and driver.png.
+bench-driver: venv
+	$(PY) -m pip install -q -r requirements/bench.txt
+	$(PY) -m bench.driver $(BENCH_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
