@@ -308,6 +308,11 @@ class _DriverState:
             # is needed to deliver or settle them, queue empty or not.
             unsettled = [b for b in self.acknowledger.pending if committed is None or b > committed]
             batch_limit = self.flow.batch_limit(limit, self.acknowledger.pending_messages())
+            if batch_limit == 0 and committed is not None and self.acknowledger.pending:
+                # The committed batches alone fill maxInFlightMessages: the next batch, whose
+                # receivers would delete them, cannot start. The driver deletes them itself.
+                self._acknowledge(committed)
+                batch_limit = self.flow.batch_limit(limit, self.acknowledger.pending_messages())
             remaining = self.flow.remaining_available_now(self.acknowledger.totals.messages)
             if remaining is not None:
                 batch_limit = min(batch_limit, remaining)

@@ -206,3 +206,30 @@ def test_transient_delete_failures_fail_the_task_for_spark_to_retry(tmp_path: Pa
         )
     # No report: the batch cannot commit, and the retry deletes again.
     assert journal.read_ack_reports(2) == []
+
+
+def test_a_committed_batch_that_fills_the_in_flight_limit_is_deleted_by_the_driver(
+    tmp_path: Path,
+) -> None:
+    """With maxInFlightMessages = maxMessagesPerTrigger, a committed batch waiting for the next
+    batch's receivers would keep that next batch from ever starting: the driver deletes it."""
+    location = str(tmp_path / "journal")
+    options = make_options(
+        location,
+        numPartitions="2",
+        maxMessagesPerTrigger="6",
+        maxInFlightMessages="6",
+        waitTimeSeconds="0",
+        queuePollInterval="0.01",
+    )
+    journal = Journal(location, options)
+    sqs = QueueSqs(available=12)
+    state = _DriverState(options, sqs, QUEUE_URL, journal)
+    try:
+        run(state.plan({"batch": 0}, state.latest_offset({"batch": 0})), sqs, journal)
+        calls = len(sqs.batch_calls)
+        assert state.latest_offset({"batch": 1}) == {"batch": 2}
+        assert len(deletes(sqs, calls)) == 6
+        assert run(state.plan({"batch": 1}, {"batch": 2}), sqs, journal)
+    finally:
+        state.close()
