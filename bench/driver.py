@@ -254,7 +254,10 @@ def run_point(point: Point, settings: Settings) -> dict[str, Any]:
             "awsSecretAccessKey": "bench",
             "numPartitions": str(point.receivers),
             "maxMessagesPerTrigger": str(point.messages),
-            "maxInFlightMessages": str(min(120_000, max(60_000, point.messages))),
+            # Room for the committed batch (deleted by the next batch's receivers) and the
+            # next one; a batch of 120,000 fills SQS's in-flight limit alone, so its deletes
+            # fall back to the driver.
+            "maxInFlightMessages": str(min(120_000, max(60_000, 2 * point.messages))),
             "visibilityTimeout": str(settings.visibility_timeout),
         }
         if s3 is not None:
