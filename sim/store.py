@@ -50,6 +50,8 @@ class JournalStore(Protocol):
 
     def delete(self, key: str) -> None: ...
 
+    def delete_many(self, keys: list[str]) -> None: ...
+
 
 @dataclass
 class StoreFault:
@@ -150,6 +152,11 @@ class SimJournalStore:
             return keys, f"{len(keys)} keys"
 
         return self._call("list", prefix, effect)
+
+    def delete_many(self, keys: list[str]) -> None:
+        """One call per key: each may fail on its own, as separate requests would."""
+        for key in keys:
+            self.delete(key)
 
     def delete(self, key: str) -> None:
         _check_key(key)

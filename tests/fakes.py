@@ -51,6 +51,10 @@ class HookedStore:
     def delete(self, key: str) -> None:
         self._run("delete", key)
 
+    def delete_many(self, keys: list[str]) -> None:
+        for key in keys:
+            self._run("delete", key)
+
 
 def client_error(code: str, status: int, operation: str = "ReceiveMessage") -> ClientError:
     return ClientError(

@@ -336,9 +336,11 @@ class Journal:
 
     def remove_batch(self, batch: int) -> None:
         """Remove every file of ``batch``, the plan last (it is what marks a batch planned)."""
-        names = self._batch_files(batch)
-        for name in sorted(names, key=lambda n: n == "_plan.json"):
-            self.store.delete(f"{self.batch_dir(batch)}/{name}")
+        names = sorted(self._batch_files(batch), key=lambda n: n == "_plan.json")
+        files = [f"{self.batch_dir(batch)}/{n}" for n in names if n != "_plan.json"]
+        self.store.delete_many(files)
+        if "_plan.json" in names:
+            self.store.delete(f"{self.batch_dir(batch)}/_plan.json")
 
     # -- plans --------------------------------------------------------------------------------
 
@@ -412,8 +414,7 @@ class Journal:
         return reports
 
     def remove_ack_reports(self, batch: int) -> None:
-        for key in self.store.list(f"acks/{batch:012d}"):
-            self.store.delete(key)
+        self.store.delete_many(self.store.list(f"acks/{batch:012d}"))
 
     # -- redelivery dedupe ----------------------------------------------------------------------
 

@@ -46,6 +46,9 @@ class JournalStore(Protocol):
     def delete(self, key: str) -> None:
         """Remove ``key``; a missing key is fine."""
 
+    def delete_many(self, keys: list[str]) -> None:
+        """Remove ``keys`` (as few requests as the store allows); missing keys are fine."""
+
 
 def check_location(location: str) -> None:
     """Refuse, when the DataFrame is created, a ``journalLocation`` without a tested
@@ -159,6 +162,10 @@ class LocalStore:
             except OSError:
                 break
             directory = os.path.dirname(directory)
+
+    def delete_many(self, keys: list[str]) -> None:
+        for key in keys:
+            self.delete(key)
 
     def _write_tmp(self, path: str, data: bytes) -> str:
         try:
@@ -340,6 +347,26 @@ class S3Store:
         except Exception as exc:
             if _code(exc) not in _MISSING:
                 raise self._error("remove", key, exc) from None
+
+    def delete_many(self, keys: list[str]) -> None:
+        """``DeleteObjects``, 1,000 keys a request: removing a batch costs one request, not one
+        per entry."""
+        for start in range(0, len(keys), 1000):
+            chunk = keys[start : start + 1000]
+            try:
+                response = self.client.delete_objects(
+                    Bucket=self.bucket,
+                    Delete={"Objects": [{"Key": self._key(k)} for k in chunk], "Quiet": True},
+                )
+            except Exception as exc:
+                raise self._error("remove", chunk[0], exc) from None
+            failed = [e for e in response.get("Errors", []) if e.get("Code") not in _MISSING]
+            if failed:
+                raise JournalError(
+                    f"Cannot remove {len(failed)} journal objects under s3://{self.bucket}/"
+                    f"{self.prefix}: {sorted({e.get('Code') for e in failed})}",
+                    retriable=True,
+                )
 
     def _error(self, verb: str, key: str, exc: BaseException) -> JournalError:
         from botocore.exceptions import ClientError
