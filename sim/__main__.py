@@ -14,11 +14,13 @@ import argparse
 import sys
 import time
 
-from sim.spark import run_seed
+from sim.spark import Config, run_seed
 
 
-def replay_command(seed: int, fifo: bool | None) -> str:
+def replay_command(seed: int, fifo: bool | None, fixed_mode: bool = False) -> str:
     flag = "" if fifo is None else (" --fifo" if fifo else " --standard")
+    if fixed_mode:
+        flag += " --fixed-delete-mode"
     return f"python -m sim --seed {seed}{flag} --trace"
 
 
@@ -31,8 +33,17 @@ def main(argv: list[str] | None = None) -> int:
     queue.add_argument("--fifo", action="store_true", default=None, help="FIFO queues only")
     queue.add_argument("--standard", dest="fifo", action="store_false", help="standard only")
     parser.add_argument("--trace", action="store_true", help="print the ordering of each seed")
+    parser.add_argument(
+        "--fixed-delete-mode",
+        action="store_true",
+        help="restarts keep deleteAfterJournal as the seed's first run had it",
+    )
     parser.add_argument("--stop", type=int, default=5, help="stop after this many failing seeds")
     args = parser.parse_args(argv)
+
+    def configure(config: Config) -> None:
+        if args.fixed_delete_mode:
+            config.change_delete_after_journal = False
 
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     failed = 0
@@ -40,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = 0
     findings: dict[str, int] = {}
     for seed in seeds:
-        result = run_seed(seed, fifo=args.fifo, trace=args.trace)
+        result = run_seed(seed, fifo=args.fifo, trace=args.trace, configure=configure)
         runs += 1
         for finding in result.findings:
             kind = finding.split(":")[0]
@@ -54,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"seed {seed} FAILED ({result.config}):")
             for v in result.violations:
                 print(f"  - {v}")
-            print(f"  replay: {replay_command(seed, args.fifo)}")
+            print(f"  replay: {replay_command(seed, args.fifo, args.fixed_delete_mode)}")
             if failed >= args.stop:
                 break
     elapsed = time.perf_counter() - started

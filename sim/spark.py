@@ -85,6 +85,8 @@ class Config:
     store_faults: float
     second_query: float  # probability per run
     delete_after_journal: bool  # allowed in some runs of this seed
+    # Restarts may turn deleteAfterJournal on and off (else it stays as the seed's first run).
+    change_delete_after_journal: bool = True
 
     @classmethod
     def from_seed(cls, seed: int, fifo: bool | None = None) -> Config:
@@ -327,6 +329,8 @@ class SparkSim:
 
     def _run_options(self) -> RunOptions:
         daj = self.config.delete_after_journal and self.rng.random() < 0.6
+        if not self.config.change_delete_after_journal:
+            daj = self.config.delete_after_journal
         return RunOptions(
             num_partitions=self.rng.randint(1, 4),
             max_messages=self.rng.choice([3, 7, 10, 25, 100]),
@@ -626,6 +630,31 @@ class SparkSim:
 
     # -- the end -------------------------------------------------------------------------------
 
+    def _bodies(self, ids: list[str]) -> str:
+        bodies = sorted(self.sqs.message(self.url, m).body for m in ids)
+        return ", ".join(bodies[:12]) + (" ..." if len(bodies) > 12 else "")
+
+    def story(self, message_id: str) -> str:
+        """What happened to one message: receives, deletes, the sink's batches that have it."""
+        m = self.sqs.message(self.url, message_id)
+        events = [
+            (d.at, f"received (receipt {d.receipt}, {d.kind})")
+            for d in self.sqs.deliveries(self.url)
+            if d.message_id == message_id
+        ]
+        events += [
+            (d.at, f"deleted by {d.by}")
+            for d in self.sqs.deletions(self.url)
+            if d.message_id == message_id
+        ]
+        sink = [
+            f"spark batch {k} x{sum(1 for x, _ in rows if x == message_id)}"
+            for k, rows in [*self.sink_committed.items(), *self.sink_appended]
+            if any(x == message_id for x, _ in rows)
+        ]
+        told = "; ".join(f"t={t:.3f} {what}" for t, what in sorted(events))
+        return f"{m.body} ({message_id[:8]}): {told}; in the sink: {sink or 'nowhere'}"
+
     def _drained(self) -> bool:
         live = self.sqs.live(self.url)
         batches = [k for k in self.store.keys() if k.startswith("batches/")]
@@ -644,7 +673,8 @@ class SparkSim:
         self.store.scripted.clear()
         self.log(f"{'spark':<22} == FINAL DRAIN")
         deadline = self.clock.elapsed + 20 * VISIBILITY + 600
-        opts = RunOptions(4, 100, False, 0)
+        daj = self.config.delete_after_journal and not self.config.change_delete_after_journal
+        opts = RunOptions(4, 100, daj, 0)
         for _ in range(5):
             self.last_failure = None
             self._one_run(opts, drain=True)
@@ -671,9 +701,11 @@ class SparkSim:
         doubled = sorted(m for m, n in counts.items() if n > 1)
         unknown = sorted(set(counts) - sent)
         if lost:
-            self.violations.append(f"LOST {len(lost)} messages: {lost[:8]}")
+            self.violations.append(f"LOST {len(lost)} messages: {self._bodies(lost)}")
+            self.violations.extend(self.story(m) for m in lost[:2])
         if doubled:
-            self.violations.append(f"DUPLICATED {len(doubled)} messages: {doubled[:8]}")
+            self.violations.append(f"DUPLICATED {len(doubled)} messages: {self._bodies(doubled)}")
+            self.violations.extend(self.story(m) for m in doubled[:2])
         if unknown:
             self.violations.append(f"delivered {len(unknown)} ids never sent: {unknown[:8]}")
         live = self.sqs.live(self.url)
