@@ -6,7 +6,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 LINTED := spark_sqs tests notebooks chaos bench sim
 
-.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick soak bench conformance
+.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick soak bench conformance sim mutations
 
 venv:
 	@scripts/bootstrap.sh $(VENV) $(LOCK)
@@ -52,6 +52,17 @@ conformance: venv
 	$(PY) -c "from pathlib import Path; from bench.servers import ensure_localstack_venv; \
 		ensure_localstack_venv(Path('build/localstack-install.log'))"
 	CONFORMANCE_REQUIRE_LOCALSTACK=1 $(PY) -m pytest tests/sim/test_conformance.py -v $(PYTEST_ARGS)
+
+# The deterministic simulation (docs/simulation.md): SEEDS seeds, standard and FIFO queues as
+# each seed picks; a failing seed prints the command that replays it. SIM_ARGS passes options,
+# e.g. --fifo, --fixed-delete-mode, --first 1000.
+SEEDS ?= 300
+sim: venv
+	$(PY) -m sim --seeds $(SEEDS) $(SIM_ARGS)
+
+# Each fix of the exactly-once issue reverted in memory, one at a time: does the simulation find it?
+mutations: venv
+	$(PY) -m sim.mutations $(SIM_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
