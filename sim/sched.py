@@ -142,7 +142,7 @@ class Scheduler:
         self._back.acquire()
 
     def kill(self, actor: Actor, when: str = "before") -> None:
-        """Kill ``actor``: it dies at once if paused (from the scheduler), else at its next point."""
+        """Kill ``actor``: at once if paused (called by the scheduler), else at its next point."""
         if actor.done:
             return
         actor.kill = when

@@ -31,8 +31,6 @@ METHODS = ("create", "put", "read", "list", "delete")
 WRITES = frozenset({"create", "put", "delete"})
 
 
-
-
 @runtime_checkable
 class JournalStore(Protocol):
     """The journal store interface of the protocol code (keys relative to the journal root).

@@ -383,7 +383,9 @@ def _receive_parts(
         prepared = _prepare(client, partition, kept, clocks)
         kept = prepared.messages
         table = messages_to_table(kept, partition.queue_url, sns=partition.options.sns)
-        table = table.replace_schema_metadata({RECEIVED_AT: repr(clocks.wall_clock()), **prepared.metadata})
+        table = table.replace_schema_metadata(
+            {RECEIVED_AT: repr(clocks.wall_clock()), **prepared.metadata}
+        )
         try:
             created = journal.write_part(partition.batch, partition.receiver, next_part, table)
         except JournalOutcomeUnknown:
@@ -410,9 +412,7 @@ def _receive_parts(
 
     already = sum(t.num_rows for _, t in earlier)
     try:
-        receive_messages(
-            client, partition, clock=clocks.clock, on_chunk=on_chunk, already=already
-        )
+        receive_messages(client, partition, clock=clocks.clock, on_chunk=on_chunk, already=already)
     except _StopReceiving:
         pass
 

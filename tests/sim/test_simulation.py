@@ -39,7 +39,8 @@ def test_every_seed_delivers_each_message_exactly_once(fifo: bool) -> None:
             known.append(seed)
             continue
         failures.append(
-            f"seed {seed}: " + " | ".join(result.violations[:4])
+            f"seed {seed}: "
+            + " | ".join(result.violations[:4])
             + f"\n  replay: {replay_command(seed, fifo, fixed_mode=True)}"
         )
     assert not failures, "\n".join(failures)
@@ -48,8 +49,8 @@ def test_every_seed_delivers_each_message_exactly_once(fifo: bool) -> None:
 
 
 def test_a_seed_replays_exactly() -> None:
-    first = run_seed(38, fifo=True, trace=True)
-    again = run_seed(38, fifo=True, trace=True)
+    first = run_seed(198, trace=True)
+    again = run_seed(198, trace=True)
     assert first.trace == again.trace
     assert first.violations == again.violations
     assert first.steps > 100
@@ -59,11 +60,11 @@ def test_a_seed_replays_exactly() -> None:
     ("seed", "fifo", "fixed", "signature"),
     [
         # A replayed receiver received anew what a sibling receiver of the batch had journaled.
-        (98, None, True, "DUPLICATED within one batch"),
+        (392, False, True, "DUPLICATED within one batch"),
         # FIFO twins, deleteAfterJournal: the loser of part 0 released the winner's messages.
-        (38, None, True, "DUPLICATED within one batch"),
+        (198, None, True, "DUPLICATED within one batch"),
         # A restart turned deleteAfterJournal off; the replay ignored the journaled parts.
-        (101, None, False, "LOST"),
+        (66, None, False, "LOST"),
     ],
 )
 def test_the_open_faults_are_still_found(
