@@ -149,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.mutations")
     parser.add_argument("--seeds", type=int, default=400, help="give up after this many seeds")
     args = parser.parse_args(argv)
-    print("| mutation (issue 13 hole) | found | first seed | seeds run | first violation |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| mutation | issue 13 hole | found | first seed | seeds run | first violation |")
+    print("| --- | --- | --- | --- | --- | --- |")
     missed = 0
     for mutation in MUTATIONS:
         started = time.perf_counter()
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         found = "yes" if seed is not None else "**no**"
         shown = violation.split(":")[0][:60] if violation else ""
         print(
-            f"| {mutation.name} ({mutation.hole}) | {found} | {seed if seed is not None else '-'} "
+            f"| {mutation.name} | {mutation.hole} | {found} | {seed if seed is not None else '-'} "
             f"| {runs} | {shown} |",
             flush=True,
         )
