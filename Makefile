@@ -6,7 +6,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 LINTED := spark_sqs devtools tests notebooks chaos bench sim
 
-.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick soak bench conformance bench-sink bench-driver
+.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick soak bench conformance bench-sink bench-driver sim mutations
 
 venv:
 	@scripts/bootstrap.sh $(VENV) $(LOCK)
@@ -71,6 +71,17 @@ bench-sink: venv
 bench-driver: venv
 	$(PY) -m pip install -q -r requirements/bench.txt
 	$(PY) -m bench.driver $(BENCH_ARGS)
+
+# The deterministic simulation (docs/simulation.md): SEEDS seeds, standard and FIFO queues as
+# each seed picks; a failing seed prints the command that replays it. SIM_ARGS passes options,
+# e.g. --fifo, --fixed-delete-mode, --first 1000.
+SEEDS ?= 300
+sim: venv
+	$(PY) -m sim --seeds $(SEEDS) $(SIM_ARGS)
+
+# Each fix of the exactly-once issue reverted in memory, one at a time: does the simulation find it?
+mutations: venv
+	$(PY) -m sim.mutations $(SIM_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

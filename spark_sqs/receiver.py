@@ -35,6 +35,15 @@ RECEIVE_BATCH = 10
 CAUGHT_UP_AFTER = 3
 
 
+@dataclass(frozen=True)
+class _Clocks:
+    """Time as a receiver sees it; the simulation (sim/) passes its simulated clock."""
+
+    clock: Callable[[], float] = time.monotonic
+    wall_clock: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
+
+
 @dataclass
 class ReceiveStats:
     calls: int = 0
@@ -170,9 +179,16 @@ def read_partition(
     *,
     client_factory: Callable[[], Any] | None = None,
     journal: Journal | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    wall_clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> Iterator[pa.RecordBatch]:
-    """The body of ``SqsStreamReader.read``: replay the journal entry or receive and journal."""
+    """The body of ``SqsStreamReader.read``: replay the journal entry or receive and journal.
+
+    ``clock``, ``wall_clock`` and ``sleep`` (of batch-call retries) are seams for the
+    deterministic simulation (sim/); Spark's executors use the defaults."""
     options = partition.options
+    clocks = _Clocks(clock, wall_clock, sleep)
     if journal is None:
         journal = Journal(options.journal_location, options)
     table = journal.read_entry(partition.batch, partition.receiver)
@@ -221,14 +237,14 @@ def read_partition(
             on_deleted=_payload_deleter(options),
         )
     if options.delete_after_journal:
-        yield from _read_deleting_after_journal(journal, client, partition, drop_ids)
+        yield from _read_deleting_after_journal(journal, client, partition, drop_ids, clocks)
         return
-    received_at = time.time()
-    messages, stats = receive_messages(client, partition)
+    received_at = wall_clock()
+    messages, stats = receive_messages(client, partition, clock=clock)
     kept = [m for m in messages if m["MessageId"] not in drop_ids]
     dropped = [m for m in messages if m["MessageId"] in drop_ids]
     # SNS unwrapping, extended payloads, lag metadata (envelopes.py), before journaling.
-    prepared = _prepare(client, partition, kept)
+    prepared = _prepare(client, partition, kept, clocks)
     table = messages_to_table(
         prepared.messages, partition.queue_url, sns=options.sns
     ).replace_schema_metadata(
@@ -243,7 +259,7 @@ def read_partition(
         raise
     except Exception:
         # Nothing was journaled: hand the messages back now rather than after the timeout.
-        _release(client, partition, table)
+        _release(client, partition, table, clocks)
         raise
     if not written:
         # Another attempt of this task journaled first (or our own PUT was retried after its
@@ -255,7 +271,7 @@ def read_partition(
                 "exists but cannot be read back"
             )
         held = set(stored.column("messageId").to_pylist())
-        released = _release(client, partition, _without(table, held))
+        released = _release(client, partition, _without(table, held), clocks)
         table = stored
         logger.warning(
             "batch %d receiver %d: another attempt journaled first; released the %d of %d "
@@ -270,7 +286,7 @@ def read_partition(
         # received. Nothing of ours reached a sink: remove our entry first, then hand the
         # messages back (a crash between leaves them invisible until the timeout, not lost).
         journal.remove_entry(partition.batch, partition.receiver)
-        _release(client, partition, table)
+        _release(client, partition, table, clocks)
         return
     else:
         logger.info(
@@ -284,7 +300,7 @@ def read_partition(
             stats.stopped_by,
         )
     if dropped:
-        _delete_redeliveries(client, partition, dropped)
+        _delete_redeliveries(client, partition, dropped, clocks)
     yield from output_batches(table, options.sns)
 
 
@@ -313,7 +329,11 @@ class _StopReceiving(Exception):
 
 
 def _read_deleting_after_journal(
-    journal: Journal, client: Any, partition: ReceiverPartition, drop_ids: frozenset[str]
+    journal: Journal,
+    client: Any,
+    partition: ReceiverPartition,
+    drop_ids: frozenset[str],
+    clocks: _Clocks | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """``deleteAfterJournal``: journal each receive call's messages as a part, then delete them
     at once, so a FIFO group unlocks and can yield more messages within the same batch.
@@ -326,12 +346,13 @@ def _read_deleting_after_journal(
     and deletes nothing more. The entry records which messages may still await deletion (the
     driver deletes those on commit).
     """
+    clocks = clocks or _Clocks()
     earlier = journal.read_parts(partition.batch, partition.receiver)
     if not _sealed(earlier):
-        _receive_parts(journal, client, partition, drop_ids, earlier)
+        _receive_parts(journal, client, partition, drop_ids, earlier, clocks)
         if _acknowledged(journal, partition):
             return
-    combined, pending = _seal(journal, partition)
+    combined, pending = _seal(journal, partition, clocks)
     if not journal.write_entry(partition.batch, partition.receiver, combined):
         stored = journal.read_entry(partition.batch, partition.receiver)
         assert stored is not None
@@ -355,10 +376,11 @@ def _receive_parts(
     partition: ReceiverPartition,
     drop_ids: frozenset[str],
     earlier: list[tuple[int, pa.Table]],
+    clocks: _Clocks,
 ) -> None:
     journaled: set[str] = {i for _, t in earlier for i in t.column("messageId").to_pylist()}
     next_part = earlier[-1][0] + 1 if earlier else 0
-    caller = BatchCaller(client, partition.queue_url)
+    caller = BatchCaller(client, partition.queue_url, sleep=clocks.sleep)
 
     def on_chunk(messages: list[dict[str, Any]]) -> None:
         nonlocal next_part
@@ -368,25 +390,27 @@ def _receive_parts(
         kept = [m for m, h in zip(messages, held, strict=True) if not h]
         dropped = [m for m, h in zip(messages, held, strict=True) if h]
         if dropped:
-            _delete_redeliveries(client, partition, dropped)
+            _delete_redeliveries(client, partition, dropped, clocks)
         if not kept:
             return
         # SNS unwrapping, extended payloads, lag metadata (envelopes.py), before journaling.
-        prepared = _prepare(client, partition, kept)
+        prepared = _prepare(client, partition, kept, clocks)
         kept = prepared.messages
         table = messages_to_table(kept, partition.queue_url, sns=partition.options.sns)
-        table = table.replace_schema_metadata({RECEIVED_AT: repr(time.time()), **prepared.metadata})
+        table = table.replace_schema_metadata(
+            {RECEIVED_AT: repr(clocks.wall_clock()), **prepared.metadata}
+        )
         try:
             created = journal.write_part(partition.batch, partition.receiver, next_part, table)
         except JournalOutcomeUnknown:
             # The part may exist: keep its messages invisible; the seal decides.
             raise _StopReceiving from None
         except Exception:
-            _release(client, partition, table)
+            _release(client, partition, table, clocks)
             raise
         if not created:
             # A concurrent attempt took this number: it goes on; we stop without deleting.
-            _release(client, partition, table)
+            _release(client, partition, table, clocks)
             raise _StopReceiving
         next_part += 1
         journaled.update(m["MessageId"] for m in kept)
@@ -402,7 +426,7 @@ def _receive_parts(
 
     already = sum(t.num_rows for _, t in earlier)
     try:
-        receive_messages(client, partition, on_chunk=on_chunk, already=already)
+        receive_messages(client, partition, clock=clocks.clock, on_chunk=on_chunk, already=already)
     except _StopReceiving:
         pass
 
@@ -411,7 +435,9 @@ def _sealed(parts: list[tuple[int, pa.Table]]) -> bool:
     return any(SEAL in (t.schema.metadata or {}) for _, t in parts)
 
 
-def _seal(journal: Journal, partition: ReceiverPartition) -> tuple[pa.Table, set[str]]:
+def _seal(
+    journal: Journal, partition: ReceiverPartition, clocks: _Clocks
+) -> tuple[pa.Table, set[str]]:
     """Create the seal after the last part (or find the one another attempt created) and
     combine the parts below it. Every message of the entry is marked as awaiting deletion:
     which attempt deleted what is unknown, and a repeated delete is harmless."""
@@ -432,7 +458,7 @@ def _seal(journal: Journal, partition: ReceiverPartition) -> tuple[pa.Table, set
     ids = set(combined.column("messageId").to_pylist())
     first_receive = min(
         (float((t.schema.metadata or {}).get(RECEIVED_AT, b"0")) for t in below),
-        default=time.time(),
+        default=clocks.wall_clock(),
     )
     combined = combined.replace_schema_metadata(
         {
@@ -445,12 +471,12 @@ def _seal(journal: Journal, partition: ReceiverPartition) -> tuple[pa.Table, set
 
 
 def _delete_redeliveries(
-    client: Any, partition: ReceiverPartition, dropped: list[dict[str, Any]]
+    client: Any, partition: ReceiverPartition, dropped: list[dict[str, Any]], clocks: _Clocks
 ) -> None:
     """Delete redeliveries of already-journaled messages with their fresh receipt handles."""
     entries = [Entry(m["MessageId"], m["ReceiptHandle"]) for m in dropped]
     try:
-        result = BatchCaller(client, partition.queue_url).delete(entries)
+        result = BatchCaller(client, partition.queue_url, sleep=clocks.sleep).delete(entries)
         failed = len(result.permanent) + len(result.transient)
     except Exception:
         logger.warning("could not delete redelivered messages", exc_info=True)
@@ -466,33 +492,38 @@ def _delete_redeliveries(
     )
 
 
-def _prepare(client: Any, partition: ReceiverPartition, messages: list[dict[str, Any]]) -> Prepared:
+def _prepare(
+    client: Any, partition: ReceiverPartition, messages: list[dict[str, Any]], clocks: _Clocks
+) -> Prepared:
     """``envelopes.prepare`` for this receiver: on a rejected message or a payload that cannot
     be fetched, every message of the call is released and the task fails."""
     return prepare(
         messages,
         partition.options,
-        now=time.time(),
+        now=clocks.wall_clock(),
         release=lambda ms: _release_entries(
-            client, partition, [Entry(m["MessageId"], m["ReceiptHandle"]) for m in ms]
+            client, partition, [Entry(m["MessageId"], m["ReceiptHandle"]) for m in ms], clocks
         ),
         where=f"batch {partition.batch} receiver {partition.receiver}",
     )
 
 
-def _release(client: Any, partition: ReceiverPartition, table: pa.Table) -> int:
+def _release(client: Any, partition: ReceiverPartition, table: pa.Table, clocks: _Clocks) -> int:
     """Make messages this attempt received but did not journal visible again at once."""
     if table.num_rows == 0:
         return 0
     ids = table.column("messageId").to_pylist()
     handles = table.column(RECEIPT_HANDLE).to_pylist()
-    _release_entries(client, partition, [Entry(i, h) for i, h in zip(ids, handles, strict=True)])
+    entries = [Entry(i, h) for i, h in zip(ids, handles, strict=True)]
+    _release_entries(client, partition, entries, clocks)
     return table.num_rows
 
 
-def _release_entries(client: Any, partition: ReceiverPartition, entries: list[Entry]) -> None:
+def _release_entries(
+    client: Any, partition: ReceiverPartition, entries: list[Entry], clocks: _Clocks
+) -> None:
     try:
-        BatchCaller(client, partition.queue_url).change_visibility(entries, 0)
+        BatchCaller(client, partition.queue_url, sleep=clocks.sleep).change_visibility(entries, 0)
     except Exception:
         # Not releasing only delays them by the visibility timeout.
         logger.warning(

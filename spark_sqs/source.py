@@ -26,7 +26,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -173,8 +173,18 @@ class _DriverState:
         queue_url: str,
         journal: Journal,
         lease: Lease | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        run_heartbeat: bool = True,
+        parallelism: int | None = None,
     ) -> None:
+        # clock, wall_clock, sleep, run_heartbeat (False: the owner calls heartbeat.tick_safely)
+        # and parallelism (of batch calls) are seams for the deterministic simulation (sim/).
         self.options = options
+        self._clock = clock
+        self._wall = wall_clock
         self.client = client
         self.queue_url = queue_url
         self.journal = journal
@@ -182,13 +192,20 @@ class _DriverState:
         self.journal_state = journal.read_state()
         self.lock = threading.Lock()
         caller = BatchCaller(
-            client, queue_url, parallelism=driver_parallelism(options.num_partitions)
+            client,
+            queue_url,
+            parallelism=driver_parallelism(options.num_partitions)
+            if parallelism is None
+            else parallelism,
+            sleep=sleep,
         )
         self.heartbeat = Heartbeat(
             journal,
             caller,
             visibility_timeout=options.visibility_timeout,
             interval=options.heartbeat_interval,
+            clock=clock,
+            wall_clock=wall_clock,
             on_tick=lease.renew if lease is not None else None,
         )
         self.acknowledger = Acknowledger(
@@ -200,6 +217,8 @@ class _DriverState:
             dedupe_window=options.dedupe_window,
             heartbeat=self.heartbeat,
             on_deleted=self._payload_deleter() if options.delete_extended_payloads else None,
+            clock=clock,
+            wall_clock=wall_clock,
         )
         journaled = journal.batches()
         # Files under acknowledged batches are leftovers of attempts that ran after their batch
@@ -214,9 +233,10 @@ class _DriverState:
         if self.journal_state.initial_batch is None:
             # Fixed before any batch is numbered: Spark 4.0/4.1 ask for latestOffset first.
             self._write_state(initial=self.journal_state.planned_batch)
-        self.heartbeat.start()
+        if run_heartbeat:
+            self.heartbeat.start()
         self._last_end: int | None = None
-        self.flow = FlowControl(options)
+        self.flow = FlowControl(options, clock=clock)
         # Message limit of each batch handed to Spark but not planned yet.
         self._limits: dict[int, int] = {}
         # Receivers that replayed from the journal, by batch, for the batch counters.
@@ -481,7 +501,7 @@ class _DriverState:
             "visibilityExtensionFailures": failed - self._heartbeat_seen[1],
             # As last polled: the queue's ApproximateNumberOfMessagesNotVisible.
             "inFlightMessages": self.backlog.get("ApproximateNumberOfMessagesNotVisible"),
-            "acknowledgedAt": time.time(),
+            "acknowledgedAt": self._wall(),
         }
         self._heartbeat_seen = (extended, failed)
         logger.info(
@@ -521,7 +541,7 @@ class _DriverState:
         self.journal_state = state
 
     def _queue_has_messages(self) -> bool:
-        now = time.monotonic()
+        now = self._clock()
         if self._poll_due or now - self._last_poll >= self.options.queue_poll_interval:
             self._last_poll = now
             self._poll_due = False

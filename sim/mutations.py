@@ -1,0 +1,171 @@
+"""``python -m sim.mutations``: revert each fix of the exactly-once issue (issue 13) in memory,
+one at a time, and count the seeds the simulation needs to find it. Runs on: the simulator's
+process only.
+
+A mutation is *found* by a seed that fails with it and passes without it (the open faults of
+the unmutated code fail some seeds on their own; those do not count). Restarts keep
+deleteAfterJournal (``--fixed-delete-mode``) so that only the known in-batch duplicates remain
+as background.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import spark_sqs.receiver as receiver
+from sim.spark import Config, run_seed
+from spark_sqs import offsets
+from spark_sqs.errors import JournalError, JournalOutcomeUnknown
+from spark_sqs.journal import Journal
+from spark_sqs.journal.lease import Lease
+from spark_sqs.source import _DriverState
+
+
+@contextlib.contextmanager
+def patched(target: Any, name: str, value: Any) -> Iterator[None]:
+    original = getattr(target, name)
+    setattr(target, name, value)
+    try:
+        yield
+    finally:
+        setattr(target, name, original)
+
+
+def _replan_every_time() -> contextlib.AbstractContextManager[None]:
+    """Hole 1: a replay is planned from the current options, not from the stored plan."""
+    original = _DriverState.plan
+
+    def plan(self: _DriverState, start: Any, end: Any) -> Any:
+        batch = offsets.batch_of(end)
+        self.journal.store.delete(f"{Journal.batch_dir(batch)}/_plan.json")
+        return original(self, start, end)
+
+    return patched(_DriverState, "plan", plan)
+
+
+def _loser_releases_everything() -> contextlib.AbstractContextManager[None]:
+    """Hole 2: the attempt that loses the entry releases all it received."""
+    return patched(receiver, "_without", lambda table, ids: table)
+
+
+def _unknown_outcome_releases() -> contextlib.AbstractContextManager[None]:
+    """Hole 2: a journal write with an unknown outcome releases its messages."""
+    original = Journal.write_entry
+
+    def write_entry(self: Journal, batch: int, receiver_: int, table: Any) -> bool:
+        try:
+            return original(self, batch, receiver_, table)
+        except JournalOutcomeUnknown as exc:
+            raise JournalError(str(exc), retriable=True) from None
+
+    return patched(Journal, "write_entry", write_entry)
+
+
+def _no_straggler_check() -> contextlib.AbstractContextManager[None]:
+    """Hole 3: an attempt never checks whether its batch was acknowledged meanwhile."""
+    return patched(receiver, "_acknowledged", lambda journal, partition: False)
+
+
+def _parts_not_filtered() -> contextlib.AbstractContextManager[None]:
+    """Hole 4: a retried deleteAfterJournal attempt filters only the plan's drop ids, not what
+    its own earlier parts journaled."""
+    original = receiver._receive_parts
+
+    def receive_parts(journal, client, partition, drop_ids, earlier, clocks):  # type: ignore[no-untyped-def]
+        blind = [(k, t.slice(0, 0)) for k, t in earlier]
+        return original(journal, client, partition, drop_ids, blind, clocks)
+
+    return patched(receiver, "_receive_parts", receive_parts)
+
+
+def _adoption_renumbers() -> contextlib.AbstractContextManager[None]:
+    """Hole 5: each adoption copies an orphan to the next free receiver number."""
+
+    def adopt_entry(self: Journal, orphan: int, source: int, batch: int, target: int) -> bool:
+        table = self.read_entry(orphan, source)
+        if table is None:
+            table = self.combined_parts(orphan, source)
+        if table is None:
+            return False
+        taken = self.receivers(batch)
+        fresh = max([target - 1, *[r for r in taken if r >= target]]) + 1
+        return self.write_entry(batch, fresh, table)
+
+    return patched(Journal, "adopt_entry", adopt_entry)
+
+
+def _no_lease() -> contextlib.AbstractContextManager[None]:
+    """Hole 6: a second query on the journal starts beside the first."""
+
+    def acquire(self: Lease) -> None:
+        newest = self.newest()
+        self.seq = (newest.seq + 1) if newest else 0
+        self._write(self.seq)
+
+    return patched(Lease, "acquire", acquire)
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    hole: str
+    apply: Callable[[], contextlib.AbstractContextManager[None]]
+
+
+MUTATIONS = [
+    Mutation("replay replanned from current options", "1", _replan_every_time),
+    Mutation("entry loser releases everything", "2", _loser_releases_everything),
+    Mutation("unknown-outcome write releases", "2", _unknown_outcome_releases),
+    Mutation("no straggler check", "3", _no_straggler_check),
+    Mutation("deleteAfterJournal retry ignores own parts", "4", _parts_not_filtered),
+    Mutation("adoption renumbers", "5", _adoption_renumbers),
+    Mutation("no journal lease", "6", _no_lease),
+]
+
+
+def _fixed(config: Config) -> None:
+    config.change_delete_after_journal = False
+
+
+def hunt(mutation: Mutation, seeds: int, first: int = 0) -> tuple[int | None, int, str]:
+    """(first seed that finds it, seeds run, its violation)."""
+    for n, seed in enumerate(range(first, first + seeds), start=1):
+        with mutation.apply():
+            mutated = run_seed(seed, configure=_fixed)
+        if mutated.ok:
+            continue
+        if run_seed(seed, configure=_fixed).ok:
+            return seed, n, mutated.violations[0]
+    return None, seeds, ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sim.mutations")
+    parser.add_argument("--seeds", type=int, default=400, help="give up after this many seeds")
+    args = parser.parse_args(argv)
+    print("| mutation | issue 13 hole | found | first seed | seeds run | first violation |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    missed = 0
+    for mutation in MUTATIONS:
+        started = time.perf_counter()
+        seed, runs, violation = hunt(mutation, args.seeds)
+        missed += seed is None
+        found = "yes" if seed is not None else "**no**"
+        shown = violation.split(":")[0][:60] if violation else ""
+        print(
+            f"| {mutation.name} | {mutation.hole} | {found} | {seed if seed is not None else '-'} "
+            f"| {runs} | {shown} |",
+            flush=True,
+        )
+        print(f"  ({time.perf_counter() - started:.0f}s)", file=sys.stderr)
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

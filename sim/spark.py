@@ -1,0 +1,809 @@
+"""A scheduler that plays Spark around the real protocol code. Runs on: the simulator's process.
+
+One *seed* is one history: a queue (standard or FIFO) gets messages, and a streaming query is
+run, crashed, failed, stopped and restarted (with other ``numPartitions``,
+``maxMessagesPerTrigger`` and ``deleteAfterJournal``) over the same journal and queue, the way
+Spark 4.0/4.1 or 4.2+ would call the source, until a final run drains everything. The driver
+object (``spark_sqs.source._DriverState``), the receivers (``spark_sqs.receiver.read_partition``),
+the acknowledger, heartbeat, lease and journal are the real code; only SQS, the journal store
+and the clock are simulated (sim/sqs.py, sim/store.py, sim/clock.py).
+
+What Spark does, as modelled here (PLATFORM.md has the measurements behind it):
+
+- Offset log and commit log (the checkpoint) survive restarts. A batch is constructed by
+  ``latestOffset`` (4.0/4.1: no arguments; 4.2+: ``(start, limit)``), then its offsets are
+  logged, then ``commit(end of the previous batch)`` is called, then ``partitions(start, end)``,
+  then the tasks run, the sink commits, and the batch enters the commit log. The final batch of a
+  run is never committed in that run. ``initialOffset`` is asked twice for a new checkpoint (on
+  4.0/4.1 after the first ``latestOffset``) and again when batch 0 is replayed.
+- A restart whose last logged batch is not in the commit log replays it: ``partitions(start,
+  end)`` without ``latestOffset``.
+- Tasks: one per partition, retried up to 4 failures; a speculative second attempt may run at
+  once (its steps interleave with the first at every SQS and journal call); the attempt that
+  finishes first wins, the other is killed or runs on as a straggler, possibly after its batch
+  was acknowledged; tasks of a crashed driver may run on as zombies.
+- Sinks: ``skip_before`` (file sink, Delta ``txnVersion``: a batch it has is not run at all),
+  ``write_then_skip`` (Iceberg, foreachBatch that checks the id after writing: every task runs,
+  the commit is skipped), ``not_idempotent`` (every run of a batch is appended).
+- Crashes: the driver (with its heartbeat) between any two steps or around any SQS or journal
+  call, before or after its effect; a task likewise. A second query on the same journal is
+  started now and then and must be refused with ``JournalInUseError``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from sim.clock import SimClock
+from sim.sched import Actor, Crash, Deadlock, HookedSqs, HookedStore, Scheduler, SimLock
+from sim.sqs import DATA_OPERATIONS, FaultRates, SimSqs
+from sim.store import SimJournalStore, StoreFaultRates
+from spark_sqs import offsets
+from spark_sqs.errors import JournalInUseError
+from spark_sqs.journal import Journal
+from spark_sqs.journal import entries as journal_entries
+from spark_sqs.journal.lease import Lease
+from spark_sqs.options import SqsOptions
+from spark_sqs.receiver import read_partition
+from spark_sqs.source import _DriverState
+
+try:  # Spark 4.2+ read limits
+    from spark_sqs.flow_control import default_read_limit
+except ImportError:  # pragma: no cover
+    default_read_limit = None  # type: ignore[assignment]
+
+JOURNAL = "s3://sim-bucket/journal"
+SINKS = ("skip_before", "write_then_skip", "not_idempotent")
+MAX_TASK_FAILURES = 4
+VISIBILITY = 30
+MAX_STEPS = 60_000
+MAX_SIM_SECONDS = 50_000.0
+
+
+@dataclass
+class Config:
+    """Everything a seed decides up front (printed at the top of a trace)."""
+
+    seed: int
+    fifo: bool
+    spark: str  # "4.0" (latestOffset without start) or "4.2"
+    sink: str
+    messages: int
+    runs: int
+    driver_crash: float  # probability per driver step
+    task_crash: float  # probability per task step
+    speculation: float  # probability that a task gets a second attempt at once
+    sqs_faults: float
+    store_faults: float
+    second_query: float  # probability per run
+    delete_after_journal: bool  # allowed in some runs of this seed
+    # Probability per restart that it comes with a new checkpoint on the same journal.
+    new_checkpoint: float = 0.0
+    # Restarts may turn deleteAfterJournal on and off (else it stays as the seed's first run).
+    change_delete_after_journal: bool = True
+
+    @classmethod
+    def from_seed(cls, seed: int, fifo: bool | None = None) -> Config:
+        rng = random.Random(f"config:{seed}")
+        # Always drawn, so that --fifo/--standard change nothing else of the seed.
+        picked_fifo = rng.random() < 0.4
+        return cls(
+            seed=seed,
+            fifo=picked_fifo if fifo is None else fifo,
+            spark=rng.choice(["4.0", "4.2"]),
+            sink=rng.choice(SINKS),
+            messages=rng.randint(15, 60),
+            runs=rng.randint(2, 6),
+            driver_crash=rng.choice([0.0, 0.01, 0.03, 0.06]),
+            task_crash=rng.choice([0.0, 0.01, 0.04]),
+            speculation=rng.choice([0.0, 0.3, 0.7]),
+            sqs_faults=rng.choice([0.0, 0.0, 0.02, 0.05]),
+            store_faults=rng.choice([0.0, 0.0, 0.01, 0.03]),
+            second_query=rng.choice([0.0, 0.2]),
+            delete_after_journal=rng.random() < 0.4,
+            new_checkpoint=rng.choice([0.0, 0.0, 0.3]),
+        )
+
+
+@dataclass
+class RunOptions:
+    num_partitions: int
+    max_messages: int
+    delete_after_journal: bool
+    batches: int  # new batches before a graceful stop
+
+    def parse(self, queue_url: str) -> SqsOptions:
+        return SqsOptions.parse(
+            {
+                "queueUrl": queue_url,
+                "journalLocation": JOURNAL,
+                "region": "us-east-1",
+                "numPartitions": str(self.num_partitions),
+                "maxMessagesPerTrigger": str(self.max_messages),
+                "deleteAfterJournal": str(self.delete_after_journal).lower(),
+                "visibilityTimeout": str(VISIBILITY),
+                "waitTimeSeconds": "1",
+                "queuePollInterval": "1",
+            },
+            env={},
+        )
+
+
+@dataclass
+class Result:
+    config: Config
+    violations: list[str]
+    findings: list[str]
+    trace: list[str]
+    steps: int = 0
+    sim_seconds: float = 0.0
+    stats: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+class _TaskSet:
+    """The attempts of one batch's tasks, as Spark's TaskSetManager keeps them."""
+
+    def __init__(self, batch_id: int, partitions: list[Any]) -> None:
+        self.batch_id = batch_id
+        self.partitions = partitions
+        self.attempts: dict[int, list[Actor]] = {i: [] for i in range(len(partitions))}
+        self.results: dict[int, list[tuple[str, str]]] = {}
+        self.failures: dict[int, int] = dict.fromkeys(range(len(partitions)), 0)
+        self.seen: set[int] = set()
+
+    def news(self) -> bool:
+        return any(a.done and id(a) not in self.seen for ats in self.attempts.values() for a in ats)
+
+
+class SparkSim:
+    """One seed: the world (queue, store, clock), the Spark checkpoint, the sink, the runs."""
+
+    def __init__(self, config: Config, *, trace: bool = False, verbose_trace: bool = False) -> None:
+        self.config = config
+        self.rng = random.Random(f"spark:{config.seed}")
+        self.clock = SimClock()
+        self.lines: list[str] = []
+        self._trace_on = trace
+        c = config
+        self.sqs = SimSqs(
+            c.seed,
+            clock=self.clock,
+            fault_rates=FaultRates(
+                throttle=c.sqs_faults / 2,
+                server_error=c.sqs_faults / 4,
+                lost_response=c.sqs_faults / 4,
+                operations=DATA_OPERATIONS - {"SendMessage", "SendMessageBatch"},
+            ),
+        )
+        self.store = SimJournalStore(
+            c.seed,
+            clock=self.clock,
+            fault_rates=StoreFaultRates(before=c.store_faults / 2, after=c.store_faults / 2),
+        )
+        self.sched = Scheduler(c.seed, self.clock, trace=self.log, decide=self._decide)
+        name = "orders.fifo" if c.fifo else "orders"
+        attrs = {"FifoQueue": "true", "ContentBasedDeduplication": "true"} if c.fifo else {}
+        self.url = self.sqs.create_queue(QueueName=name, Attributes=attrs)["QueueUrl"]
+        # botocore's retries of throttling and 5xx, with backoff on the simulated clock.
+        self.client = HookedSqs(
+            self.sqs.client(total_max_attempts=3, sleep=self.clock.sleep),
+            self.sched,
+            self._after_sqs,
+        )
+        self.hstore = HookedStore(self.store, self.sched, self._after_store)
+        # Spark's checkpoint.
+        self.offset_log: dict[int, tuple[str, str]] = {}
+        self.commit_log: set[int] = set()
+        # The sink.
+        self.sink_committed: dict[int, list[tuple[str, str]]] = {}
+        self.sink_appended: list[tuple[int, list[tuple[str, str]]]] = []
+        self.executions: dict[int, list[tuple[str, ...]]] = {}
+        self.committed_ids: set[str] = set()
+        self.sent: list[str] = []
+        self.violations: list[str] = []
+        self.findings: list[str] = []
+        self.crashes = {"driver": 0, "task": 0}
+        self.run_no = 0
+        self.epoch = 0  # checkpoints: a new one starts Spark's batch ids (and the sink's) anew
+        self.draining = False
+        self.current_run: str | None = None
+        self.last_failure: str | None = None
+        self._journal_ids: dict[str, frozenset[str]] = {}
+        self._deletions_seen = 0
+        self.stats: dict[str, int] = {
+            "batches": 0, "replays": 0, "restarts": 0, "stragglers": 0, "speculative": 0,
+            "second_queries": 0, "driver_crashes": 0, "task_crashes": 0, "query_failures": 0,
+        }  # fmt: skip
+        if not verbose_trace:
+            logging.getLogger("spark_sqs").setLevel(logging.CRITICAL)
+
+    # -- trace ---------------------------------------------------------------------------------
+
+    def log(self, text: str) -> None:
+        if self._trace_on:
+            self.lines.append(f"t={self.clock.elapsed:9.3f} {text}")
+
+    def event(self, text: str) -> None:
+        actor = self.sched.current()
+        who = actor.name if actor else "spark"
+        self.log(f"{who:<22} == {text}")
+
+    def violation(self, text: str) -> None:
+        self.violations.append(text)
+        self.event(f"VIOLATION: {text}")
+
+    # -- crash decisions -----------------------------------------------------------------------
+
+    def _decide(self, actor: Actor) -> str | None:
+        if self.draining or actor.status != "paused":
+            return None
+        c = self.config
+        if actor.kind in ("driver", "heartbeat") and actor.group == self.current_run:
+            if self.rng.random() < c.driver_crash:
+                self.stats["driver_crashes"] += 1
+                self._kill_run(actor.group, except_actor=actor)
+                return self.rng.choice(["before", "after"])
+        elif actor.kind == "task" and self.rng.random() < c.task_crash:
+            self.stats["task_crashes"] += 1
+            return self.rng.choice(["before", "after"])
+        return None
+
+    def _kill_run(self, group: str, except_actor: Actor | None = None) -> None:
+        """The driver process dies: its heartbeat with it; its running tasks die or go on."""
+        self.log(f"{'spark':<22} == CRASH of the driver of {group}")
+        for actor in list(self.sched.actors):
+            if actor is except_actor or actor.done:
+                continue
+            if actor.group == group:
+                self.sched.kill(actor)
+            elif actor.kind == "task" and actor.group == f"{group}/exec":
+                if self.rng.random() < 0.5:
+                    self.sched.kill(actor)
+
+    # -- invariant hooks (run right after each call, before anything else can run) -------------
+
+    def _after_sqs(self, name: str, kwargs: dict[str, Any]) -> None:
+        if name not in ("delete_message_batch", "delete_message"):
+            return
+        deletions = self.sqs.deletions(self.url)
+        new = deletions[self._deletions_seen :]
+        self._deletions_seen = len(deletions)
+        actor = self.sched.current()
+        for d in new:
+            if d.message_id in self.committed_ids:
+                continue
+            if actor is not None and actor.kind in ("driver", "heartbeat"):
+                self.violation(
+                    f"the driver deleted {d.message_id} from SQS before a committed batch held it"
+                )
+            elif d.message_id not in self._journaled_ids():
+                self.violation(
+                    f"{actor.name if actor else '?'} deleted {d.message_id} from SQS, neither "
+                    "committed nor journaled"
+                )
+
+    def _after_store(self, method: str, key: str) -> None:
+        pass
+
+    def _journaled_ids(self) -> set[str]:
+        out: set[str] = set()
+        snapshot = self.store.snapshot()
+        for key, data in snapshot.items():
+            if not key.startswith("batches/") or not key.endswith(".arrow"):
+                continue
+            ids = self._journal_ids.get(key)
+            if ids is None:
+                try:
+                    table = pa.ipc.open_file(pa.BufferReader(data)).read_all()
+                    ids = frozenset(table.column("messageId").to_pylist())
+                except Exception:  # noqa: BLE001
+                    ids = frozenset()
+                self._journal_ids[key] = ids
+            out |= ids
+        return out
+
+    # -- Spark ---------------------------------------------------------------------------------
+
+    def run(self) -> Result:
+        c = self.config
+        random.seed(f"global:{c.seed}")  # BatchCaller's backoff jitter
+        journal_entries._DROPS_CACHE.clear()
+        self.log(f"{'spark':<22} == {c}")
+        self._produce(c.messages // 2)
+        self.sched.spawn("producer", "producer", "producer", self._producer)
+        try:
+            for i in range(c.runs):
+                if i and self.rng.random() < c.new_checkpoint:
+                    # The user starts over with a new checkpoint (and a sink of its own) on the
+                    # same journal: its unacknowledged batches are orphans to adopt.
+                    self.epoch += 1
+                    self.offset_log.clear()
+                    self.commit_log.clear()
+                    self.stats["new_checkpoints"] = self.stats.get("new_checkpoints", 0) + 1
+                    self.log(f"{'spark':<22} == NEW CHECKPOINT (epoch {self.epoch})")
+                self._one_run(self._run_options())
+            self._drain()
+        except Deadlock as exc:
+            self.violation(f"deadlock: {exc}")
+        finally:
+            self.sched.shutdown()
+        self._check_end()
+        return Result(
+            c,
+            self.violations,
+            self.findings,
+            self.lines,
+            self.sched.steps,
+            self.clock.elapsed,
+            self.stats,
+        )
+
+    def _run_options(self) -> RunOptions:
+        daj = self.config.delete_after_journal and self.rng.random() < 0.6
+        if not self.config.change_delete_after_journal:
+            daj = self.config.delete_after_journal
+        return RunOptions(
+            num_partitions=self.rng.randint(1, 4),
+            max_messages=self.rng.choice([3, 7, 10, 25, 100]),
+            delete_after_journal=daj,
+            batches=self.rng.randint(1, 5),
+        )
+
+    def _produce(self, count: int) -> None:
+        for _ in range(count):
+            n = len(self.sent)
+            body = f"m{n:04d}"
+            kwargs: dict[str, Any] = {"QueueUrl": self.url, "MessageBody": body}
+            if self.config.fifo:
+                kwargs["MessageGroupId"] = f"g{n % 4}"
+            # Sent straight to the service: the producer is not under test.
+            mid = self.sqs.send_message(**kwargs)["MessageId"]
+            self.sent.append(mid)
+
+    def _producer(self) -> None:
+        rest = self.config.messages - len(self.sent)
+        while rest > 0:
+            self.sched.sleep(self.rng.choice([1.0, 5.0, 20.0]))
+            n = min(rest, self.rng.randint(1, 10))
+            self._produce(n)
+            rest -= n
+
+    def _one_run(self, opts: RunOptions, drain: bool = False) -> None:
+        self.run_no += 1
+        group = f"run{self.run_no}"
+        self.current_run = group
+        self.stats["restarts"] += 1
+        self.log(f"{'spark':<22} == START {group}: {opts}")
+        driver = self.sched.spawn(
+            f"{group}/driver", group, "driver", lambda: self._driver_loop(group, opts, drain)
+        )
+        while not driver.done:
+            self.sched.step()
+            if self.sched.steps > MAX_STEPS or self.clock.elapsed > MAX_SIM_SECONDS:
+                raise Deadlock(
+                    f"no end after {self.sched.steps} steps and {self.clock.elapsed:.0f} "
+                    "simulated seconds (livelock)"
+                )
+        if driver.error is not None:
+            err = driver.error
+            self.stats["query_failures"] += 1
+            self.log(f"{'spark':<22} == {group} FAILED: {type(err).__name__}: {err}")
+            if isinstance(err, AssertionError | Deadlock):
+                self.violation(f"{group}: {type(err).__name__}: {err}")
+            self.last_failure = f"{type(err).__name__}: {err}"
+        # The driver process is gone, whatever ended it: its heartbeat with it.
+        for actor in list(self.sched.actors):
+            if actor.group == group:
+                self.sched.kill(actor)
+        self.current_run = None
+
+    def _start_driver(self, group: str, opts: RunOptions) -> _DriverState:
+        options = opts.parse(self.url)
+        journal = Journal(JOURNAL, options, store=self.hstore)
+        journal.probe_writable()
+        journal.check_owner(self.url)
+        lease = Lease(
+            self.hstore,
+            JOURNAL,
+            owner=group,
+            interval=options.heartbeat_interval,
+            wall_clock=self.clock.time,
+            clock=self.clock.monotonic,
+            sleep=self.sched.sleep,
+        )
+        lease.acquire()
+        driver = _DriverState(
+            options,
+            self.client,
+            self.url,
+            journal,
+            lease,
+            clock=self.clock.monotonic,
+            wall_clock=self.clock.time,
+            sleep=self.sched.sleep,
+            run_heartbeat=False,
+            parallelism=1,
+        )
+        # The heartbeat thread, on the simulated clock; its lock must be the scheduler's.
+        driver.heartbeat.lock = SimLock(self.sched, f"{group} heartbeat")  # type: ignore[assignment]
+
+        def beat() -> None:
+            while True:
+                self.sched.sleep(options.heartbeat_interval)
+                driver.heartbeat.tick_safely()
+
+        self.sched.spawn(f"{group}/heartbeat", group, "heartbeat", beat)
+        return driver
+
+    def _driver_loop(self, group: str, opts: RunOptions, drain: bool) -> None:
+        sched = self.sched
+        driver = self._start_driver(group, opts)
+        options = driver.options
+        self.event(f"driver started (journal planned={driver.journal_state.planned_batch})")
+        if self.config.second_query and self.rng.random() < self.config.second_query and not drain:
+            self._second_query(group, options)
+        limit = default_read_limit(options) if default_read_limit else None
+        last = max(self.offset_log) if self.offset_log else None
+        if last is not None and last not in self.commit_log:
+            start = self._start_of(driver, last)
+            self.stats["replays"] += 1
+            self._run_batch(driver, group, last, start, self.offset_log[last][1])
+        batch_id = 0 if last is None else last + 1
+        new_batches = 0
+        idle = 0
+        while True:
+            sched.point("spark: trigger")
+            if drain and idle >= 3 and self._drained():
+                self.event("drained: stopping the query")
+                break
+            # The user stops the query after its batches, or once it has idled a while.
+            if not drain and (new_batches >= opts.batches or idle >= 2 + opts.batches):
+                break
+            if self.config.spark == "4.0":
+                latest = driver.latest_offset(None)
+                self.event(f"latestOffset() -> {latest}")
+                start = self._start_of(driver, batch_id)
+            else:
+                start = self._start_of(driver, batch_id)
+                latest = driver.latest_offset(json.loads(start), limit)
+                self.event(f"latestOffset({start}) -> {latest}")
+            end = json.dumps(latest)
+            if end == start:
+                idle += 1
+                sched.sleep(self.rng.choice([0.5, 1.0, 5.0]) if not drain else 2.0)
+                continue
+            idle = 0
+            sched.point("spark: write offset log")
+            self.offset_log[batch_id] = (start, end)
+            self.event(f"offset log {batch_id}: {start} -> {end}")
+            if batch_id - 1 in self.offset_log:
+                previous = json.loads(self.offset_log[batch_id - 1][1])
+                driver.acknowledge(offsets.batch_of(previous))
+                self.event(f"commit({previous})")
+            self._run_batch(driver, group, batch_id, start, end)
+            batch_id += 1
+            new_batches += 1
+        # query.stop(): SIGTERM releases the lease; stop() is not called.
+        sched.point("spark: query.stop()")
+        if driver.lease is not None:
+            driver.lease.release()
+        self.event("stopped")
+
+    def _start_of(self, driver: _DriverState, batch_id: int) -> str:
+        if batch_id == 0:
+            first = json.dumps(offsets.make(driver.fresh_start()))
+            again = json.dumps(offsets.make(driver.fresh_start()))
+            if first != again:
+                self.violation(f"initialOffset answered {first} then {again}")
+            self.event(f"initialOffset() -> {first}")
+            return first
+        return self.offset_log[batch_id - 1][1]
+
+    def _run_batch(
+        self, driver: _DriverState, group: str, batch_id: int, start: str, end: str
+    ) -> None:
+        sched = self.sched
+        self.stats["batches"] += 1
+        key = self.epoch * 100_000 + batch_id  # the sink's batch id, per checkpoint
+        skip = self.config.sink == "skip_before" and key in self.sink_committed
+        if skip and self.rng.random() < 0.5:
+            self.event(f"batch {batch_id}: sink has it; not planned, not run")
+        else:
+            partitions = driver.plan(json.loads(start), json.loads(end))
+            shipped = [pickle.dumps(p) for p in partitions]
+            self.event(
+                f"partitions({start}, {end}) -> "
+                + ", ".join(f"r{p.receiver}:{p.max_messages}" for p in partitions)
+            )
+            if skip:
+                self.event(f"batch {batch_id}: sink has it; tasks not run")
+            else:
+                rows = self._run_tasks(group, batch_id, shipped)
+                ids = tuple(sorted(m for m, _ in rows))
+                runs = self.executions.setdefault(key, [])
+                if runs and runs[0] != ids:
+                    self.violation(
+                        f"batch {batch_id} ran again with other rows: first {len(runs[0])} "
+                        f"ids, now {len(ids)} (missing {sorted(set(runs[0]) - set(ids))[:5]}, "
+                        f"new {sorted(set(ids) - set(runs[0]))[:5]})"
+                    )
+                runs.append(ids)
+                sched.point("spark: sink commit")
+                self._sink_commit(key, rows)
+        sched.point("spark: write commit log")
+        self.commit_log.add(batch_id)
+        self.event(f"commit log {batch_id}")
+
+    def _sink_commit(self, batch_id: int, rows: list[tuple[str, str]]) -> None:
+        kind = self.config.sink
+        if kind == "not_idempotent":
+            self.sink_appended.append((batch_id, rows))
+        elif batch_id in self.sink_committed:
+            self.event(f"sink: batch {batch_id} already committed, skipped")
+            return
+        else:
+            self.sink_committed[batch_id] = rows
+        self.committed_ids.update(m for m, _ in rows)
+        self.event(f"sink committed batch {batch_id}: {len(rows)} rows")
+
+    def _run_tasks(self, group: str, batch_id: int, shipped: list[bytes]) -> list[tuple[str, str]]:
+        ts = _TaskSet(batch_id, shipped)
+        for i in range(len(shipped)):
+            self._launch(ts, group, i)
+            if self.rng.random() < self.config.speculation:
+                self.stats["speculative"] += 1
+                self._launch(ts, group, i, delay=self.rng.choice([0.0, 0.0, 1.0, 10.0, 40.0]))
+        while len(ts.results) < len(shipped):
+            self.sched.wait(f"spark: tasks of batch {batch_id}", ts.news)
+            for i, attempts in ts.attempts.items():
+                for a in attempts:
+                    if not a.done or id(a) in ts.seen:
+                        continue
+                    ts.seen.add(id(a))
+                    if i in ts.results:
+                        continue  # a loser or straggler: its output is discarded
+                    if a.error is None and not a.killed:
+                        ts.results[i] = a.result
+                        for other in attempts:
+                            if other is not a and not other.done:
+                                if self.rng.random() < 0.5:
+                                    self.sched.kill(other)
+                                else:
+                                    self.stats["stragglers"] += 1
+                                    self.event(f"{other.name} left running (straggler)")
+                        continue
+                    ts.failures[i] += 1
+                    why = "killed" if a.killed else f"{type(a.error).__name__}: {a.error}"
+                    self.event(f"{a.name} failed ({why})")
+                    if ts.failures[i] >= MAX_TASK_FAILURES:
+                        raise TaskSetFailed(f"batch {batch_id} task {i} failed 4 times: {why}")
+                    if not any(not o.done for o in attempts):
+                        self._launch(ts, group, i)
+        rows: list[tuple[str, str]] = []
+        for i in sorted(ts.results):
+            rows.extend(ts.results[i])
+        return rows
+
+    def _launch(self, ts: _TaskSet, group: str, index: int, delay: float = 0.0) -> None:
+        attempt = len(ts.attempts[index])
+        blob = ts.partitions[index]
+        partition = pickle.loads(blob)
+        name = f"{group} b{ts.batch_id}.r{partition.receiver}.a{attempt}"
+
+        def task() -> list[tuple[str, str]]:
+            if delay:
+                self.sched.sleep(delay)
+            part = pickle.loads(blob)
+            journal = Journal(JOURNAL, part.options, store=self.hstore)
+            rows: list[tuple[str, str]] = []
+            for rb in read_partition(
+                part,
+                client_factory=lambda: self.client,
+                journal=journal,
+                clock=self.clock.monotonic,
+                wall_clock=self.clock.time,
+                sleep=self.sched.sleep,
+            ):
+                rows.extend(
+                    zip(
+                        rb.column("messageId").to_pylist(),
+                        rb.column("body").to_pylist(),
+                        strict=True,
+                    )
+                )
+                self.sched.point("task: yielded rows")
+            return rows
+
+        ts.attempts[index].append(self.sched.spawn(name, f"{group}/exec", "task", task))
+
+    def _second_query(self, group: str, options: SqsOptions) -> None:
+        """Another query (another checkpoint) started on this journal while this one runs."""
+        self.stats["second_queries"] += 1
+        mine = [a for a in self.sched.actors if a.group == group and a.kind == "heartbeat"]
+
+        def other() -> str:
+            self.sched.sleep(self.rng.choice([0.5, 3.0, 8.0]))
+            journal = Journal(JOURNAL, options, store=self.hstore)
+            journal.check_owner(self.url)
+            lease = Lease(
+                self.hstore, JOURNAL, owner=f"{group}-other", interval=options.heartbeat_interval,
+                wall_clock=self.clock.time, clock=self.clock.monotonic, sleep=self.sched.sleep,
+            )  # fmt: skip
+            try:
+                lease.acquire()
+            except JournalInUseError:
+                self.event("second query refused: JournalInUseError")
+                return "refused"
+            alive = all(not a.done for a in mine)
+            if alive and self.current_run == group:
+                text = f"a second query took the journal over from {group}, whose heartbeat runs"
+                if self.config.store_faults:
+                    # A renewal lost to a store fault lets the lease lapse: allowed.
+                    self.findings.append(f"lease: {text} (store faults on)")
+                else:
+                    self.violation(text)
+            lease.release()
+            return "took over"
+
+        self.sched.spawn(f"{group}/query2", f"{group}-q2", "query2", other)
+
+    # -- the end -------------------------------------------------------------------------------
+
+    def _bodies(self, ids: list[str]) -> str:
+        bodies = sorted(self.sqs.message(self.url, m).body for m in ids)
+        return ", ".join(bodies[:12]) + (" ..." if len(bodies) > 12 else "")
+
+    def story(self, message_id: str) -> str:
+        """What happened to one message: receives, deletes, the sink's batches that have it."""
+        m = self.sqs.message(self.url, message_id)
+        events = [
+            (d.at, f"received (receipt {d.receipt}, {d.kind})")
+            for d in self.sqs.deliveries(self.url)
+            if d.message_id == message_id
+        ]
+        events += [
+            (d.at, f"deleted by {d.by}")
+            for d in self.sqs.deletions(self.url)
+            if d.message_id == message_id
+        ]
+        sink = [
+            f"spark batch {k} x{sum(1 for x, _ in rows if x == message_id)}"
+            for k, rows in [*self.sink_committed.items(), *self.sink_appended]
+            if any(x == message_id for x, _ in rows)
+        ]
+        told = "; ".join(f"t={t:.3f} {what}" for t, what in sorted(events))
+        return f"{m.body} ({message_id[:8]}): {told}; in the sink: {sink or 'nowhere'}"
+
+    def _drained(self) -> bool:
+        live = self.sqs.live(self.url)
+        batches = [k for k in self.store.keys() if k.startswith("batches/")]
+        stragglers = [a for a in self.sched.actors if a.kind == "task" and not a.done]
+        return not live and not batches and not stragglers and self._all_sent()
+
+    def _all_sent(self) -> bool:
+        return len(self.sent) >= self.config.messages
+
+    def _drain(self) -> None:
+        """A last run with no faults or crashes, until the queue and the journal are empty."""
+        self.draining = True
+        self.sqs.fault_rates = FaultRates()
+        self.store.fault_rates = StoreFaultRates()
+        self.sqs.scripted.clear()
+        self.store.scripted.clear()
+        self.log(f"{'spark':<22} == FINAL DRAIN")
+        deadline = self.clock.elapsed + 20 * VISIBILITY + 600
+        daj = self.config.delete_after_journal and not self.config.change_delete_after_journal
+        opts = RunOptions(4, 100, daj, 0)
+        for _ in range(5):
+            self.last_failure = None
+            self._one_run(opts, drain=True)
+            if self.last_failure is None:
+                break
+        else:
+            self.violation(f"the final drain failed 5 times, last: {self.last_failure}")
+        if self.clock.elapsed > deadline:
+            self.violation("the final drain took longer than expected")
+
+    def _check_end(self) -> None:
+        sent = set(self.sent)
+        counts: dict[str, int] = {}
+        first: dict[int, list[tuple[str, str]]] = {}
+        if self.config.sink == "not_idempotent":
+            for batch_id, rows in self.sink_appended:
+                first.setdefault(batch_id, rows)
+            delivered = [m for rows in first.values() for m, _ in rows]
+        else:
+            delivered = [m for rows in self.sink_committed.values() for m, _ in rows]
+        for m in delivered:
+            counts[m] = counts.get(m, 0) + 1
+        lost = sorted(sent - set(counts))
+        # A new checkpoint on a used journal delivers again what the old checkpoint's sink
+        # committed but the source had not acknowledged yet (docs/design.md, Limits): a copy
+        # per checkpoint is the documented behaviour, two within one checkpoint are not.
+        epochs: dict[str, list[int]] = {}
+        for key, rows in (
+            first.items() if self.config.sink == "not_idempotent" else self.sink_committed.items()
+        ):
+            for m, _ in rows:
+                epochs.setdefault(m, []).append(key // 100_000)
+        doubled = sorted(m for m, e in epochs.items() if len(e) > len(set(e)))
+        across = [m for m, e in epochs.items() if len(set(e)) > 1 and m not in doubled]
+        if across:
+            self.stats["redelivered_to_new_checkpoint"] = len(across)
+        unknown = sorted(set(counts) - sent)
+        if lost:
+            self.violations.append(f"LOST {len(lost)} messages: {self._bodies(lost)}")
+            self.violations.extend(self.story(m) for m in lost[:2])
+        if doubled:
+            # Two copies in one batch's rows (two receivers journaled one message) is a
+            # different fault from a message delivered by two batches: tell them apart.
+            per_batch: dict[str, set[int]] = {}
+            for batch_id, rows in (
+                first.items()
+                if self.config.sink == "not_idempotent"
+                else self.sink_committed.items()
+            ):
+                for m, _ in rows:
+                    per_batch.setdefault(m, set()).add(batch_id)
+            within = all(len(per_batch.get(m, ())) == 1 for m in doubled)
+            where = "within one batch" if within else "across batches"
+            self.violations.append(
+                f"DUPLICATED {where}: {len(doubled)} messages: {self._bodies(doubled)}"
+            )
+            self.violations.extend(self.story(m) for m in doubled[:2])
+        if unknown:
+            self.violations.append(f"delivered {len(unknown)} ids never sent: {unknown[:8]}")
+        live = self.sqs.live(self.url)
+        if live:
+            self.violations.append(f"the queue ends with {len(live)} messages")
+        keys = self.store.keys()
+        left = [k for k in keys if k.startswith("batches/")]
+        if left:
+            self.violations.append(f"the journal ends with batch files: {left[:6]}")
+        # Bounded sizes: what a long-running query must not accumulate. Reported as findings
+        # (they cost storage, not correctness), not as failures.
+        leases = [k for k in keys if k.startswith("lease/")]
+        if len(leases) > 3:
+            self.findings.append(f"lease records: {len(leases)} kept (bound 3)")
+        markers = [k for k in keys if k.startswith("state/")]
+        if len(markers) > 3:
+            self.findings.append(f"state markers: {len(markers)} kept (bound 3)")
+        probes = [k for k in keys if k.startswith("_probe-")]
+        if probes:
+            self.findings.append(f"probe objects: {len(probes)} left")
+        drops = [k for k in keys if k.startswith("drops/")]
+        if drops:
+            self.findings.append(f"drop sets: {len(drops)} left")
+        self.stats["sent"] = len(sent)
+
+
+class TaskSetFailed(Exception):
+    """A task failed ``MAX_TASK_FAILURES`` times: Spark fails the job, and the query."""
+
+
+def run_seed(
+    seed: int,
+    *,
+    fifo: bool | None = None,
+    trace: bool = False,
+    configure: Callable[[Config], None] | None = None,
+) -> Result:
+    config = Config.from_seed(seed, fifo=fifo)
+    if configure is not None:
+        configure(config)
+    return SparkSim(config, trace=trace).run()
+
+
+__all__ = ["Config", "Crash", "Result", "SparkSim", "run_seed"]
