@@ -268,6 +268,11 @@ class HookedStore:
     def delete(self, key: str) -> None:
         return self._call("delete", key)
 
+    def delete_many(self, keys: list[str]) -> None:
+        # One scheduler point per key: a crash may fall between any two removals.
+        for key in keys:
+            self._call("delete", key)
+
 
 class HookedSqs:
     """A boto3-shaped SQS client whose every call is a scheduler point."""

@@ -378,6 +378,14 @@ class Acknowledger:
         if self._heartbeat is not None:
             self._heartbeat.watch(batch, planned=batch not in self._inherited)
 
+    def inherit(self, batch: int) -> None:
+        """``batch`` delivers entries received long before it was planned (adopted from
+        orphans): its handles may be close to expiry, as an inherited batch's are."""
+        self._inherited.add(batch)
+        self._inherited_ids.pop(batch, None)
+        if self._heartbeat is not None:
+            self._heartbeat.discover_now(batch)
+
     def forget(self, batch: int) -> None:
         """The batch's entries moved elsewhere (adopted into a later batch)."""
         self._pending.discard(batch)
@@ -425,17 +433,23 @@ class Acknowledger:
             return visibility.valid_from + self._visibility if visibility else 0.0
         return min(visibility.expires_at.values())
 
-    def drop_ids(self, before_or_at: int) -> frozenset[str]:
+    def drop_ids(self, before_or_at: int, receive_window: float = 0.0) -> frozenset[str]:
         """Ids a receiver of batch ``before_or_at`` must drop: recorded uncertain
         acknowledgements, messages whose visibility the heartbeat lost, and everything
         journaled by batches inherited from an earlier run (their handles may have expired
         while no heartbeat ran, and SQS may hand them out again). Batches planned in this run
-        stay invisible under the heartbeat, so they cost nothing here."""
+        stay invisible under the heartbeat and cost nothing here, unless one of their handles
+        may expire within ``receive_window`` seconds (the next batch's receiving): a late or
+        failing heartbeat must not let a redelivery into the next batch."""
         now = self._wall()
         self.dedupe = {i: exp for i, exp in self.dedupe.items() if exp > now}
         ids = set(self.dedupe)
-        for batch in sorted(self._inherited & self._pending):
-            if batch <= before_or_at:
+        for batch in sorted(self._pending):
+            # A batch of this run planned before this one is complete (committed); the batch
+            # being planned has no entries of this run yet.
+            if (batch in self._inherited and batch <= before_or_at) or (
+                batch < before_or_at and self._may_lapse(batch, now, receive_window)
+            ):
                 if batch not in self._inherited_ids:
                     self._inherited_ids[batch] = frozenset(
                         i for r in self._journal.batch_receipts(batch) for i in r.message_ids
@@ -445,6 +459,12 @@ class Acknowledger:
             for batch in self._pending:
                 ids.update(self._heartbeat.snapshot(batch).lost)
         return frozenset(ids)
+
+    def _may_lapse(self, batch: int, now: float, window: float) -> bool:
+        if self._heartbeat is None:
+            return True
+        valid_until = self._valid_until(self._heartbeat.snapshot(batch))
+        return valid_until < now + window + self._margin
 
     def acknowledge_through(self, batch: int, *, next_batch_follows: bool = False) -> AckStats:
         """Acknowledge every pending batch up to ``batch`` (committed by Spark). With

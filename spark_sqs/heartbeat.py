@@ -119,6 +119,12 @@ class Heartbeat:
                     self._clock() + self._visibility - 2 * self._interval - 1.0 - margin
                 )
 
+    def discover_now(self, batch: int) -> None:
+        """Read ``batch`` at the next tick (it holds entries received long ago)."""
+        with self.lock:
+            self._discover_after.pop(batch, None)
+            self._valid_from.pop(batch, None)
+
     def snapshot(self, batch: int) -> BatchVisibility:
         with self.lock:
             now, wall = self._clock(), self._wall()
@@ -167,6 +173,10 @@ class Heartbeat:
             if self._on_tick is not None:
                 self._on_tick()
             self.tick()
+            if self._on_tick is not None:
+                # Again after the tick's journal and SQS calls, which may take a while (retries
+                # with backoff): the lease must not look abandoned meanwhile.
+                self._on_tick()
         except Exception as exc:
             # Never let the thread die: a dead heartbeat would let messages reappear.
             self.stats.tick_errors += 1

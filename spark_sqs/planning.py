@@ -32,6 +32,11 @@ class ReceiverPartition(InputPartition):
     max_messages: int
     queue_url: str
     options: SqsOptions
+    # Served from a stored plan after a restart: its other receivers' journaled messages may
+    # have become visible again meanwhile, and must not be journaled a second time.
+    replay: bool = False
+    # With a replay: the drop set of the driver serving it (its inherited batches), by digest.
+    replay_drops: str | None = None
 
     def __repr__(self) -> str:
         return (
@@ -57,6 +62,7 @@ def new_plan(
     adopted: list[tuple[int, int]] | tuple[tuple[int, int], ...] = (),
     drops: str | None = None,
     drop_count: int = 0,
+    delete_after_journal: bool | None = None,
 ) -> BatchPlan:
     """The plan of a batch planned for the first time.
 
@@ -72,11 +78,23 @@ def new_plan(
     receivers = [ReceiverPlan(r, limits[r]) for r in sorted(limits)]
     first = max(ADOPTED_FROM, num_partitions)
     receivers += [ReceiverPlan(first + i, 0, source) for i, source in enumerate(adopted)]
-    return BatchPlan(batch, tuple(receivers), drops=drops, drop_count=drop_count)
+    return BatchPlan(
+        batch,
+        tuple(receivers),
+        drops=drops,
+        drop_count=drop_count,
+        delete_after_journal=delete_after_journal,
+    )
 
 
-def partitions_of(plan: BatchPlan, queue_url: str, options: SqsOptions) -> list[ReceiverPartition]:
+def partitions_of(
+    plan: BatchPlan,
+    queue_url: str,
+    options: SqsOptions,
+    replay: bool = False,
+    replay_drops: str | None = None,
+) -> list[ReceiverPartition]:
     return [
-        ReceiverPartition(plan.batch, r.receiver, r.limit, queue_url, options)
+        ReceiverPartition(plan.batch, r.receiver, r.limit, queue_url, options, replay, replay_drops)
         for r in plan.receivers
     ]

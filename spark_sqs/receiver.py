@@ -23,7 +23,7 @@ from .acknowledgement import BatchCaller, Entry, acknowledge_assigned
 from .client import cached_client, classify
 from .envelopes import Prepared, merged_metadata, prepare
 from .errors import JournalError, JournalOutcomeUnknown
-from .journal import DROPPED, PENDING_DELETE, RECEIVED_AT, SEAL, Journal
+from .journal import DROPPED, PENDING_DELETE, RECEIVED_AT, SEAL, BatchPlan, Journal
 from .planning import ReceiverPartition
 from .schema import RECEIPT_HANDLE, messages_to_table, output_batches
 
@@ -221,6 +221,14 @@ def read_partition(
     # The plan's limit, not the partition's: a replay receives what the first plan allowed.
     partition = replace(partition, max_messages=mine.limit)
     drop_ids = journal.read_drops(plan.drops)
+    if partition.replay:
+        # After a restart, journaled messages may have become visible again (no heartbeat
+        # ran): other receivers' of this batch, and those of earlier pending batches.
+        drop_ids = (
+            drop_ids
+            | journal.read_drops(partition.replay_drops)
+            | journal.batch_message_ids(partition.batch, but=partition.receiver)
+        )
     client = client_factory() if client_factory else cached_client(options)
     assigned = plan.acks_by(partition.receiver)
     if assigned:
@@ -236,11 +244,19 @@ def read_partition(
             visibility_timeout=options.visibility_timeout,
             on_deleted=_payload_deleter(options),
         )
-    if options.delete_after_journal:
-        yield from _read_deleting_after_journal(journal, client, partition, drop_ids, clocks)
+    deleting = (
+        plan.delete_after_journal
+        if plan.delete_after_journal is not None
+        else options.delete_after_journal
+    )
+    if deleting:
+        yield from _read_deleting_after_journal(
+            journal, client, partition, drop_ids, clocks, plan=plan
+        )
         return
     received_at = wall_clock()
     messages, stats = receive_messages(client, partition, clock=clock)
+    drop_ids = drop_ids | _held_elsewhere(journal, plan, partition, messages)
     kept = [m for m in messages if m["MessageId"] not in drop_ids]
     dropped = [m for m in messages if m["MessageId"] in drop_ids]
     # SNS unwrapping, extended payloads, lag metadata (envelopes.py), before journaling.
@@ -304,11 +320,41 @@ def read_partition(
     yield from output_batches(table, options.sns)
 
 
+def _held_elsewhere(
+    journal: Journal,
+    plan: BatchPlan,
+    partition: ReceiverPartition,
+    messages: list[dict[str, Any]],
+) -> frozenset[str]:
+    """Ids journaled by the batches pending when this one was planned (its other receivers
+    included), read only when a message arrives that SQS delivered before: its visibility ran
+    out while a batch held it (a late or failing heartbeat, a task started late, a restart)."""
+    again = [m for m in messages if _receive_count(m) > 1]
+    if not again:
+        return frozenset()
+    ids: set[str] = set()
+    for batch in plan.pending:
+        if batch == partition.batch:
+            ids |= journal.batch_message_ids(batch, but=partition.receiver)
+        else:
+            ids |= journal.batch_message_ids(batch, but=-1)
+    return frozenset(ids)
+
+
+def _receive_count(message: dict[str, Any]) -> int:
+    try:
+        return int((message.get("Attributes") or {}).get("ApproximateReceiveCount", "1"))
+    except ValueError:
+        return 1
+
+
 def _acknowledged(journal: Journal, partition: ReceiverPartition) -> bool:
-    """True for a straggling attempt of a batch already acknowledged (e.g. speculation)."""
-    acked = journal.read_state().acked_batch
-    if partition.batch > acked:
+    """True for a straggling attempt of a batch already acknowledged (e.g. speculation), or of
+    an orphaned batch that a later batch delivers (a task of a dead driver)."""
+    state = journal.read_state()
+    if not state.finished(partition.batch):
         return False
+    acked = state.acked_batch
     logger.warning(
         "batch %d receiver %d: batch already acknowledged (up to %d); this attempt delivers "
         "nothing",
@@ -334,6 +380,7 @@ def _read_deleting_after_journal(
     partition: ReceiverPartition,
     drop_ids: frozenset[str],
     clocks: _Clocks | None = None,
+    plan: BatchPlan | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """``deleteAfterJournal``: journal each receive call's messages as a part, then delete them
     at once, so a FIFO group unlocks and can yield more messages within the same batch.
@@ -349,7 +396,7 @@ def _read_deleting_after_journal(
     clocks = clocks or _Clocks()
     earlier = journal.read_parts(partition.batch, partition.receiver)
     if not _sealed(earlier):
-        _receive_parts(journal, client, partition, drop_ids, earlier, clocks)
+        _receive_parts(journal, client, partition, drop_ids, earlier, clocks, plan)
         if _acknowledged(journal, partition):
             return
     combined, pending = _seal(journal, partition, clocks)
@@ -377,6 +424,7 @@ def _receive_parts(
     drop_ids: frozenset[str],
     earlier: list[tuple[int, pa.Table]],
     clocks: _Clocks,
+    plan: BatchPlan | None = None,
 ) -> None:
     journaled: set[str] = {i for _, t in earlier for i in t.column("messageId").to_pylist()}
     next_part = earlier[-1][0] + 1 if earlier else 0
@@ -386,7 +434,13 @@ def _receive_parts(
         nonlocal next_part
         # Redeliveries of messages journaled by this receiver's earlier parts (a retried task)
         # or by other batches are already held by the journal: delete, never journal again.
-        held = [m["MessageId"] in drop_ids or m["MessageId"] in journaled for m in messages]
+        elsewhere = (
+            _held_elsewhere(journal, plan, partition, messages) if plan is not None else frozenset()
+        )
+        held = [
+            m["MessageId"] in drop_ids or m["MessageId"] in journaled or m["MessageId"] in elsewhere
+            for m in messages
+        ]
         kept = [m for m, h in zip(messages, held, strict=True) if not h]
         dropped = [m for m, h in zip(messages, held, strict=True) if h]
         if dropped:
@@ -409,8 +463,11 @@ def _receive_parts(
             _release(client, partition, table, clocks)
             raise
         if not created:
-            # A concurrent attempt took this number: it goes on; we stop without deleting.
-            _release(client, partition, table, clocks)
+            # A concurrent attempt took this number: it goes on; we stop without deleting, and
+            # hand back only what its part lacks (FIFO twins got the same messages).
+            theirs = dict(journal.read_parts(partition.batch, partition.receiver)).get(next_part)
+            held = set(theirs.column("messageId").to_pylist()) if theirs is not None else set()
+            _release(client, partition, _without(table, held), clocks)
             raise _StopReceiving
         next_part += 1
         journaled.update(m["MessageId"] for m in kept)

@@ -389,6 +389,8 @@ class _DriverState:
                 stored = self.journal.write_plan(self._new_plan(batch, first))
             self._adopt(stored)
             self.acknowledger.track(batch, limit=sum(r.limit for r in stored.receivers))
+            if any(r.adopt_from is not None for r in stored.receivers):
+                self.acknowledger.inherit(batch)
             self.acknowledger.assign(stored)
             # The queue is asked again after every batch, rather than after queuePollInterval.
             self._poll_due = True
@@ -405,7 +407,16 @@ class _DriverState:
                 len(stored.acks),
                 stored.acknowledges,
             )
-            return partitions_of(stored, self.queue_url, self.options)
+            replay_drops = None
+            if replay:
+                # The stored drop set was made by a driver whose heartbeat kept the pending
+                # batches invisible; if it died, their messages may be visible again now.
+                replay_drops = self.journal.write_drops(
+                    self.acknowledger.drop_ids(batch, receive_window=self._receive_window())
+                )
+            return partitions_of(
+                stored, self.queue_url, self.options, replay=replay, replay_drops=replay_drops
+            )
 
     def _new_plan(self, batch: int, first: int) -> BatchPlan:
         """The plan of a batch planned for the first time, from the current options."""
@@ -413,15 +424,15 @@ class _DriverState:
         # uncommitted batch before it plans a new one): their journaled messages never reached
         # this query's sink, so this batch delivers them.
         orphans = [b for b in self.acknowledger.pending if b > first and b != batch]
-        adopted = [
-            (orphan, receiver)
-            for orphan in orphans
-            for receiver in sorted(
-                {*self.journal.receivers(orphan), *self.journal.part_receivers(orphan)}
-            )
-        ]
+        for orphan in orphans:
+            # Before their entries are listed: a task of a dead driver still running one of
+            # them must stop before it deletes messages this plan would not deliver.
+            self.journal.retire(orphan)
+        adopted = self._adoptable(orphans)
         self.acknowledger.track(batch)
-        drop_ids = self.acknowledger.drop_ids(batch)
+        # The receivers of this batch receive for up to receive_budget_seconds (plus a last
+        # long poll): any pending message whose handle may expire by then is dropped.
+        drop_ids = self.acknowledger.drop_ids(batch, receive_window=self._receive_window())
         # A replay after a crash mid-loop (deleteAfterJournal): messages journaled in parts
         # but not yet deleted reappear when their visibility times out, and must not be
         # journaled a second time by any receiver of this batch.
@@ -438,6 +449,7 @@ class _DriverState:
             adopted=adopted,
             drops=self.journal.write_drops(drop_ids),
             drop_count=len(drop_ids),
+            delete_after_journal=self.options.delete_after_journal,
         )
         # The receivers that will receive (not replay) delete the committed batches' messages
         # first: acknowledgement runs on the executors, spread over every receiver.
@@ -446,7 +458,36 @@ class _DriverState:
             for r in plan.receivers
             if r.adopt_from is None and r.receiver not in journaled and r.receiver not in unfinished
         ]
-        return replace(plan, acks=self.acknowledger.assignments(first, fresh))
+        return replace(
+            plan,
+            acks=self.acknowledger.assignments(first, fresh),
+            pending=tuple(b for b in self.acknowledger.pending if b <= batch),
+        )
+
+    def _receive_window(self) -> float:
+        """How long a batch's receivers receive: a pending message whose handle may expire
+        by then must be dropped by them."""
+        return self.options.receive_budget_seconds + self.options.wait_time_seconds
+
+    def _adoptable(self, orphans: list[int]) -> list[tuple[int, int]]:
+        """One location per journaled entry among the orphans. An orphan whose own plan adopted
+        entries of an earlier orphan (a run that died while adopting) holds copies of them:
+        each origin is delivered once, from the original when it still exists."""
+        origin_of: dict[tuple[int, int], tuple[int, int]] = {}
+        chosen: dict[tuple[int, int], tuple[int, int]] = {}
+        for orphan in sorted(orphans):
+            plan = self.journal.read_plan(orphan)
+            for receiver in sorted(
+                {*self.journal.receivers(orphan), *self.journal.part_receivers(orphan)}
+            ):
+                here = (orphan, receiver)
+                planned = plan.receiver(receiver) if plan is not None else None
+                source = planned.adopt_from if planned is not None else None
+                origin = origin_of.get(source, source) if source is not None else here
+                origin_of[here] = origin
+                if origin not in chosen or here == origin:
+                    chosen[origin] = here
+        return sorted(chosen.values())
 
     def _adopt(self, plan: BatchPlan) -> None:
         """Copy the orphaned entries the plan delivers, then remove the orphans. Idempotent:

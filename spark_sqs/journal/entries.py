@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 _ENTRY = re.compile(r"^(\d{5,})\.arrow$")
 _PART = re.compile(r"^(\d{5,})\.part-(\d{5})\.arrow$")
 _BATCH_KEY = re.compile(r"^batches/(\d{12})/")
-_MARKER = re.compile(r"^state/(planned|acked|initial)-(\d{12})$")
+_MARKER = re.compile(r"^state/(planned|acked|initial|retired)-(\d{12})$")
 FORMAT_VERSION = 2
 
 # Schema metadata key of an entry: wall-clock time (epoch seconds) at which its receiver started
@@ -74,6 +74,13 @@ class JournalState:
     # The offset first handed to Spark as initialOffset. Spark asks for it again when it
     # restarts a query whose first batch never committed, and must get the same answer.
     initial_batch: int | None = None
+    # Orphaned batches whose entries a later batch delivers: a straggler of one must stop as
+    # if its batch were acknowledged.
+    retired: frozenset[int] = frozenset()
+
+    def finished(self, batch: int) -> bool:
+        """True if no attempt of ``batch`` may journal or delete anything any more."""
+        return batch <= self.acked_batch or batch in self.retired
 
 
 @dataclass(frozen=True)
@@ -109,6 +116,12 @@ class BatchPlan:
     drops: str | None = None  # digest of the drop-set object, None when empty
     drop_count: int = 0
     acks: tuple[AckAssignment, ...] = ()
+    # deleteAfterJournal when the batch was first planned: a replay journals the same way,
+    # whatever the option is now (None: a plan written before the mode was recorded).
+    delete_after_journal: bool | None = None
+    # Batches not yet acknowledged when this one was planned (itself included): a message
+    # received again (ApproximateReceiveCount > 1) that one of them journaled is dropped.
+    pending: tuple[int, ...] = ()
 
     @property
     def acknowledges(self) -> list[int]:
@@ -133,6 +146,8 @@ class BatchPlan:
             ],
             "drops": self.drops,
             "dropCount": self.drop_count,
+            "deleteAfterJournal": self.delete_after_journal,
+            "pending": list(self.pending),
             "acks": [[a.batch, a.receiver, a.by, a.valid_until, list(a.lost)] for a in self.acks],
         }
         return json.dumps(doc, sort_keys=True).encode()
@@ -152,6 +167,8 @@ class BatchPlan:
             ),
             drops=doc.get("drops"),
             drop_count=int(doc.get("dropCount", 0)),
+            delete_after_journal=doc.get("deleteAfterJournal"),
+            pending=tuple(int(b) for b in doc.get("pending", ())),
             acks=tuple(
                 AckAssignment(int(b), int(r), int(by), float(valid), tuple(lost))
                 for b, r, by, valid, lost in doc.get("acks", ())
@@ -291,6 +308,18 @@ class Journal:
             ids = _ipc_table(data, key).column("messageId").to_pylist()
             out.setdefault(int(match.group(1)), set()).update(ids)
         return out
+
+    def batch_message_ids(self, batch: int, but: int) -> frozenset[str]:
+        """Ids journaled by ``batch``'s receivers other than ``but`` (entries and parts)."""
+        ids: set[str] = set()
+        for name in self._batch_files(batch):
+            match = _ENTRY.match(name) or _PART.match(name)
+            if match and int(match.group(1)) != but:
+                key = f"{self.batch_dir(batch)}/{name}"
+                data = self.store.read(key)
+                if data is not None:
+                    ids.update(_ipc_table(data, key).column("messageId").to_pylist())
+        return frozenset(ids)
 
     def part_receivers(self, batch: int) -> list[int]:
         """Receivers of ``batch`` that journaled parts and have no entry."""
@@ -466,7 +495,7 @@ class Journal:
 
     def read_state(self) -> JournalState:
         """The state, from its markers (one LIST)."""
-        found: dict[str, list[int]] = {"planned": [], "acked": [], "initial": []}
+        found: dict[str, list[int]] = {"planned": [], "acked": [], "initial": [], "retired": []}
         for key in self.store.list("state"):
             match = _MARKER.match(key)
             if match:
@@ -486,6 +515,7 @@ class Journal:
             max(found["planned"], default=0),
             max(found["acked"], default=0),
             min(found["initial"], default=None),
+            frozenset(found["retired"]),
         )
 
     def write_state(self, state: JournalState, known: JournalState | None = None) -> None:
@@ -500,8 +530,17 @@ class Journal:
                 self.store.create(f"state/{kind}-{new:012d}", b"")
                 if old:
                     self.store.delete(f"state/{kind}-{old:012d}")
+        if state.acked_batch > current.acked_batch:
+            for retired in current.retired:
+                if retired <= state.acked_batch:
+                    self.store.delete(f"state/retired-{retired:012d}")
         if current.initial_batch is None and state.initial_batch is not None:
             self.store.create(f"state/initial-{state.initial_batch:012d}", b"")
+
+    def retire(self, batch: int) -> None:
+        """Mark an orphaned batch as delivered by a later one, before its entries are listed
+        for adoption: an attempt of it that journals later stops without deleting."""
+        self.store.create(f"state/retired-{batch:012d}", b"")
 
     def check_owner(self, queue_url: str) -> None:
         """Bind the journal to one queue; refuse a journal that belongs to another."""

@@ -35,6 +35,7 @@ class LeaseRecord:
     owner: str
     written_at: float
     released: bool = False
+    interval: float = 0.0  # the owner's renewal interval
 
 
 class Lease:
@@ -69,6 +70,7 @@ class Lease:
                     doc["owner"],
                     float(doc["writtenAt"]),
                     bool(doc.get("released")),
+                    float(doc.get("interval", 0.0)),
                 )
         return None
 
@@ -77,16 +79,21 @@ class Lease:
         current = self.newest()
         if current is not None and current.owner != self.owner and not current.released:
             age = self._wall() - current.written_at
-            if age < 2 * self._interval:
+            # The owner renews at its own interval, which a restart with other options may
+            # have made longer than ours.
+            if age < 2 * max(self._interval, current.interval):
                 current = self._wait_for_lapse(current)
         seq = 0 if current is None else current.seq + 1
         if not self._write(seq):
-            self._raise_in_use(self.newest())
+            newest = self.newest()
+            # A retried PUT whose first answer was lost finds its own record.
+            if newest is None or newest.seq != seq or newest.owner != self.owner:
+                self._raise_in_use(newest)
         self.seq = seq
         logger.info("journal %s: lease %d taken by run %s", self._location, seq, self.owner)
 
     def _wait_for_lapse(self, seen: LeaseRecord) -> LeaseRecord:
-        wait = 2 * self._interval
+        wait = 2 * max(self._interval, seen.interval)
         logger.warning(
             "journal %s was renewed %.0fs ago by run %s; waiting up to %.0fs to tell whether "
             "that query is still running",
@@ -128,7 +135,12 @@ class Lease:
         self.seq = None
 
     def _write(self, seq: int, released: bool = False) -> bool:
-        doc = {"owner": self.owner, "writtenAt": self._wall(), "released": released}
+        doc = {
+            "owner": self.owner,
+            "writtenAt": self._wall(),
+            "released": released,
+            "interval": self._interval,
+        }
         return self._store.create(f"lease/{seq:012d}.json", json.dumps(doc).encode())
 
     def _raise_in_use(self, record: LeaseRecord | None, taken: bool = False) -> None:

@@ -2,13 +2,10 @@
 acknowledger, heartbeat, lease and journal, played by a seeded Spark against the simulated SQS
 and journal store. A failing seed prints the one command that replays it.
 
-Two faults of the protocol that the simulation found are still open (docs/simulation.md,
-"What the simulation found"): a message journaled twice within one batch (a replayed receiver
-that receives anew does not drop what its sibling receivers of the batch journaled; FIFO twins
-under deleteAfterJournal whose loser releases the winner's messages), and the loss when a
-restart turns deleteAfterJournal off before a replay. The sweep tolerates only the first kind,
-by its signature; ``test_the_open_faults_are_still_found`` fails once they are fixed, so that
-this file is updated then.
+The faults the simulation found (docs/simulation.md, "What the simulation found") are fixed,
+and ``test_the_faults_it_found_stay_fixed`` replays their seeds. One finding is open: in about
+one seed in 400, a second query takes the journal over while the owner's heartbeat runs (a
+lease finding, no message lost or duplicated); the sweep tolerates only that, by its signature.
 """
 
 from __future__ import annotations
@@ -18,9 +15,9 @@ import pytest
 from sim.__main__ import replay_command
 from sim.spark import Config, run_seed
 
-# About 12 seeds/s on standard queues and 9 on FIFO on the 2-core machine: ~70 s in all.
+# About 6-12 seeds/s on the 2-core machine: well under two minutes in all.
 SEEDS = 400
-KNOWN = "DUPLICATED within one batch"
+KNOWN = "a second query took the journal over"
 
 
 def _fixed_mode(config: Config) -> None:
@@ -31,7 +28,8 @@ def _fixed_mode(config: Config) -> None:
 def test_every_seed_delivers_each_message_exactly_once(fifo: bool) -> None:
     failures, known = [], []
     for seed in range(SEEDS):
-        result = run_seed(seed, fifo=fifo, configure=_fixed_mode)
+        # Restarts may also switch deleteAfterJournal (a stored plan keeps a batch's mode).
+        result = run_seed(seed, fifo=fifo)
         if result.ok:
             continue
         headline = [v for v in result.violations if not v.startswith("m")]
@@ -41,11 +39,11 @@ def test_every_seed_delivers_each_message_exactly_once(fifo: bool) -> None:
         failures.append(
             f"seed {seed}: "
             + " | ".join(result.violations[:4])
-            + f"\n  replay: {replay_command(seed, fifo, fixed_mode=True)}"
+            + f"\n  replay: {replay_command(seed, fifo, fixed_mode=False)}"
         )
     assert not failures, "\n".join(failures)
-    # The open fault shows up now and then, not everywhere: the sweep still means something.
-    assert len(known) < SEEDS // 10, known
+    # The open finding shows up now and then, not everywhere: the sweep still means something.
+    assert len(known) < SEEDS // 40, known
 
 
 def test_a_seed_replays_exactly() -> None:
@@ -67,11 +65,8 @@ def test_a_seed_replays_exactly() -> None:
         (66, None, False, "LOST"),
     ],
 )
-def test_the_open_faults_are_still_found(
+def test_the_faults_it_found_stay_fixed(
     seed: int, fifo: bool | None, fixed: bool, signature: str
 ) -> None:
     result = run_seed(seed, fifo=fifo, configure=_fixed_mode if fixed else None)
-    assert any(v.startswith(signature) for v in result.violations), (
-        f"seed {seed} no longer shows {signature!r}: if the fault was fixed, update this test "
-        f"and docs/simulation.md; violations now: {result.violations}"
-    )
+    assert not any(v.startswith(signature) for v in result.violations), result.violations

@@ -113,3 +113,18 @@ def test_renewals_keep_two_records(store: LocalStore) -> None:
     for _ in range(5):
         owner.renew()
     assert store.list("lease") == ["lease/000000000004.json", "lease/000000000005.json"]
+
+
+def test_a_lost_answer_to_taking_the_lease_is_not_another_query(store: LocalStore) -> None:
+    # The conditional PUT took effect, its answer was lost, botocore retried it: 412.
+    clock = Clock()
+    owner = lease(store, clock, "me")
+    real_create = store.create
+
+    def create_twice(key: str, data: bytes) -> bool:
+        real_create(key, data)
+        return real_create(key, data)
+
+    store.create = create_twice  # type: ignore[method-assign]
+    owner.acquire()
+    assert owner.seq == 0
