@@ -204,6 +204,8 @@ class Child:
         env["PYTHONPATH"] = os.pathsep.join([str(INJECT), str(REPO), env.get("PYTHONPATH", "")])
         if faults is not None:
             env[ENV] = faults.to_env()
+        if args.log_level:
+            env["SPARK_SQS_CHAOS_LOG_LEVEL"] = args.log_level
         with open(self.log, "wb") as log:
             # Its own session, so that the whole tree (driver, JVM, Python workers) dies at once,
             # as it does when a driver node is lost.
@@ -591,6 +593,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-timeout", type=float, default=240.0)
     parser.add_argument("--drain-timeout", type=float, default=600.0)
     parser.add_argument("--workdir", default=None)
+    parser.add_argument(
+        "--log-level",
+        default=None,
+        help="the source's log level in every process of the query (e.g. INFO), into the "
+        "run logs; by default its warnings only",
+    )
     parser.add_argument("--report", default=None, help="also write the Markdown report here")
     parser.add_argument(
         "--quick",
