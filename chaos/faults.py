@@ -30,6 +30,7 @@ import json
 import os
 import random
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,7 +195,8 @@ class FaultInjector:
         return AWSResponse(request.url, status, headers, _Raw(body))
 
     def _record(self, operation: str, kind: str) -> None:
-        line = f"{os.getpid()} {operation} {kind} {_role()}\n".encode()
+        # The wall-clock time lines a fault up with the run's log when diagnosing.
+        line = f"{os.getpid()} {operation} {kind} {_role()} {time.time():.3f}\n".encode()
         # O_APPEND writes this small are atomic, so processes can share one log.
         fd = os.open(self.config.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
@@ -278,7 +280,7 @@ def _by_role(log: str, service: Any) -> dict[tuple[str, str], tuple[int, int]]:
         with open(log, encoding="utf-8") as handle:
             for line in handle:
                 parts = line.split()
-                if len(parts) == 4:
+                if len(parts) >= 4:
                     key = (parts[3], service(parts[1]))
                     faults[key] = faults.get(key, 0) + 1
                     processes.setdefault(key, set()).add(parts[0])

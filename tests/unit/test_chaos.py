@@ -351,8 +351,8 @@ def test_fault_log_counts_by_role_and_service(tmp_path):
     log = tmp_path / "f.log"
     log.write_text(
         "1 ReceiveMessage reset executor\n"
-        "1 PutObject timeout executor\n"
-        "2 GetObject throttle driver\n"
+        "1 PutObject timeout executor 1795430213.250\n"
+        "2 GetObject throttle driver 1795430214.001\n"
         "3 ListObjectsV2 throttle driver\n"
     )
     assert faults.faults_by_role_and_service(str(log)) == {
