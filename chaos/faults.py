@@ -1,19 +1,24 @@
-"""Fault injection on the real boto3 SQS client. Runs in: every process of the query under test
-(the driver, Spark's Python streaming-source runner, the executors' Python workers), loaded by
-``chaos/inject/sitecustomize.py`` when ``SPARK_SQS_CHAOS`` is set.
+"""Fault injection on the real boto3 SQS and S3 clients. Runs in: every process of the query
+under test (the driver, Spark's Python streaming-source runner, the executors' Python workers),
+loaded by ``chaos/inject/sitecustomize.py`` when ``SPARK_SQS_CHAOS`` is set.
 
-Each SQS client gets a ``before-send`` handler that, at a configurable rate, replaces the HTTP
-exchange of chosen operations with a failure. botocore then sees exactly what a bad network or an
-overloaded SQS would give it, so its retries, our classification and our recovery all run as
-they would in production. The kinds:
+Each SQS client, and each S3 client (the ``s3://`` journal's, built in
+``spark_sqs/journal/stores.py``), gets a ``before-send`` handler that, at a configurable rate
+per service, replaces the HTTP exchange of chosen operations with a failure. botocore then sees
+exactly what a bad network or an overloaded service would give it, so its retries, our
+classification and our recovery all run as they would in production. The kinds:
 
-- ``throttle``: HTTP 400 ``ThrottlingException``; the request never reached SQS.
-- ``server-error``: HTTP 500 ``InternalFailure``; the request never reached SQS.
+- ``throttle``: SQS answers HTTP 400 ``ThrottlingException``, S3 HTTP 503 ``SlowDown``; the
+  request never reached the service.
+- ``server-error``: HTTP 500 (``InternalFailure`` on SQS, ``InternalError`` on S3); the request
+  never reached the service.
 - ``reset``: the connection closes before the request is sent.
-- ``timeout``: the request *is* sent and SQS acts on it, then the response is lost (a read
-  timeout). A lost ReceiveMessage leaves messages in flight that nobody knows about; a lost
-  DeleteMessageBatch deleted messages that the caller thinks are still there. These are the
-  cases an exactly-once source must survive.
+- ``timeout``: the request *is* sent and the service acts on it, then the response is lost (a
+  read timeout). A lost ReceiveMessage leaves messages in flight that nobody knows about; a lost
+  DeleteMessageBatch deleted messages that the caller thinks are still there; a lost
+  conditional PutObject created the journal object, and botocore's retry of it then gets 412
+  ``PreconditionFailed``, as if another attempt had written first. These are the cases an
+  exactly-once source must survive.
 
 Every injected fault is appended, one line each, to the log file named in the configuration, so
 the harness can count them across processes.
@@ -25,17 +30,26 @@ import json
 import os
 import random
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
 ENV = "SPARK_SQS_CHAOS"
 KINDS = ("throttle", "server-error", "reset", "timeout")
-OPERATIONS = (
+SQS_OPERATIONS = (
     "ReceiveMessage",
     "DeleteMessageBatch",
     "ChangeMessageVisibilityBatch",
     "GetQueueAttributes",
 )
+# The journal's requests on S3: create-if-absent and metrics writes, reads, listings, removals.
+S3_OPERATIONS = ("PutObject", "GetObject", "ListObjectsV2", "DeleteObject")
+OPERATIONS = SQS_OPERATIONS + S3_OPERATIONS
+SERVICES = ("sqs", "s3")
+
+
+def service_of(operation: str) -> str:
+    return "s3" if operation in S3_OPERATIONS else "sqs"
 
 
 @dataclass(frozen=True)
@@ -45,6 +59,13 @@ class FaultConfig:
     seed: int = 0
     kinds: tuple[str, ...] = KINDS
     operations: tuple[str, ...] = OPERATIONS
+    # The share of S3 calls that fail; None: the same as ``rate``.
+    s3_rate: float | None = None
+
+    def rate_for(self, service: str) -> float:
+        if service == "s3" and self.s3_rate is not None:
+            return self.s3_rate
+        return self.rate
 
     def to_env(self) -> str:
         return json.dumps(
@@ -54,6 +75,7 @@ class FaultConfig:
                 "seed": self.seed,
                 "kinds": list(self.kinds),
                 "operations": list(self.operations),
+                "s3_rate": self.s3_rate,
             }
         )
 
@@ -66,6 +88,7 @@ class FaultConfig:
             seed=int(raw.get("seed", 0)),
             kinds=tuple(raw.get("kinds", KINDS)),
             operations=tuple(raw.get("operations", OPERATIONS)),
+            s3_rate=None if raw.get("s3_rate") is None else float(raw["s3_rate"]),
         )
 
 
@@ -90,33 +113,41 @@ class FaultInjector:
         self._rng = random.Random()
         self._http: Any = None
 
-    def _draw(self) -> str | None:
+    def _draw(self, rate: float) -> str | None:
         with self._lock:
             pid = os.getpid()
             if pid != self._pid:
                 self._pid = pid
                 self._rng = random.Random(f"{self.config.seed}-{pid}")
-            if self._rng.random() >= self.config.rate:
+            if self._rng.random() >= rate:
                 return None
             return self._rng.choice(self.config.kinds)
 
     def __call__(self, request: Any, event_name: str = "", **_: Any) -> Any:
+        # before-send.<service>.<Operation>
         operation = event_name.rsplit(".", 1)[-1]
         if operation not in self.config.operations:
             return None
-        kind = self._draw()
+        service = service_of(operation)
+        kind = self._draw(self.config.rate_for(service))
         if kind is None:
             return None
         self._record(operation, kind)
         from botocore.exceptions import ConnectionClosedError, ReadTimeoutError
 
         if kind == "throttle":
+            if service == "s3":
+                return self._s3_error(request, 503, "SlowDown", "Please reduce your request rate.")
             return self._error(request, 400, "ThrottlingException", "Rate exceeded")
         if kind == "server-error":
+            if service == "s3":
+                return self._s3_error(
+                    request, 500, "InternalError", "We encountered an internal error."
+                )
             return self._error(request, 500, "InternalFailure", "We encountered an internal error")
         if kind == "reset":
             raise ConnectionClosedError(endpoint_url=request.url)
-        # timeout: SQS receives and acts on the request; its answer never arrives.
+        # timeout: the service receives and acts on the request; its answer never arrives.
         self._send(request)
         raise ReadTimeoutError(endpoint_url=request.url)
 
@@ -127,7 +158,27 @@ class FaultInjector:
             if self._http is None:
                 self._http = URLLib3Session(timeout=60)
             http = self._http
-        http.send(request)
+        # Read the whole answer (a GetObject's body is streamed), so the connection goes back
+        # to the pool; the caller never sees it.
+        _ = http.send(request).content
+
+    @staticmethod
+    def _s3_error(request: Any, status: int, code: str, message: str) -> Any:
+        from botocore.awsrequest import AWSResponse, HeadersDict
+
+        body = (
+            '<?xml version="1.0" encoding="UTF-8"?>\n'
+            f"<Error><Code>{code}</Code><Message>{message}</Message>"
+            "<RequestId>chaos-injected</RequestId></Error>"
+        ).encode()
+        headers = HeadersDict(
+            {
+                "Content-Type": "application/xml",
+                "x-amz-request-id": "chaos-injected",
+                "Content-Length": str(len(body)),
+            }
+        )
+        return AWSResponse(request.url, status, headers, _Raw(body))
 
     @staticmethod
     def _error(request: Any, status: int, code: str, message: str) -> Any:
@@ -144,7 +195,8 @@ class FaultInjector:
         return AWSResponse(request.url, status, headers, _Raw(body))
 
     def _record(self, operation: str, kind: str) -> None:
-        line = f"{os.getpid()} {operation} {kind} {_role()}\n".encode()
+        # The wall-clock time lines a fault up with the run's log when diagnosing.
+        line = f"{os.getpid()} {operation} {kind} {_role()} {time.time():.3f}\n".encode()
         # O_APPEND writes this small are atomic, so processes can share one log.
         fd = os.open(self.config.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
@@ -171,7 +223,7 @@ _INSTALLED: FaultInjector | None = None
 
 
 def install(config: FaultConfig | None = None) -> FaultInjector | None:
-    """Attach the injector to every SQS client this process creates from now on."""
+    """Attach the injector to every SQS and S3 client this process creates from now on."""
     global _INSTALLED
     if _INSTALLED is not None:
         return _INSTALLED
@@ -187,8 +239,8 @@ def install(config: FaultConfig | None = None) -> FaultInjector | None:
 
     def create_client(self: Any, service_name: str, *args: Any, **kwargs: Any) -> Any:
         client = original(self, service_name, *args, **kwargs)
-        if service_name == "sqs":
-            client.meta.events.register("before-send.sqs", injector)
+        if service_name in SERVICES:
+            client.meta.events.register(f"before-send.{service_name}", injector)
         return client
 
     botocore.session.Session.create_client = create_client  # type: ignore[method-assign]
@@ -213,15 +265,25 @@ def count_faults(log: str) -> dict[tuple[str, str], int]:
 
 def faults_by_role(log: str) -> dict[str, tuple[int, int]]:
     """``role -> (faults, distinct processes)``: where the faults landed."""
-    faults: dict[str, int] = {}
-    processes: dict[str, set[str]] = {}
+    return {role: counts for (role, _), counts in _by_role(log, lambda _: "").items()}
+
+
+def faults_by_role_and_service(log: str) -> dict[tuple[str, str], tuple[int, int]]:
+    """``(role, service) -> (faults, distinct processes)``."""
+    return _by_role(log, service_of)
+
+
+def _by_role(log: str, service: Any) -> dict[tuple[str, str], tuple[int, int]]:
+    faults: dict[tuple[str, str], int] = {}
+    processes: dict[tuple[str, str], set[str]] = {}
     try:
         with open(log, encoding="utf-8") as handle:
             for line in handle:
                 parts = line.split()
-                if len(parts) == 4:
-                    faults[parts[3]] = faults.get(parts[3], 0) + 1
-                    processes.setdefault(parts[3], set()).add(parts[0])
+                if len(parts) >= 4:
+                    key = (parts[3], service(parts[1]))
+                    faults[key] = faults.get(key, 0) + 1
+                    processes.setdefault(key, set()).add(parts[0])
     except FileNotFoundError:
         pass
-    return {role: (faults[role], len(processes[role])) for role in faults}
+    return {key: (faults[key], len(processes[key])) for key in faults}

@@ -2,9 +2,11 @@
 
 Runs in: the harness process (an embedded moto SQS, a producer thread, the kill loop). The query
 runs in a child process (``chaos/child.py``) that is SIGKILLed at random moments and restarted
-from its checkpoint, while every SQS call it makes fails at ``--fault-rate`` (see
-``chaos/faults.py``). At the end the committed output of the file sink is checked by message id
-and payload number against what the producer sent, and the queue must be empty.
+from its checkpoint (each run with a ``numPartitions`` and ``maxMessagesPerTrigger`` drawn
+anew), while every SQS call it makes fails at ``--fault-rate``, and with an ``s3://`` journal on
+the embedded moto server every S3 call too (see ``chaos/faults.py``). At the end the committed
+output of the file sink is checked by message id and payload number against what the producer
+sent, and the queue must be empty.
 
 A scenario passes with zero lost, zero duplicated, nothing left in the queue and, on FIFO
 queues, every message group in order. The exit status is 0 only if every scenario passes.
@@ -28,7 +30,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos.faults import ENV, KINDS, OPERATIONS, FaultConfig, count_faults, faults_by_role
+from chaos.faults import (
+    ENV,
+    KINDS,
+    OPERATIONS,
+    S3_OPERATIONS,
+    FaultConfig,
+    count_faults,
+    faults_by_role_and_service,
+)
 from chaos.sink import committed_batches
 from spark_sqs.client import queue_counts
 
@@ -38,11 +48,17 @@ CHILD = Path(__file__).resolve().parent / "child.py"
 FIFO_GROUPS = 8
 
 
+JOURNAL_BUCKET = "chaos-journal"
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
     fifo: bool
     delete_after_journal: bool = False
+    # "local": a directory in the work dir; "s3": a prefix in a bucket on the embedded moto
+    # server, whose PutObject, GetObject, ListObjectsV2 and DeleteObject calls fail too.
+    journal: str = "local"
 
 
 SCENARIOS = {
@@ -50,6 +66,9 @@ SCENARIOS = {
     "standard-journal-delete": Scenario("standard-journal-delete", False, True),
     "fifo": Scenario("fifo", fifo=True),
     "fifo-journal-delete": Scenario("fifo-journal-delete", True, True),
+    "standard-s3": Scenario("standard-s3", False, journal="s3"),
+    "fifo-s3": Scenario("fifo-s3", True, journal="s3"),
+    "fifo-journal-delete-s3": Scenario("fifo-journal-delete-s3", True, True, journal="s3"),
 }
 
 
@@ -62,7 +81,10 @@ class Outcome:
     runs: int = 0
     query_failures: int = 0
     faults: dict[tuple[str, str], int] = field(default_factory=dict)
-    fault_roles: dict[str, tuple[int, int]] = field(default_factory=dict)
+    fault_roles: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    # (numPartitions, maxMessagesPerTrigger) of each run, in order.
+    run_options: list[tuple[int, int]] = field(default_factory=list)
+    journal: str = "local"
     rows: int = 0
     lost: int = 0
     duplicated: int = 0
@@ -158,6 +180,9 @@ class Child:
         args: Any,
         scenario: Scenario,
         faults: FaultConfig | None,
+        journal: str,
+        receivers: int,
+        max_per_trigger: int,
     ) -> None:
         self.control = work / f"control-{run}"
         self.control.mkdir()
@@ -165,10 +190,10 @@ class Child:
         command = [
             sys.executable, str(CHILD),
             "--endpoint", endpoint, "--queue-url", queue_url,
-            "--journal", str(work / "journal"), "--checkpoint", str(work / "checkpoint"),
+            "--journal", journal, "--checkpoint", str(work / "checkpoint"),
             "--out", str(work / "out"), "--control", str(self.control),
-            "--visibility", str(args.visibility), "--receivers", str(args.receivers),
-            "--max-per-trigger", str(args.max_per_trigger),
+            "--visibility", str(args.visibility), "--receivers", str(receivers),
+            "--max-per-trigger", str(max_per_trigger),
             "--stall-every", str(args.stall_every),
             "--stall-seconds", str(args.stall_factor * args.visibility),
         ]  # fmt: skip
@@ -179,6 +204,8 @@ class Child:
         env["PYTHONPATH"] = os.pathsep.join([str(INJECT), str(REPO), env.get("PYTHONPATH", "")])
         if faults is not None:
             env[ENV] = faults.to_env()
+        if args.log_level:
+            env["SPARK_SQS_CHAOS_LOG_LEVEL"] = args.log_level
         with open(self.log, "wb") as log:
             # Its own session, so that the whole tree (driver, JVM, Python workers) dies at once,
             # as it does when a driver node is lost.
@@ -272,11 +299,23 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
     queue_url = sqs.create_queue(
         QueueName=name + (".fifo" if scenario.fifo else ""), Attributes=attributes
     )["QueueUrl"]
+    outcome.journal = scenario.journal
+    journal = str(work / "journal")
+    if scenario.journal == "s3":
+        s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=endpoint)
+        try:
+            s3.create_bucket(Bucket=JOURNAL_BUCKET)
+        except s3.exceptions.BucketAlreadyOwnedByYou:
+            pass
+        # The source's own syntax for an S3-compatible endpoint (stores.py S3Store).
+        host = endpoint.split("://", 1)[1]
+        journal = f"s3://{JOURNAL_BUCKET}/{name}/journal?endpoint_override={host}&scheme=http"
     faults = None
-    if args.fault_rate > 0:
+    if args.fault_rate > 0 or (args.s3_fault_rate or 0) > 0:
         faults = FaultConfig(
             rate=args.fault_rate, log=str(work / "faults.log"), seed=args.seed,
             kinds=tuple(args.fault_kinds), operations=tuple(args.fault_operations),
+            s3_rate=args.s3_fault_rate,
         )  # fmt: skip
     soak_until = started + args.soak if args.soak else None
     producer = Producer(
@@ -284,7 +323,18 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
         total=None if args.soak else args.messages, until=soak_until,
     )  # fmt: skip
     producer.start()
-    say(f"[{scenario.name}] queue {queue_url}, work dir {work}")
+    say(f"[{scenario.name}] queue {queue_url}, journal {journal}, work dir {work}")
+
+    def child() -> Child:
+        # Each run may come with other options: a replayed batch must still run the plan that
+        # its first attempt persisted, and the new options apply from the next new batch.
+        receivers = rng.choice(args.receivers)
+        max_per_trigger = rng.choice(args.max_per_trigger)
+        outcome.run_options.append((receivers, max_per_trigger))
+        return Child(
+            work, outcome.runs, endpoint, queue_url, args, scenario, faults, journal,
+            receivers, max_per_trigger,
+        )  # fmt: skip
 
     def more_kills() -> bool:
         if outcome.query_failures > max(3, args.kills):
@@ -296,39 +346,41 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
     try:
         while more_kills():
             outcome.runs += 1
-            child = Child(work, outcome.runs, endpoint, queue_url, args, scenario, faults)
-            if not wait_for(child.up, args.start_timeout):
-                child.kill()
-                raise RuntimeError(f"the query did not start:\n{child.tail()}")
-            if child.exited():
+            run = child()
+            if not wait_for(run.up, args.start_timeout):
+                run.kill()
+                raise RuntimeError(f"the query did not start:\n{run.tail()}")
+            if run.exited():
                 outcome.query_failures += 1
-                say(f"[{scenario.name}] run {outcome.runs} failed to start:\n{child.tail()}")
+                say(f"[{scenario.name}] run {outcome.runs} failed to start:\n{run.tail()}")
                 continue
             delay = rng.uniform(args.kill_min, args.kill_max)
             # Single Python workers die at random moments before the whole tree does.
             moments = sorted(rng.uniform(0, delay) for _ in range(args.worker_kills))
             waited, failed = 0.0, False
             for moment in [*moments, delay]:
-                if wait_for(child.exited, moment - waited, interval=0.2):
+                if wait_for(run.exited, moment - waited, interval=0.2):
                     failed = True
                     break
                 waited = moment
-                if moment != delay and child.kill_a_worker(rng):
+                if moment != delay and run.kill_a_worker(rng):
                     outcome.worker_kills += 1
             if failed:
                 outcome.query_failures += 1
-                say(f"[{scenario.name}] run {outcome.runs}: the query failed:\n{child.tail()}")
+                say(f"[{scenario.name}] run {outcome.runs}: the query failed:\n{run.tail()}")
                 continue
-            child.kill()
+            run.kill()
             outcome.kills += 1
+            receivers, max_per_trigger = outcome.run_options[-1]
             say(
-                f"[{scenario.name}] run {outcome.runs}: SIGKILL after {delay:.1f} s "
+                f"[{scenario.name}] run {outcome.runs} (numPartitions {receivers}, "
+                f"maxMessagesPerTrigger {max_per_trigger}): SIGKILL after {delay:.1f} s "
                 f"(sent {len(producer.sent)}, committed rows {len(_rows(work))})"
             )
         # The last run: no kill; it must take everything that is left.
         producer.join()
         outcome.runs += 1
-        final = Child(work, outcome.runs, endpoint, queue_url, args, scenario, faults)
+        final = child()
         expected = set(producer.sent)
 
         def done() -> bool:
@@ -351,7 +403,7 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
     outcome.stalls = len(list(stalled.iterdir())) if stalled.is_dir() else 0
     if faults is not None:
         outcome.faults = count_faults(faults.log)
-        outcome.fault_roles = faults_by_role(faults.log)
+        outcome.fault_roles = faults_by_role_and_service(faults.log)
     outcome.seconds = time.monotonic() - started
     return outcome
 
@@ -404,41 +456,62 @@ def _order_violations(rows: list[tuple[int, dict[str, Any]]]) -> int:
 
 def render(outcomes: list[Outcome], args: Any) -> str:
     lines = [
-        "| scenario | sent | kills | worker kills | runs | query failures | faults injected "
-        "| batches stalled past the visibility timeout | lost | duplicated | left in queue "
-        "| FIFO order violations | time | result |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| scenario | journal | sent | kills | worker kills | runs | query failures "
+        "| faults injected | batches stalled past the visibility timeout | lost | duplicated "
+        "| left in queue | FIFO order violations | time | result |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for o in outcomes:
         lines.append(
-            f"| {o.scenario} | {o.sent} | {o.kills} | {o.worker_kills} | {o.runs} | "
-            f"{o.query_failures} | "
+            f"| {o.scenario} | {o.journal} | {o.sent} | {o.kills} | {o.worker_kills} | "
+            f"{o.runs} | {o.query_failures} | "
             f"{sum(o.faults.values())} | {o.stalls} | {o.lost} | {o.duplicated} | "
             f"{o.left_in_queue} | "
             f"{o.order_violations if 'fifo' in o.scenario else '-'} | {o.seconds:.0f} s | "
             f"{'PASS' if o.passed else 'FAIL'} |"
         )
+    lines += [
+        "",
+        "Options of each run (numPartitions/maxMessagesPerTrigger; the last run drains):",
+        "",
+        "| scenario | runs | restarts that changed numPartitions |",
+        "|---|---|---|",
+    ]
+    for o in outcomes:
+        runs = ", ".join(f"{r}/{m}" for r, m in o.run_options)
+        pairs = zip(o.run_options, o.run_options[1:], strict=False)
+        changed = sum(1 for a, b in pairs if a[0] != b[0])
+        lines.append(f"| {o.scenario} | {runs} | {changed} |")
     lines += ["", "Faults injected, by operation and kind (all processes of the query):", ""]
     kinds = list(args.fault_kinds)
     lines.append("| scenario | operation | " + " | ".join(kinds) + " |")
     lines.append("|---|---|" + "---|" * len(kinds))
     for o in outcomes:
         for operation in args.fault_operations:
+            if operation in S3_OPERATIONS and o.journal != "s3":
+                continue  # a local journal makes no S3 calls
             counts = [str(o.faults.get((operation, kind), 0)) for kind in kinds]
             lines.append(f"| {o.scenario} | {operation} | " + " | ".join(counts) + " |")
-    lines += ["", "Where the faults landed:", "", "| scenario | role | faults | processes |"]
-    lines.append("|---|---|---|---|")
+    lines += [
+        "",
+        "Where the faults landed:",
+        "",
+        "| scenario | role | service | faults | processes |",
+        "|---|---|---|---|---|",
+    ]
     for o in outcomes:
-        for role, (count, processes) in sorted(o.fault_roles.items()):
-            lines.append(f"| {o.scenario} | {role} | {count} | {processes} |")
+        for (role, service), (count, processes) in sorted(o.fault_roles.items()):
+            lines.append(f"| {o.scenario} | {role} | {service} | {count} | {processes} |")
+    s3_rate = args.fault_rate if args.s3_fault_rate is None else args.s3_fault_rate
     lines += [
         "",
         f"Parameters: messages {args.messages if not args.soak else 'unbounded'}, "
         f"rate {args.rate}/s, soak {args.soak or 0} s, kills {args.kills} (and "
         f"{args.worker_kills} worker kills per run), kill "
         f"{args.kill_min}-{args.kill_max} s after the query started, fault rate "
-        f"{args.fault_rate} per call, visibilityTimeout {args.visibility} s, receivers "
-        f"{args.receivers}, maxMessagesPerTrigger {args.max_per_trigger}, one message in "
+        f"{args.fault_rate} per SQS call and {s3_rate} per S3 call, visibilityTimeout "
+        f"{args.visibility} s, numPartitions drawn from {args.receivers} and "
+        f"maxMessagesPerTrigger from {args.max_per_trigger} for each run, one message in "
         f"{args.stall_every} stalls its batch for {args.stall_factor * args.visibility:.0f} s, "
         f"seed {args.seed}.",
     ]
@@ -451,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
         "--scenarios",
         nargs="+",
         choices=sorted(SCENARIOS),
-        default=["standard", "fifo", "fifo-journal-delete"],
+        default=["standard", "fifo", "fifo-journal-delete", "standard-s3", "fifo-s3"],
     )
     parser.add_argument("--messages", type=int, default=2000)
     parser.add_argument("--rate", type=float, default=15.0, help="messages sent per second")
@@ -473,12 +546,24 @@ def main(argv: list[str] | None = None) -> int:
         default=0.2,
         help="share of SQS calls that fail (0 disables injection)",
     )
+    parser.add_argument(
+        "--s3-fault-rate",
+        type=float,
+        default=None,
+        help="share of the s3:// journal's S3 calls that fail (default: --fault-rate)",
+    )
     parser.add_argument("--fault-kinds", nargs="+", choices=KINDS, default=list(KINDS))
     parser.add_argument(
         "--fault-operations", nargs="+", choices=OPERATIONS, default=list(OPERATIONS)
     )
     parser.add_argument("--visibility", type=int, default=10, help="visibilityTimeout")
-    parser.add_argument("--receivers", type=int, default=2)
+    parser.add_argument(
+        "--receivers",
+        type=int,
+        nargs="+",
+        default=[1, 2, 3, 4],
+        help="numPartitions: each run (restart) draws one of these",
+    )
     parser.add_argument(
         "--stall-every",
         type=int,
@@ -491,7 +576,13 @@ def main(argv: list[str] | None = None) -> int:
         default=1.5,
         help="a stall lasts this many visibility timeouts",
     )
-    parser.add_argument("--max-per-trigger", type=int, default=200)
+    parser.add_argument(
+        "--max-per-trigger",
+        type=int,
+        nargs="+",
+        default=[50, 100, 200],
+        help="maxMessagesPerTrigger: each run (restart) draws one of these",
+    )
     parser.add_argument(
         "--soak",
         type=float,
@@ -502,16 +593,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-timeout", type=float, default=240.0)
     parser.add_argument("--drain-timeout", type=float, default=600.0)
     parser.add_argument("--workdir", default=None)
+    parser.add_argument(
+        "--log-level",
+        default=None,
+        help="the source's log level in every process of the query (e.g. INFO), into the "
+        "run logs; by default its warnings only",
+    )
     parser.add_argument("--report", default=None, help="also write the Markdown report here")
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="the short CI run: standard and FIFO, 300 messages, 2 kills each (other options "
-        "still apply)",
+        help="the short CI run: a standard queue with a local journal and a FIFO queue with an "
+        "s3:// journal, 300 messages, 2 kills each (other options still apply)",
     )
     if parser.parse_known_args(argv)[0].quick:
         parser.set_defaults(
-            scenarios=["standard", "fifo"], messages=300, rate=10.0, kills=2, stall_every=150
+            scenarios=["standard", "fifo-s3"], messages=300, rate=10.0, kills=2, stall_every=150
         )
     args = parser.parse_args(argv)
     if args.seed is None:

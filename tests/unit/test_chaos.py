@@ -117,6 +117,9 @@ def test_rate_zero_injects_nothing(endpoint, tmp_path):
 def test_configuration_travels_through_the_environment():
     config = FaultConfig(rate=0.25, log="/x/f.log", seed=7, kinds=("reset",), operations=("A",))
     assert FaultConfig.from_env(config.to_env()) == config
+    s3 = FaultConfig(rate=0.25, log="/x/f.log", s3_rate=0.1)
+    assert FaultConfig.from_env(s3.to_env()) == s3
+    assert (s3.rate_for("sqs"), s3.rate_for("s3"), config.rate_for("s3")) == (0.25, 0.1, 0.25)
 
 
 def test_install_hooks_every_new_sqs_client_once(endpoint, tmp_path, monkeypatch):
@@ -227,3 +230,134 @@ def test_process_table_gives_parent_session_and_command() -> None:
     parent, session, command = _processes()[os.getpid()]
     assert (parent, session) == (os.getppid(), os.getsid(0))
     assert sys.executable.encode() in command or b"python" in command
+
+
+# -- the s3:// journal's S3 calls -----------------------------------------------------------------
+
+
+def _s3_client(endpoint: str, injector: FaultInjector | None = None, attempts: int = 1) -> Any:
+    client = boto3.client(
+        "s3",
+        region_name="us-east-1",
+        endpoint_url=endpoint,
+        aws_access_key_id="k",
+        aws_secret_access_key="s",
+        config=Config(retries={"mode": "standard", "total_max_attempts": attempts}),
+    )
+    if injector is not None:
+        client.meta.events.register("before-send.s3", injector)
+    return client
+
+
+def _bucket(endpoint: str, name: str) -> Any:
+    plain = _s3_client(endpoint)
+    plain.create_bucket(Bucket=name)
+    return plain
+
+
+@pytest.mark.parametrize(
+    ("kind", "code", "status"),
+    [("throttle", "SlowDown", 503), ("server-error", "InternalError", 500)],
+)
+def test_s3_error_responses_never_reach_s3(endpoint, tmp_path, kind, code, status):
+    plain = _bucket(endpoint, f"chaos-s3-{kind}")
+    log = tmp_path / "f.log"
+    config = FaultConfig(rate=0.0, s3_rate=1.0, log=str(log), kinds=(kind,))
+    client = _s3_client(endpoint, FaultInjector(config))
+    with pytest.raises(ClientError) as info:
+        client.put_object(Bucket=f"chaos-s3-{kind}", Key="k", Body=b"x", IfNoneMatch="*")
+    assert info.value.response["Error"]["Code"] == code
+    assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == status
+    assert plain.list_objects_v2(Bucket=f"chaos-s3-{kind}").get("KeyCount") == 0
+    assert count_faults(str(log)) == {("PutObject", kind): 1}
+
+
+def test_a_lost_conditional_put_is_retried_into_412_and_the_store_reports_it_exists(
+    endpoint, tmp_path
+):
+    """What the s3:// journal must survive: the PUT landed, its answer was lost, botocore's retry
+    of the conditional PUT is refused with 412, so the store's create says "exists"."""
+    from spark_sqs.journal.stores import S3Store
+
+    plain = _bucket(endpoint, "chaos-s3-lost")
+    log = tmp_path / "f.log"
+    injector = FaultInjector(FaultConfig(rate=0.0, s3_rate=1.0, log=str(log), kinds=("timeout",)))
+    client = _s3_client(endpoint, injector, attempts=3)
+    calls = []
+
+    def once(request: Any, event_name: str = "", **kwargs: Any) -> Any:
+        calls.append(event_name)
+        return injector(request, event_name=event_name, **kwargs) if len(calls) == 1 else None
+
+    client.meta.events.unregister("before-send.s3", injector)
+    client.meta.events.register("before-send.s3", once)
+    store = S3Store("chaos-s3-lost", "journal", client_factory=lambda: client)
+    assert store.create("batches/1/0.arrow", b"entry") is False
+    assert len(calls) == 2  # the lost PUT, then its retry
+    body = plain.get_object(Bucket="chaos-s3-lost", Key="journal/batches/1/0.arrow")["Body"]
+    assert body.read() == b"entry"
+    assert count_faults(str(log)) == {("PutObject", "timeout"): 1}
+
+
+@pytest.mark.parametrize("operation", ["GetObject", "ListObjectsV2", "DeleteObject"])
+def test_s3_reads_lists_and_deletes_fail_only_when_chosen(endpoint, tmp_path, operation):
+    bucket = f"chaos-s3-{operation.lower()}"
+    plain = _bucket(endpoint, bucket)
+    plain.put_object(Bucket=bucket, Key="k", Body=b"x")
+    config = FaultConfig(
+        rate=0.0, s3_rate=1.0, log=str(tmp_path / "f.log"), kinds=("reset",),
+        operations=(operation,),
+    )  # fmt: skip
+    client = _s3_client(endpoint, FaultInjector(config))
+    calls = {
+        "GetObject": lambda: client.get_object(Bucket=bucket, Key="k"),
+        "ListObjectsV2": lambda: client.list_objects_v2(Bucket=bucket),
+        "DeleteObject": lambda: client.delete_object(Bucket=bucket, Key="k"),
+    }
+    for name, call in calls.items():
+        if name == operation:
+            with pytest.raises(ConnectionClosedError):
+                call()
+        elif name != "DeleteObject":
+            call()
+    assert plain.get_object(Bucket=bucket, Key="k")["Body"].read() == b"x"
+
+
+def test_a_lost_get_object_answer_is_read_and_discarded(endpoint, tmp_path):
+    _bucket(endpoint, "chaos-s3-get").put_object(Bucket="chaos-s3-get", Key="k", Body=b"x" * 70000)
+    config = FaultConfig(rate=0.0, s3_rate=1.0, log=str(tmp_path / "f.log"), kinds=("timeout",))
+    client = _s3_client(endpoint, FaultInjector(config))
+    with pytest.raises(ReadTimeoutError):
+        client.get_object(Bucket="chaos-s3-get", Key="k")
+
+
+def test_install_hooks_s3_clients_with_their_own_rate(endpoint, tmp_path, monkeypatch):
+    import botocore.session
+
+    monkeypatch.setattr(faults, "_INSTALLED", None)
+    monkeypatch.setattr(
+        botocore.session.Session, "create_client", botocore.session.Session.create_client
+    )
+    config = FaultConfig(rate=0.0, s3_rate=1.0, log=str(tmp_path / "f.log"), kinds=("reset",))
+    monkeypatch.setenv(faults.ENV, config.to_env())
+    assert faults.install() is not None
+    _, url = _queue_with_one_message(endpoint, "chaos-install-s3")
+    assert _client(endpoint).get_queue_attributes(QueueUrl=url)  # SQS at rate 0: no fault
+    with pytest.raises(ConnectionClosedError):
+        _s3_client(endpoint).list_objects_v2(Bucket="any")
+
+
+def test_fault_log_counts_by_role_and_service(tmp_path):
+    log = tmp_path / "f.log"
+    log.write_text(
+        "1 ReceiveMessage reset executor\n"
+        "1 PutObject timeout executor 1795430213.250\n"
+        "2 GetObject throttle driver 1795430214.001\n"
+        "3 ListObjectsV2 throttle driver\n"
+    )
+    assert faults.faults_by_role_and_service(str(log)) == {
+        ("executor", "sqs"): (1, 1),
+        ("executor", "s3"): (1, 1),
+        ("driver", "s3"): (2, 2),
+    }
+    assert faults_by_role(str(log)) == {"executor": (2, 1), "driver": (2, 2)}
