@@ -803,7 +803,13 @@ def run_seed(
     config = Config.from_seed(seed, fifo=fifo)
     if configure is not None:
         configure(config)
-    return SparkSim(config, trace=trace).run()
+    # The simulation silences the library's logs for speed; whoever runs it gets them back.
+    library = logging.getLogger("spark_sqs")
+    level = library.level
+    try:
+        return SparkSim(config, trace=trace).run()
+    finally:
+        library.setLevel(level)
 
 
 __all__ = ["Config", "Crash", "Result", "SparkSim", "run_seed"]
