@@ -272,9 +272,6 @@ class Journal:
         """One receive call's messages (deleteAfterJournal); never overwritten."""
         return self.store.create(self._part_key(batch, receiver, part), _ipc_bytes(table))
 
-    def remove_part(self, batch: int, receiver: int, part: int) -> None:
-        self.store.delete(self._part_key(batch, receiver, part))
-
     def remove_entry(self, batch: int, receiver: int) -> None:
         self.store.delete(self._entry_key(batch, receiver))
 
@@ -419,12 +416,6 @@ class Journal:
             _DROPS_CACHE.clear()
         _DROPS_CACHE[digest] = ids
         return ids
-
-    def remove_unused_drops(self, keep: set[str]) -> None:
-        for key in self.store.list("drops"):
-            digest = key.rsplit("/", 1)[-1].removesuffix(".arrow")
-            if digest not in keep:
-                self.store.delete(key)
 
     # -- acknowledgement reports ---------------------------------------------------------------
 
