@@ -132,6 +132,9 @@ class RunOptions:
                 "visibilityTimeout": str(VISIBILITY),
                 "waitTimeSeconds": "1",
                 "queuePollInterval": "1",
+                # Every crashed run that read a batch counts as an attempt of it: with the
+                # default of 3, poisonMessagePolicy=fail would rightly stop the stream.
+                "maxBatchAttempts": "1000",
             },
             env={},
         )

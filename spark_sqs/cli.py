@@ -3,6 +3,7 @@ Runs on: a workstation. (The demo is a development tool of the repository: ``mak
 
 spark-sqs send --queue-url URL [--count N] [--endpoint-url URL]
 spark-sqs inspect --queue-url URL [--journal LOCATION] [--endpoint-url URL]
+spark-sqs release --journal LOCATION --batch N [--yes] [--endpoint-url URL]
 """
 
 from __future__ import annotations
@@ -30,9 +31,24 @@ def main(argv: list[str] | None = None) -> int:
     _queue_args(inspect)
     inspect.add_argument("--journal", default=None, help="a query's journalLocation")
 
+    release = commands.add_parser(
+        "release",
+        help="make a stuck batch's messages visible in the queue again (stop the query first)",
+    )
+    release.add_argument("--journal", required=True, help="the query's journalLocation")
+    release.add_argument("--batch", required=True, type=int)
+    release.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    release.add_argument("--endpoint-url", default=None)
+    release.add_argument("--region", default=None)
+    release.add_argument(
+        "--queue-url", default=None, help="default: the queue the journal belongs to"
+    )
+
     args = parser.parse_args(argv)
     if args.command == "send":
         return _send(args)
+    if args.command == "release":
+        return _release(args)
     return _inspect(args)
 
 
@@ -95,8 +111,68 @@ def _inspect(args: argparse.Namespace) -> int:
             "unacknowledgedMessages": sum(pending.values()),
             "recentBatches": journal.read_metrics()[-5:],
         }
+        # Poison batches (poison.py): batches read by attempts that did not complete, their
+        # narrowing, and every message quarantined to the dead-letter queue.
+        from . import poison
+
+        reports = {b: poison.batch_report(journal, b) for b in pending}
+        report["journal"]["batchesWithFailedAttempts"] = {
+            str(b): r
+            for b, r in reports.items()
+            if r["attempts"] > 1
+            or r["narrowingStep"]
+            or r["suspect"]
+            or r["carriedFrom"] is not None
+        }
+        report["journal"]["quarantinedMessages"] = poison.quarantined(journal)
     say(json.dumps(report, indent=2))
     return 0
+
+
+def _release(args: argparse.Namespace) -> int:
+    import uuid
+
+    from . import poison
+    from .client import make_client
+    from .journal import Journal, open_store
+    from .journal.lease import Lease
+
+    meta = open_store(args.journal).read("_meta.json")
+    queue_url = args.queue_url or (json.loads(meta)["queueUrl"] if meta else None)
+    if not queue_url:
+        say(f"{args.journal} is not a spark-sqs journal (no _meta.json)", stream=sys.stderr)
+        return 2
+    raw = {"queueUrl": queue_url, "journalLocation": args.journal}
+    if args.endpoint_url:
+        raw["endpointUrl"] = args.endpoint_url
+    if args.region:
+        raw["region"] = args.region
+    options = SqsOptions.parse(raw)
+    journal = Journal(args.journal, options)
+    if args.batch <= journal.read_state().acked_batch:
+        say(f"batch {args.batch} is already acknowledged: nothing to release", stream=sys.stderr)
+        return 2
+    held = sum(len(r.message_ids) for r in journal.batch_receipts(args.batch))
+    say(
+        f"batch {args.batch} of {queue_url}: {held} journaled messages will be made visible in "
+        "the queue and the batch's journal entries removed. The query's replay of the batch "
+        "then delivers an empty batch and the messages arrive in later batches; if the sink "
+        "already committed this batch, they arrive a second time."
+    )
+    if not args.yes:
+        answer = input("Release them? [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            say("nothing done")
+            return 1
+    # The query must be stopped: take its lease (waits out a lease that may still be live).
+    lease = Lease(journal.store, args.journal, owner=f"release-{uuid.uuid4().hex}", interval=30.0)
+    lease.acquire()
+    try:
+        result = poison.release_batch(journal, make_client(options), queue_url, args.batch)
+    finally:
+        lease.release()
+    say(json.dumps(result, indent=2))
+    return 0 if not result["failed"] else 1
 
 
 if __name__ == "__main__":

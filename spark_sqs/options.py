@@ -140,6 +140,27 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "LocalStack, moto). The journal's S3 endpoint is set in `journalLocation` instead.",
     ),
     OptionSpec(
+        "poisonMessagePolicy",
+        "fail",
+        "What a batch that keeps failing does (SQS's redrive policy never sees a replay). `fail`: "
+        "the query keeps failing; after `maxBatchAttempts` attempts the error names the batch and "
+        "the `spark-sqs release` command. `deadLetter`: the batch is narrowed by halves until the "
+        "failing message is alone, which goes to the dead-letter queue; the rest are delivered "
+        "by later batches. See docs/operations.md.",
+    ),
+    OptionSpec(
+        "maxBatchAttempts",
+        "3",
+        "Attempts (task attempts or query runs that read a batch) after which "
+        "`poisonMessagePolicy` acts, 1-1000.",
+    ),
+    OptionSpec(
+        "deadLetterQueueUrl",
+        None,
+        "With `poisonMessagePolicy=deadLetter`: the queue poison messages go to. Default: the "
+        "target of the queue's RedrivePolicy; with neither, the query fails at start.",
+    ),
+    OptionSpec(
         "heartbeatInterval",
         "visibilityTimeout / 5",
         "Seconds between visibility heartbeats, which keep every message of an unacknowledged "
@@ -230,6 +251,9 @@ class SqsOptions:
     extended_payloads: bool = False
     delete_extended_payloads: bool = False
     s3_endpoint_url: str | None = None
+    poison_message_policy: str = "fail"
+    max_batch_attempts: int = 3
+    dead_letter_queue_url: str | None = None
 
     @property
     def sns(self) -> bool:
@@ -478,6 +502,7 @@ class SqsOptions:
             profile=profile,
             assume_role=assume_role,
             **envelope,
+            **_poison_options(get, raw, delete_on_commit),
         )
 
 
@@ -551,6 +576,52 @@ def _envelope_options(
         "extended_payloads": extended,
         "delete_extended_payloads": delete_payloads,
         "s3_endpoint_url": s3_endpoint,
+    }
+
+
+def _poison_options(
+    get: Callable[[str], str | None], raw: Mapping[str, str], delete_on_commit: bool
+) -> dict[str, Any]:
+    """``poisonMessagePolicy``, ``maxBatchAttempts``, ``deadLetterQueueUrl``."""
+    text = (get("poisonMessagePolicy") or "").strip()
+    policy = {"fail": "fail", "deadletter": "deadLetter"}.get(text.lower())
+    if policy is None:
+        raise InvalidOptionError.for_option(
+            "poisonMessagePolicy",
+            text,
+            "is not a poison message policy",
+            "use 'fail' (the default) or 'deadLetter'",
+        )
+    attempts = _int(get, "maxBatchAttempts", 1, 1000)
+    dead_letter = _nonblank(raw, "deadLetterQueueUrl")
+    if dead_letter is not None:
+        if policy != "deadLetter":
+            raise InvalidOptionError.for_option(
+                "deadLetterQueueUrl",
+                dead_letter,
+                f"only applies with poisonMessagePolicy=deadLetter (here {policy})",
+                "add .option('poisonMessagePolicy', 'deadLetter') or remove 'deadLetterQueueUrl'",
+            )
+        if not re.match(r"^https?://[^/\s]+/.+", dead_letter):
+            raise InvalidOptionError.for_option(
+                "deadLetterQueueUrl",
+                dead_letter,
+                "is not a queue URL",
+                "use the dead-letter queue's URL, e.g. "
+                "https://sqs.us-east-1.amazonaws.com/123456789012/my-queue-dlq",
+            )
+    if policy == "deadLetter" and not delete_on_commit:
+        raise InvalidOptionError.for_option(
+            "poisonMessagePolicy",
+            policy,
+            "conflicts with deleteOnCommit=false: messages are never deleted and come back after "
+            "the visibility timeout, so the queue's own redrive policy already applies",
+            "remove one of them",
+        )
+    return {
+        "poison_message_policy": policy,
+        "max_batch_attempts": attempts,
+        "dead_letter_queue_url": dead_letter,
     }
 
 

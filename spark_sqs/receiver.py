@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 from botocore.exceptions import ClientError
 
+from . import poison
 from .acknowledgement import BatchCaller, Entry, acknowledge_assigned
 from .client import cached_client, classify
 from .envelopes import Prepared, merged_metadata, prepare
@@ -193,6 +194,9 @@ def read_partition(
         journal = Journal(options.journal_location, options)
     table = journal.read_entry(partition.batch, partition.receiver)
     if table is not None:
+        # Poison batches (poison.py): count this attempt; refuse (policy fail) or deliver only
+        # what a narrowed batch keeps (policy deadLetter).
+        table = poison.on_replay(journal, partition, table)
         logger.info(
             "batch %d receiver %d: replayed %d messages from the journal",
             partition.batch,
@@ -264,7 +268,13 @@ def read_partition(
     table = messages_to_table(
         prepared.messages, partition.queue_url, sns=options.sns
     ).replace_schema_metadata(
-        {RECEIVED_AT: repr(received_at), DROPPED: str(len(dropped)), **prepared.metadata}
+        {
+            RECEIVED_AT: repr(received_at),
+            DROPPED: str(len(dropped)),
+            # The first attempt is counted by its entry, at no extra write (poison.py).
+            poison.FIRST_ATTEMPT: poison.attempt_key(partition.run),
+            **prepared.metadata,
+        }
     )
     try:
         written = journal.write_entry(partition.batch, partition.receiver, table)
@@ -521,6 +531,7 @@ def _seal(
         {
             RECEIVED_AT: repr(first_receive),
             PENDING_DELETE: json.dumps(sorted(ids)),
+            poison.FIRST_ATTEMPT: poison.attempt_key(partition.run),
             **merged_metadata(t.schema.metadata for t in below),
         }
     )

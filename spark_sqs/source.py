@@ -39,7 +39,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from . import offsets
+from . import offsets, poison
 from .acknowledgement import Acknowledger, BatchCaller, driver_parallelism
 from .client import check_permissions, make_client, queue_attributes, resolve_queue_url
 from .errors import InvalidOptionError, SqsSourceError
@@ -246,6 +246,11 @@ class _DriverState:
         self._poll_due = True
         self._visible = 0
         self.backlog: dict[str, int] = {}
+        # Names this run in the attempt records of its receivers (poison.py): the lease's
+        # owner, which is unique per run (and chosen by the simulation, so seeds replay).
+        self.run_id = lease.owner[:12] if lease is not None else uuid.uuid4().hex[:12]
+        # poisonMessagePolicy=deadLetter: narrows and quarantines replays (poison.py).
+        self.quarantine: poison.Quarantine | None = None
 
     @classmethod
     def start(cls, options: SqsOptions) -> _DriverState:
@@ -269,6 +274,18 @@ class _DriverState:
         lease.acquire()
         _release_on_sigterm(lease)
         state = cls(options, client, queue_url, journal, lease)
+        if options.poison_message_policy == poison.DEAD_LETTER:
+            # Fails at start when there is no dead-letter queue to quarantine to.
+            dead_letter = poison.resolve_dead_letter_queue(client, queue_url, options)
+            state.quarantine = poison.Quarantine(
+                journal,
+                client,
+                queue_url,
+                dead_letter,
+                options,
+                reserve_batch=state._reserve_batch,
+                track=state.acknowledger.track,
+            )
         logger.info(
             "SQS source started on %s: journal %s, planned batch %d, acknowledged batch %d, "
             "%d batches awaiting acknowledgement",
@@ -386,8 +403,14 @@ class _DriverState:
             stored = self.journal.read_plan(batch)
             replay = stored is not None
             if stored is None:
-                stored = self.journal.write_plan(self._new_plan(batch, first))
+                # `spark-sqs release` replaced the plan (poison.py); else plan it now.
+                stored = poison.released_plan(self.journal, batch) or self.journal.write_plan(
+                    self._new_plan(batch, first)
+                )
             self._adopt(stored)
+            if replay and self.quarantine is not None:
+                # A batch that keeps failing is narrowed, its last message quarantined.
+                self.quarantine.prepare_replay(batch, [r.receiver for r in stored.receivers])
             self.acknowledger.track(batch, limit=sum(r.limit for r in stored.receivers))
             if any(r.adopt_from is not None for r in stored.receivers):
                 self.acknowledger.inherit(batch)
@@ -414,9 +437,12 @@ class _DriverState:
                 replay_drops = self.journal.write_drops(
                     self.acknowledger.drop_ids(batch, receive_window=self._receive_window())
                 )
-            return partitions_of(
-                stored, self.queue_url, self.options, replay=replay, replay_drops=replay_drops
-            )
+            return [
+                replace(p, run=self.run_id)
+                for p in partitions_of(
+                    stored, self.queue_url, self.options, replay=replay, replay_drops=replay_drops
+                )
+            ]
 
     def _new_plan(self, batch: int, first: int) -> BatchPlan:
         """The plan of a batch planned for the first time, from the current options."""
@@ -440,9 +466,14 @@ class _DriverState:
         if unfinished:
             drop_ids = drop_ids.union(*unfinished.values())
         journaled = self.journal.receivers(batch)
+        limit = self._limits.pop(batch, self.options.max_messages_per_trigger)
+        if poison.carry_batches(self.journal, orphans):
+            # Messages carried out of a narrowed batch are delivered alone, so that the batch
+            # that adopts them narrows them further without mixing in new ones (poison.py).
+            limit = 0
         plan = new_plan(
             batch,
-            self._limits.pop(batch, self.options.max_messages_per_trigger),
+            limit,
             self.options.num_partitions,
             journaled=journaled,
             resuming=sorted(unfinished),
@@ -501,6 +532,9 @@ class _DriverState:
             if receiver.adopt_from is not None:
                 orphan, source = receiver.adopt_from
                 copied += self.journal.adopt_entry(orphan, source, plan.batch, receiver.receiver)
+        if self.quarantine is not None:
+            # Before the orphans go: a batch adopting carried messages becomes suspect.
+            self.quarantine.inherit(plan.batch, orphans)
         for orphan in orphans:
             self.journal.remove_batch(orphan)
             self.acknowledger.forget(orphan)
@@ -566,6 +600,13 @@ class _DriverState:
             self.journal.write_metrics(counters["batch"], counters)
         except SqsSourceError as exc:
             logger.warning("could not write the metrics of batch %d: %s", counters["batch"], exc)
+
+    def _reserve_batch(self) -> int:
+        """A journal batch number for messages carried out of a narrowed batch: never in
+        Spark's offset log, so the next new plan adopts it as an orphan."""
+        new = self.journal_state.planned_batch + 1
+        self._write_state(planned=new)
+        return new
 
     def _record_acked(self, batch: int) -> None:
         self._write_state(acked=batch)

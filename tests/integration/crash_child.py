@@ -68,6 +68,10 @@ def main() -> None:
             visibilityTimeout=args.visibility,
             maxMessagesPerTrigger=args.max_messages,
             numPartitions=args.num_partitions,
+            # The tests kill the driver up to three times on one batch; each run that read it
+            # counts as an attempt (docs/operations.md, poison messages), and the default
+            # poisonMessagePolicy=fail refuses a batch after maxBatchAttempts (3) of them.
+            maxBatchAttempts=10,
         )
         .writeStream.foreachBatch(sink)
         .option("checkpointLocation", args.checkpoint)

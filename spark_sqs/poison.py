@@ -1,0 +1,729 @@
+"""Poison batches: counting attempts, narrowing a batch that keeps failing, quarantining the one
+message left, and the manual release. Runs on: executors (recording attempts, applying the
+narrowing to a replay) and the driver (deciding the narrowing, carrying messages out,
+quarantining, ``spark-sqs release``).
+
+SQS never sees a replayed batch (the journal replays it), so the queue's redrive policy cannot
+catch a message that makes every attempt of its batch fail. The source counts instead:
+
+- The attempt that journals an entry is named in the entry's schema metadata (no extra write
+  in steady state); every later read of the entry (a retried task, a new run that replays it)
+  creates ``batches/<N>/attempts/<receiver>-<run>-s<stage attempt>-t<task attempt>-n<step>.json``
+  (create-if-absent: a retried record of one attempt is one record). An attempt is one
+  (run, stage attempt, task attempt): several Spark jobs of one ``foreachBatch`` call read the
+  batch again but count once.
+- ``poisonMessagePolicy=fail``: once ``maxBatchAttempts`` attempts read a batch that is still not
+  acknowledged, every further read raises ``PoisonBatchError`` saying how to release it.
+- ``deadLetter``: when a run replays a batch that failed ``maxBatchAttempts`` times (or once,
+  at a narrowing step), the driver *narrows* it (``batches/<N>/_narrow-<step>.json``): the replay
+  delivers the first half of the candidate messages; the other half is *carried* into a new
+  journal batch ``X`` (``batches/<X>/_carry.json`` plus one entry per receiver, no plan), which
+  is in no offset log, so the next new batch adopts it as an orphan (see source.py ``_adopt``)
+  and delivers it, alone, as a *suspect* batch that narrows after a single failure. When the
+  candidate is one message and it failed, that message is quarantined: the decision is created
+  in ``quarantine/<N>-<messageId>.json`` before it is sent to the dead-letter queue, a ``.sent``
+  marker follows the send, and every later plan of the batch finishes what a crash left undone.
+
+Carrying out rather than releasing to SQS: the carried messages stay journaled (their receipt
+handles may have expired, and a message made visible again could be received under the batch's
+own drop set), and batch N's acknowledgement may delete them from SQS as for every other message
+of N, because the journal, not the queue, holds them from then on (as with
+``deleteAfterJournal``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from .errors import InvalidOptionError, JournalError, SqsSourceError
+from .planning import ADOPTED_FROM
+from .schema import RECEIPT_HANDLE
+
+logger = logging.getLogger(__name__)
+
+FAIL = "fail"
+DEAD_LETTER = "deadLetter"
+
+_ATTEMPT = re.compile(r"^attempts/(\d{5,})-(.+)-n(\d+)\.json$")
+_NARROW = re.compile(r"^_narrow-(\d{4})\.json$")
+CARRY = "_carry.json"
+SUSPECT = "_suspect.json"
+RELEASED = "_released.json"
+# Schema metadata of an entry: the attempt that journaled it (its first read, counted without a
+# record of its own).
+FIRST_ATTEMPT = b"spark_sqs.firstAttempt"
+# Adopted entries (numbered from ADOPTED_FROM) carry the first attempt of another batch.
+_ADOPTED_FROM = ADOPTED_FROM
+# The message attribute that tells a dead-letter consumer where a message came from.
+QUARANTINE_ATTRIBUTE = "SparkSqsQuarantine"
+MAX_ATTRIBUTES = 10
+
+
+class PoisonBatchError(SqsSourceError):
+    """A batch was read by ``maxBatchAttempts`` attempts that did not complete."""
+
+
+# -- records --
+
+
+@dataclass(frozen=True)
+class Attempt:
+    receiver: int
+    key: str  # run, stage attempt, task attempt: one attempt of the batch
+    step: int  # the narrowing step the attempt read under (0: not narrowed)
+
+
+@dataclass(frozen=True)
+class Narrowing:
+    """One narrowing step of a batch: what its replays deliver from now on."""
+
+    step: int
+    keep: dict[int, list[str]]  # receiver -> the message ids it delivers (receivers covered)
+    carried: dict[int, list[str]] = field(default_factory=dict)  # receiver -> ids carried out
+    carry_batch: int | None = None  # the journal batch the carried messages went to
+    quarantined: tuple[str, ...] = ()
+    attempts: int = 0  # attempts of the batch when the step was decided
+
+    def to_json(self) -> bytes:
+        doc = {
+            "step": self.step,
+            "keep": {str(r): ids for r, ids in sorted(self.keep.items())},
+            "carried": {str(r): ids for r, ids in sorted(self.carried.items())},
+            "carryBatch": self.carry_batch,
+            "quarantined": list(self.quarantined),
+            "attempts": self.attempts,
+        }
+        return json.dumps(doc, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Narrowing:
+        doc = json.loads(data)
+        return cls(
+            step=int(doc["step"]),
+            keep={int(r): list(ids) for r, ids in doc["keep"].items()},
+            carried={int(r): list(ids) for r, ids in doc.get("carried", {}).items()},
+            carry_batch=doc.get("carryBatch"),
+            quarantined=tuple(doc.get("quarantined", ())),
+            attempts=int(doc.get("attempts", 0)),
+        )
+
+
+def _dir(batch: int) -> str:
+    return f"batches/{batch:012d}"
+
+
+def _batch_names(journal: Any, batch: int) -> list[str]:
+    prefix = _dir(batch) + "/"
+    return [k[len(prefix) :] for k in journal.store.list(_dir(batch))]
+
+
+def attempt_key(run: str) -> str:
+    """This task attempt's key: the driver run that planned it, and Spark's stage and task
+    attempt numbers (not the stage id: each Spark job of one foreachBatch call is a new stage
+    with attempt 0, and counts as the same attempt)."""
+    try:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+    except Exception:  # pragma: no cover - pyspark is always importable where this runs
+        context = None
+    if context is None:
+        return f"{run or 'norun'}-s0-t0"
+    # PySpark's TaskContext has no stage attempt number (Scala's has): a stage retry whose task
+    # attempt numbers restart at 0 counts with the earlier attempt of its run.
+    stage_attempt = getattr(context, "stageAttemptNumber", None)
+    stage = stage_attempt() if callable(stage_attempt) else 0
+    return f"{run or 'norun'}-s{stage}-t{context.attemptNumber()}"
+
+
+def record_attempt(journal: Any, batch: int, receiver: int, key: str, step: int) -> None:
+    """Create this attempt's record; a record that cannot be written only undercounts.
+
+    A straggler may read the entry just before the batch is acknowledged and its files
+    removed: its record would outlive the batch. The acknowledgement marks the batch finished
+    before it removes the files, so a record created before that marker is removed with them,
+    and one created after it sees the marker here and removes itself."""
+    name = f"{_dir(batch)}/attempts/{receiver:05d}-{key}-n{step}.json"
+    doc = {"receiver": receiver, "attempt": key, "step": step, "at": time.time()}
+    try:
+        journal.store.create(name, json.dumps(doc, sort_keys=True).encode())
+        if journal.read_state().finished(batch):
+            journal.store.delete(name)
+    except JournalError as exc:
+        logger.warning(
+            "batch %d receiver %d: could not record the attempt: %s", batch, receiver, exc
+        )
+
+
+def read_attempts(journal: Any, batch: int, names: list[str] | None = None) -> list[Attempt]:
+    """The attempts recorded for ``batch``, from the names alone (one LIST)."""
+    out = []
+    for name in names if names is not None else _batch_names(journal, batch):
+        match = _ATTEMPT.match(name)
+        if match:
+            out.append(Attempt(int(match.group(1)), match.group(2), int(match.group(3))))
+    return out
+
+
+def attempts_by_step(attempts: list[Attempt]) -> dict[int, int]:
+    """Distinct attempts per narrowing step; an attempt seen under two steps (a straggler)
+    counts under the earlier one."""
+    first: dict[str, int] = {}
+    for a in attempts:
+        first[a.key] = min(a.step, first.get(a.key, a.step))
+    out: dict[int, int] = {}
+    for step in first.values():
+        out[step] = out.get(step, 0) + 1
+    return out
+
+
+def latest_narrowing(journal: Any, batch: int, names: list[str] | None = None) -> Narrowing | None:
+    names = names if names is not None else _batch_names(journal, batch)
+    steps = sorted(int(m.group(1)) for n in names if (m := _NARROW.match(n)))
+    if not steps:
+        return None
+    data = journal.store.read(f"{_dir(batch)}/_narrow-{steps[-1]:04d}.json")
+    return None if data is None else Narrowing.from_json(data)
+
+
+# -- executors: the hooks of read_partition --
+
+
+def on_replay(journal: Any, partition: Any, table: pa.Table) -> pa.Table:
+    """A receiver found its entry (a retried task, a replay): record the attempt, then either
+    refuse (``fail``, too many attempts) or deliver what the batch's narrowing keeps."""
+    options = partition.options
+    names = _batch_names(journal, partition.batch)
+    narrowing = latest_narrowing(journal, partition.batch, names)
+    step = narrowing.step if narrowing is not None else 0
+    key = attempt_key(getattr(partition, "run", ""))
+    record_attempt(journal, partition.batch, partition.receiver, key, step)
+    if options.poison_message_policy == FAIL:
+        earlier = {a.key for a in read_attempts(journal, partition.batch, names)}
+        first = first_attempt(table)
+        if first is not None and partition.receiver < _ADOPTED_FROM:
+            earlier.add(first)
+        earlier.discard(key)
+        if len(earlier) >= options.max_batch_attempts:
+            raise PoisonBatchError(fail_message(options, partition.batch, len(earlier) + 1))
+        return table
+    if narrowing is None or partition.receiver not in narrowing.keep:
+        return table
+    return keep_only(table, set(narrowing.keep[partition.receiver]))
+
+
+def first_attempt(table: pa.Table) -> str | None:
+    """The attempt that journaled an entry (None for entries of older versions)."""
+    value = (table.schema.metadata or {}).get(FIRST_ATTEMPT)
+    return value.decode() if value else None
+
+
+def keep_only(table: pa.Table, ids: set[str]) -> pa.Table:
+    mask = [i in ids for i in table.column("messageId").to_pylist()]
+    return table.filter(pa.array(mask, pa.bool_()))
+
+
+def fail_message(options: Any, batch: int, attempts: int) -> str:
+    return (
+        f"batch {batch} has been read by {attempts} attempts and none completed "
+        f"(poisonMessagePolicy=fail, maxBatchAttempts={options.max_batch_attempts}): a message "
+        "in it probably makes the query fail every time. Its messages are held in the journal; "
+        "nothing was deleted. Fix: stop the query, find the message (`spark-sqs inspect "
+        f"--queue-url URL --journal {options.journal_location}`), then run `spark-sqs release "
+        f"--journal {options.journal_location} --batch {batch}` to make the batch's messages "
+        "visible in the queue again (its redrive policy then applies), or restart with "
+        "poisonMessagePolicy=deadLetter to quarantine the message automatically. If the "
+        "attempts were runs that were killed rather than failing (the sink may have committed "
+        "the batch), do not release it: raise maxBatchAttempts and restart"
+    )
+
+
+# -- driver: deciding a replay's narrowing --
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: str  # "replay", "narrow", "quarantine"
+    keep: dict[int, list[str]] = field(default_factory=dict)
+    carried: dict[int, list[str]] = field(default_factory=dict)
+    quarantined: tuple[int, str] | None = None  # (receiver, message id)
+
+
+def candidates(
+    narrowing: Narrowing | None, entries: Mapping[int, list[str]]
+) -> list[tuple[int, str]]:
+    """The messages the batch's replays deliver now, in (receiver, row) order: what the latest
+    step keeps of the receivers it covers, everything of the receivers it does not."""
+    out = []
+    for receiver in sorted(entries):
+        if narrowing is not None and receiver in narrowing.keep:
+            kept = set(narrowing.keep[receiver])
+            out += [(receiver, i) for i in entries[receiver] if i in kept]
+        else:
+            out += [(receiver, i) for i in entries[receiver]]
+    return out
+
+
+def decide(
+    narrowing: Narrowing | None,
+    by_step: Mapping[int, int],
+    entries: Mapping[int, list[str]],
+    threshold: int,
+    suspect: frozenset[str] = frozenset(),
+) -> Decision:
+    """What the next replay of a batch delivers. Pure: the same journal gives the same answer.
+
+    ``threshold`` failures at step 0 (one for a suspect batch), or one at any later step, move
+    to the next step: the first half of the candidates is kept and the rest carried out; a
+    single candidate that failed is quarantined. A suspect batch's first step keeps exactly its
+    ``suspect`` messages (the carry of the step whose narrowed replay succeeded, which holds
+    the failing message if one message makes the batch fail), and carries the others out.
+    """
+    step = narrowing.step if narrowing is not None else 0
+    needed = threshold if step == 0 else 1
+    if by_step.get(step, 0) < needed:
+        return Decision("replay")
+    current = candidates(narrowing, entries)
+    if not current:
+        return Decision("replay")
+    keep: dict[int, list[str]] = {r: [] for r in entries}
+    if len(current) == 1:
+        return Decision("quarantine", keep=keep, quarantined=current[0])
+    half = (len(current) + 1) // 2
+    if step == 0 and suspect:
+        ordered = [c for c in current if c[1] in suspect]
+        if 0 < len(ordered) < len(current):
+            current = ordered + [c for c in current if c[1] not in suspect]
+            half = len(ordered)
+    carried: dict[int, list[str]] = {}
+    for receiver, message_id in current[:half]:
+        keep[receiver].append(message_id)
+    for receiver, message_id in current[half:]:
+        carried.setdefault(receiver, []).append(message_id)
+    return Decision("narrow", keep=keep, carried=carried)
+
+
+class Quarantine:
+    """The driver's side of ``poisonMessagePolicy=deadLetter``, called when a run replays a
+    batch (``prepare_replay``) and when a new plan adopts carried entries (``inherit``)."""
+
+    def __init__(
+        self,
+        journal: Any,
+        client: Any,
+        queue_url: str,
+        dead_letter_url: str,
+        options: Any,
+        *,
+        reserve_batch: Callable[[], int],
+        track: Callable[[int], None],
+    ) -> None:
+        self.journal = journal
+        self.client = client
+        self.queue_url = queue_url
+        self.dead_letter_url = dead_letter_url
+        self.options = options
+        # Numbers a new journal batch for carried messages (the driver's planned marker).
+        self._reserve_batch = reserve_batch
+        # Makes the driver count a carry batch as pending, so the next new plan adopts it.
+        self._track = track
+
+    def prepare_replay(self, batch: int, receivers: list[int]) -> Narrowing | None:
+        """Finish what a crash left of the latest step, then take the next one if the batch's
+        attempts call for it. Returns the step the replay runs under."""
+        names = _batch_names(self.journal, batch)
+        narrowing = latest_narrowing(self.journal, batch, names)
+        if narrowing is not None:
+            self._complete(batch, narrowing)
+        attempts = read_attempts(self.journal, batch, names)
+        suspect = SUSPECT in names
+        threshold = 1 if suspect else self.options.max_batch_attempts
+        suspect_ids: frozenset[str] = frozenset()
+        if suspect:
+            data = self.journal.store.read(f"{_dir(batch)}/{SUSPECT}")
+            suspect_ids = frozenset(json.loads(data).get("ids", ())) if data else frozenset()
+        tables = {r: t for r in receivers if (t := self.journal.read_entry(batch, r)) is not None}
+        attempts += [
+            Attempt(r, first, 0)
+            for r, t in tables.items()
+            if r < _ADOPTED_FROM and (first := first_attempt(t)) is not None
+        ]
+        by_step = attempts_by_step(attempts)
+        entries = {r: t.column("messageId").to_pylist() for r, t in tables.items()}
+        decision = decide(narrowing, by_step, entries, threshold, suspect_ids)
+        if decision.kind == "replay":
+            return narrowing
+        step = (narrowing.step if narrowing is not None else 0) + 1
+        total = sum(by_step.values())
+        carry_batch = self._reserve_batch() if decision.carried else None
+        new = Narrowing(
+            step=step,
+            keep=decision.keep,
+            carried=decision.carried,
+            carry_batch=carry_batch,
+            quarantined=(decision.quarantined[1],) if decision.quarantined else (),
+            attempts=total,
+        )
+        key = f"{_dir(batch)}/_narrow-{step:04d}.json"
+        if not self.journal.store.create(key, new.to_json()):
+            data = self.journal.store.read(key)
+            if data is None:
+                raise JournalError(f"narrowing record {key} exists but cannot be read")
+            new = Narrowing.from_json(data)
+        kept = sum(len(ids) for ids in new.keep.values())
+        if new.quarantined:
+            logger.warning(
+                "batch %d: %d failed attempts; quarantining message %s (step %d)",
+                batch,
+                total,
+                new.quarantined[0],
+                step,
+            )
+        else:
+            logger.warning(
+                "batch %d: %d failed attempts%s; narrowing it to %d messages (step %d), %d carried "
+                "to journal batch %s for a later batch",
+                batch,
+                total,
+                " (suspect: carried from a narrowed batch)" if suspect else "",
+                kept,
+                step,
+                sum(len(ids) for ids in new.carried.values()),
+                new.carry_batch,
+            )
+        self._complete(batch, new, tables)
+        return new
+
+    def _complete(
+        self, batch: int, narrowing: Narrowing, tables: Mapping[int, pa.Table] | None = None
+    ) -> None:
+        """Idempotent: create the carry batch's files and finish the quarantine of a step."""
+        if narrowing.carry_batch is not None:
+            self._carry(batch, narrowing, tables or {})
+        for message_id in narrowing.quarantined:
+            self._quarantine(batch, narrowing, message_id, tables or {})
+
+    def _carry(self, batch: int, narrowing: Narrowing, tables: Mapping[int, pa.Table]) -> None:
+        carry = narrowing.carry_batch
+        assert carry is not None
+        store = self.journal.store
+        # The marker first: it is what makes the adopting batch a suspect one.
+        marker = {"from": batch, "step": narrowing.step}
+        store.create(f"{_dir(carry)}/{CARRY}", json.dumps(marker, sort_keys=True).encode())
+        for receiver, ids in sorted(narrowing.carried.items()):
+            table = tables.get(receiver)
+            if table is None:
+                table = self.journal.read_entry(batch, receiver)
+            if table is None:
+                # Only possible once the batch was acknowledged, after its carry was adopted.
+                continue
+            carried = keep_only(table, set(ids))
+            metadata = {
+                k: v for k, v in (carried.schema.metadata or {}).items() if k != FIRST_ATTEMPT
+            }
+            self.journal.write_entry(carry, receiver, carried.replace_schema_metadata(metadata))
+        self._track(carry)
+
+    def _quarantine(
+        self, batch: int, narrowing: Narrowing, message_id: str, tables: Mapping[int, pa.Table]
+    ) -> None:
+        store = self.journal.store
+        decision_key = f"quarantine/{batch:012d}-{message_id}.json"
+        sent_key = f"quarantine/{batch:012d}-{message_id}.sent"
+        if store.read(sent_key) is not None:
+            return
+        row = self._row(batch, message_id, tables)
+        if row is None:
+            logger.warning(
+                "batch %d: message %s to quarantine is no longer journaled", batch, message_id
+            )
+            return
+        info = {
+            "sourceQueue": self.queue_url,
+            "messageId": message_id,
+            "approximateReceiveCount": row.get("approximateReceiveCount"),
+            "batch": batch,
+            "batchAttempts": narrowing.attempts,
+            "journal": self.options.journal_location,
+            "quarantineId": quarantine_id(
+                self.options.journal_location, self.queue_url, message_id
+            ),
+        }
+        # The decision before the send: a crash after it is finished by the next plan.
+        store.create(
+            decision_key,
+            json.dumps(
+                {**info, "deadLetterQueue": self.dead_letter_url, "decidedAt": time.time()},
+                sort_keys=True,
+            ).encode(),
+        )
+        request = dead_letter_request(self.dead_letter_url, row, info)
+        try:
+            self.client.send_message(**request)
+        except Exception as exc:
+            from .client import classify
+
+            err = classify(exc, "SendMessage", self.dead_letter_url)
+            raise type(err)(
+                f"{err} (quarantining message {message_id} of batch {batch}). Fix: allow "
+                f"sqs:SendMessage on deadLetterQueueUrl {self.dead_letter_url}, or set "
+                "'deadLetterQueueUrl' to a queue this query may send to; the next run retries",
+                retriable=err.retriable,
+            ) from None
+        store.create(sent_key, b"")
+        logger.warning(
+            "batch %d: message %s sent to the dead-letter queue %s",
+            batch,
+            message_id,
+            self.dead_letter_url,
+        )
+        try:
+            # Prompt; the batch's acknowledgement deletes it again (and records an uncertain
+            # delete for redelivery dedupe), so a failure here loses nothing.
+            self.client.delete_message(QueueUrl=self.queue_url, ReceiptHandle=row[RECEIPT_HANDLE])
+        except Exception as exc:
+            logger.warning(
+                "batch %d: could not delete quarantined message %s now: %s", batch, message_id, exc
+            )
+
+    def _row(
+        self, batch: int, message_id: str, tables: Mapping[int, pa.Table]
+    ) -> dict[str, Any] | None:
+        sources = dict(tables)
+        if not sources:
+            for receiver in self.journal.receivers(batch):
+                table = self.journal.read_entry(batch, receiver)
+                if table is not None:
+                    sources[receiver] = table
+        for table in sources.values():
+            found = keep_only(table, {message_id})
+            if found.num_rows:
+                return found.to_pylist()[0]
+        return None
+
+    def inherit(self, batch: int, orphans: list[int]) -> None:
+        """A new plan adopts ``orphans``: if any is a carry batch, the plan's batch is suspect
+        (narrowed after one failure, first to the messages of the newest carry batch: the
+        others were carried out of replays that failed without them). Called before the
+        orphans are removed, so a crash in between is finished by the next call."""
+        carries = carry_batches(self.journal, orphans)
+        if not carries:
+            return
+        newest = max(carries)
+        ids = [
+            i
+            for r in self.journal.receivers(newest)
+            if (t := self.journal.read_entry(newest, r)) is not None
+            for i in t.column("messageId").to_pylist()
+        ]
+        doc = {"carriedFrom": newest, "ids": ids}
+        self.journal.store.create(f"{_dir(batch)}/{SUSPECT}", json.dumps(doc).encode())
+
+
+def carry_batches(journal: Any, batches: list[int]) -> list[int]:
+    """Those of ``batches`` that hold messages carried out of a narrowed batch."""
+    return [b for b in batches if journal.store.read(f"{_dir(b)}/{CARRY}") is not None]
+
+
+def quarantine_id(journal_location: str, queue_url: str, message_id: str) -> str:
+    """Deterministic: the same message quarantined by any run gets the same id (the FIFO
+    dead-letter queue's MessageDeduplicationId)."""
+    return hashlib.sha256("\0".join((journal_location, queue_url, message_id)).encode()).hexdigest()
+
+
+def dead_letter_request(
+    url: str, row: Mapping[str, Any], info: Mapping[str, Any]
+) -> dict[str, Any]:
+    """SendMessage for a quarantined message: its body and attributes, plus one attribute
+    saying where it came from; a message with 10 attributes already gets its body wrapped in a
+    JSON envelope instead (SQS allows at most 10)."""
+    attributes: dict[str, dict[str, Any]] = {}
+    for name, value in row.get("messageAttributes") or []:
+        entry: dict[str, Any] = {"DataType": value["dataType"]}
+        if value.get("binaryValue") is not None:
+            entry["BinaryValue"] = value["binaryValue"]
+        else:
+            entry["StringValue"] = value.get("stringValue") or ""
+        attributes[name] = entry
+    body = row.get("body") or ""
+    described = json.dumps(dict(info), sort_keys=True)
+    if len(attributes) < MAX_ATTRIBUTES:
+        attributes[QUARANTINE_ATTRIBUTE] = {"DataType": "String", "StringValue": described}
+    else:
+        body = json.dumps({QUARANTINE_ATTRIBUTE: dict(info), "body": body}, sort_keys=True)
+    request: dict[str, Any] = {"QueueUrl": url, "MessageBody": body}
+    if attributes:
+        request["MessageAttributes"] = attributes
+    if url.endswith(".fifo"):
+        request["MessageGroupId"] = row.get("messageGroupId") or "spark-sqs-quarantine"
+        request["MessageDeduplicationId"] = str(info["quarantineId"])
+    return request
+
+
+def resolve_dead_letter_queue(client: Any, queue_url: str, options: Any) -> str:
+    """``deadLetterQueueUrl``, else the queue's RedrivePolicy target; an error if neither."""
+    if options.dead_letter_queue_url:
+        return options.dead_letter_queue_url
+    from .client import queue_attributes
+
+    attrs = queue_attributes(client, queue_url, ["RedrivePolicy"])
+    policy = attrs.get("RedrivePolicy")
+    arn = json.loads(policy).get("deadLetterTargetArn") if policy else None
+    if not arn:
+        raise InvalidOptionError.for_option(
+            "poisonMessagePolicy",
+            DEAD_LETTER,
+            f"the queue {queue_url} has no RedrivePolicy, so there is no dead-letter queue to "
+            "send a poison message to",
+            "set 'deadLetterQueueUrl', or give the queue a redrive policy, or use "
+            "poisonMessagePolicy=fail",
+        )
+    parts = arn.split(":")
+    name, account = parts[-1], parts[-2]
+    try:
+        return client.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
+    except Exception:
+        # Same endpoint, the target's account and name (SQS URLs are <endpoint>/<account>/<name>).
+        return f"{queue_url.rstrip('/').rsplit('/', 2)[0]}/{account}/{name}"
+
+
+# -- spark-sqs release --
+
+
+def release_batch(journal: Any, client: Any, queue_url: str, batch: int) -> dict[str, Any]:
+    """Give a stuck batch's messages back to SQS (``spark-sqs release``; the query must be
+    stopped: the caller holds the journal's lease).
+
+    Order, each step idempotent so that running the command again finishes a crashed run:
+    1. ``_released.json`` is created with the batch's plan with every receiver's limit set to 0;
+    2. the batch's carry batches, entries, parts, attempt and narrowing records are removed;
+    3. the plan is replaced by that zero plan (if a crash leaves no plan, the driver writes the
+       marker's plan: ``released_plan``), so Spark's replay of the batch receives nothing new
+       and delivers an empty batch (its receivers still delete the previous batch);
+    4. the messages are made visible (a crash before that only leaves them invisible until
+       their visibility timeout: nothing is lost).
+    """
+    from .acknowledgement import BatchCaller, Entry
+    from .journal import BatchPlan, ReceiverPlan
+
+    names = _batch_names(journal, batch)
+    handles: dict[str, str] = {}
+    tables = [
+        t for r in journal.receivers(batch) if (t := journal.read_entry(batch, r)) is not None
+    ]
+    for receiver in journal.part_receivers(batch):
+        tables += [t for _, t in journal.read_parts(batch, receiver)]
+    for table in tables:
+        ids = table.column("messageId").to_pylist()
+        handles.update(zip(ids, table.column(RECEIPT_HANDLE).to_pylist(), strict=True))
+    carries = sorted(
+        {s.carry_batch for s in _steps(journal, batch, names) if s.carry_batch is not None}
+    )
+    marker_key = f"{_dir(batch)}/{RELEASED}"
+    plan = journal.read_plan(batch)
+    zero = None
+    if plan is not None:
+        zero = BatchPlan(
+            plan.batch,
+            tuple(ReceiverPlan(r.receiver, 0) for r in plan.receivers),
+            drops=plan.drops,
+            drop_count=plan.drop_count,
+            acks=plan.acks,
+        )
+    doc = {"releasedAt": time.time(), "messages": len(handles)}
+    if zero is not None:
+        doc["plan"] = json.loads(zero.to_json())
+    if not journal.store.create(marker_key, json.dumps(doc, sort_keys=True).encode()):
+        data = journal.store.read(marker_key)
+        doc = json.loads(data) if data else doc
+    for carry in carries:
+        journal.remove_batch(carry)
+    for name in names:
+        if name not in ("_plan.json", RELEASED):
+            journal.store.delete(f"{_dir(batch)}/{name}")
+    if "plan" in doc:
+        stored = journal.read_plan(batch)
+        if stored is None or any(r.limit or r.adopt_from for r in stored.receivers):
+            journal.store.delete(f"{_dir(batch)}/_plan.json")
+            journal.store.create(f"{_dir(batch)}/_plan.json", json.dumps(doc["plan"]).encode())
+    result = BatchCaller(client, queue_url).change_visibility(
+        [Entry(i, h) for i, h in sorted(handles.items())], 0
+    )
+    return {
+        "batch": batch,
+        "messages": len(handles),
+        "madeVisible": len(result.succeeded),
+        "failed": len(result.permanent) + len(result.transient),
+        "carryBatchesRemoved": carries,
+    }
+
+
+def released_plan(journal: Any, batch: int) -> Any:
+    """The zero plan of a released batch whose plan a crashed release left missing."""
+    data = journal.store.read(f"{_dir(batch)}/{RELEASED}")
+    if data is None or "plan" not in json.loads(data):
+        return None
+    from .journal import BatchPlan
+
+    return journal.write_plan(BatchPlan.from_json(json.dumps(json.loads(data)["plan"]).encode()))
+
+
+def _steps(journal: Any, batch: int, names: list[str]) -> list[Narrowing]:
+    out = []
+    for name in names:
+        if _NARROW.match(name):
+            data = journal.store.read(f"{_dir(batch)}/{name}")
+            if data is not None:
+                out.append(Narrowing.from_json(data))
+    return out
+
+
+def batch_report(journal: Any, batch: int) -> dict[str, Any]:
+    """What ``spark-sqs inspect`` shows of a batch's attempts and narrowing."""
+    names = _batch_names(journal, batch)
+    attempts = read_attempts(journal, batch, names)
+    for receiver in journal.receivers(batch):
+        table = journal.read_entry(batch, receiver) if receiver < _ADOPTED_FROM else None
+        first = first_attempt(table) if table is not None else None
+        if first is not None:
+            attempts.append(Attempt(receiver, first, 0))
+    steps = _steps(journal, batch, names)
+    return {
+        "attempts": len({a.key for a in attempts}),
+        "attemptsByStep": {str(k): v for k, v in sorted(attempts_by_step(attempts).items())},
+        "narrowingStep": max((s.step for s in steps), default=0),
+        "delivering": sum(len(ids) for ids in steps[-1].keep.values()) if steps else None,
+        "carryBatches": [s.carry_batch for s in steps if s.carry_batch is not None],
+        "suspect": SUSPECT in names,
+        "carriedFrom": _carried_from(journal, batch, names),
+        "released": RELEASED in names,
+    }
+
+
+def _carried_from(journal: Any, batch: int, names: list[str]) -> int | None:
+    if CARRY not in names:
+        return None
+    data = journal.store.read(f"{_dir(batch)}/{CARRY}")
+    return None if data is None else int(json.loads(data)["from"])
+
+
+def quarantined(journal: Any) -> list[dict[str, Any]]:
+    """Every quarantine decision in the journal, with whether it was sent."""
+    keys = journal.store.list("quarantine")
+    sent = {k.removesuffix(".sent") for k in keys if k.endswith(".sent")}
+    out = []
+    for key in keys:
+        if key.endswith(".json"):
+            data = journal.store.read(key)
+            if data is not None:
+                out.append({**json.loads(data), "sent": key.removesuffix(".json") in sent})
+    return out

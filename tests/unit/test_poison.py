@@ -1,0 +1,468 @@
+"""Poison batches (spark_sqs/poison.py): attempt counting, narrowing, idempotent quarantine,
+release. Journal on a tmp dir; SQS in-process (moto's mock_aws)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from spark_sqs import poison
+from spark_sqs.cli import main
+from spark_sqs.errors import InvalidOptionError
+from spark_sqs.journal import BatchPlan, Journal, JournalState, ReceiverPlan
+from spark_sqs.planning import ReceiverPartition
+from spark_sqs.schema import messages_to_table
+from tests.unit.factories import QUEUE_URL, make_options, sqs_message
+
+DLQ_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq"
+
+
+def _ids(table: Any) -> list[str]:
+    return table.column("messageId").to_pylist()
+
+
+def _journal_with_batch(tmp_path: Any, batch: int, per_receiver: list[list[int]], **extra: Any):
+    location = str(tmp_path / "j")
+    options = make_options(location, **extra)
+    journal = Journal(location, options)
+    journal.write_plan(
+        BatchPlan(batch, tuple(ReceiverPlan(r, len(ns)) for r, ns in enumerate(per_receiver)))
+    )
+    for receiver, numbers in enumerate(per_receiver):
+        journal.write_entry(
+            batch, receiver, messages_to_table([sqs_message(n) for n in numbers], QUEUE_URL)
+        )
+    journal.write_state(JournalState(planned_batch=batch, acked_batch=batch - 1, initial_batch=0))
+    return journal, options
+
+
+def _mid(n: int) -> str:
+    return sqs_message(n)["MessageId"]
+
+
+# -- the decision --
+
+
+def test_a_batch_is_replayed_whole_until_it_failed_max_batch_attempts_times() -> None:
+    entries = {0: ["a", "b", "c"], 1: ["d", "e"]}
+    assert poison.decide(None, {0: 2}, entries, threshold=3).kind == "replay"
+    decision = poison.decide(None, {0: 3}, entries, threshold=3)
+    assert decision.kind == "narrow"
+    assert decision.keep == {0: ["a", "b", "c"], 1: []}
+    assert decision.carried == {1: ["d", "e"]}
+
+
+def test_each_failed_step_halves_the_candidates_until_one_is_quarantined() -> None:
+    entries = {0: ["a", "b", "c", "d", "e"]}
+    narrowing = None
+    sizes = []
+    for step in range(10):
+        decision = poison.decide(narrowing, {step: 3}, entries, threshold=3)
+        if decision.kind == "quarantine":
+            break
+        sizes.append(sum(len(v) for v in decision.keep.values()))
+        narrowing = poison.Narrowing(step + 1, decision.keep, decision.carried)
+    assert sizes == [3, 2, 1]
+    assert decision.quarantined == (0, "a")
+    assert decision.keep == {0: []}
+    # A step that has not failed yet (a run that died before reading) is replayed as it is.
+    assert poison.decide(narrowing, {0: 3}, entries, threshold=3).kind == "replay"
+
+
+def test_receivers_the_narrowing_does_not_cover_join_the_candidates() -> None:
+    narrowing = poison.Narrowing(1, {0: ["a"]}, {0: ["b"]})
+    entries = {0: ["a", "b"], 1: ["x", "y", "z"]}
+    assert poison.candidates(narrowing, entries) == [(0, "a"), (1, "x"), (1, "y"), (1, "z")]
+    decision = poison.decide(narrowing, {1: 1}, entries, threshold=3)
+    assert decision.keep == {0: ["a"], 1: ["x"]} and decision.carried == {1: ["y", "z"]}
+
+
+def test_a_suspect_batch_first_keeps_exactly_the_newest_carry() -> None:
+    # Receivers 10000/10001 deliver an older carry (clean: it was carried out of a replay that
+    # then failed without it) and the newest carry (taken out of a replay that succeeded).
+    entries = {0: [], 10000: ["a", "b", "c"], 10001: ["p", "q"]}
+    suspect = frozenset({"p", "q"})
+    decision = poison.decide(None, {0: 1}, entries, threshold=1, suspect=suspect)
+    assert decision.kind == "narrow"
+    assert decision.keep == {0: [], 10000: [], 10001: ["p", "q"]}
+    assert decision.carried == {10000: ["a", "b", "c"]}
+    # Later steps halve as usual.
+    step = poison.Narrowing(1, decision.keep, decision.carried)
+    later = poison.decide(step, {0: 1, 1: 1}, entries, threshold=1, suspect=suspect)
+    assert later.keep == {0: [], 10000: [], 10001: ["p"]} and later.carried == {10001: ["q"]}
+
+
+# -- attempt counting --
+
+
+def test_a_retried_record_of_one_attempt_is_one_record(tmp_path: Any) -> None:
+    journal, _ = _journal_with_batch(tmp_path, 5, [[1, 2]])
+    poison.record_attempt(journal, 5, 0, "run1-s0-t0", 0)
+    poison.record_attempt(journal, 5, 0, "run1-s0-t0", 0)  # the same attempt, again
+    poison.record_attempt(journal, 5, 1, "run1-s0-t0", 0)  # another receiver, same attempt
+    poison.record_attempt(journal, 5, 0, "run1-s0-t1", 0)  # a retried task
+    poison.record_attempt(journal, 5, 0, "run2-s0-t0", 1)  # a new run, narrowed
+    attempts = poison.read_attempts(journal, 5)
+    assert len(attempts) == 4
+    assert poison.attempts_by_step(attempts) == {0: 2, 1: 1}
+
+
+def _partition(options: Any, batch: int, receiver: int, run: str) -> ReceiverPartition:
+    return ReceiverPartition(batch, receiver, 10, QUEUE_URL, options, run=run)
+
+
+def test_policy_fail_refuses_a_replay_after_max_batch_attempts_naming_the_release_command(
+    tmp_path: Any,
+) -> None:
+    journal, options = _journal_with_batch(tmp_path, 7, [[1, 2, 3]], maxBatchAttempts="2")
+    # The first attempt (run r1) is named in the entry it journaled, not in a record.
+    table = journal.read_entry(7, 0)
+    metadata = {**(table.schema.metadata or {}), poison.FIRST_ATTEMPT: b"r1-s0-t0"}
+    table = table.replace_schema_metadata(metadata)
+    # The same run reading again (another Spark job of one foreachBatch) is the same attempt.
+    assert _ids(poison.on_replay(journal, _partition(options, 7, 0, "r1"), table)) == _ids(table)
+    assert poison.on_replay(journal, _partition(options, 7, 0, "r2"), table).num_rows == 3
+    assert poison.on_replay(journal, _partition(options, 7, 0, "r2"), table).num_rows == 3
+    with pytest.raises(poison.PoisonBatchError) as raised:
+        poison.on_replay(journal, _partition(options, 7, 0, "r3"), table)
+    message = str(raised.value)
+    assert "batch 7 has been read by 3 attempts" in message
+    assert f"spark-sqs release --journal {journal.location} --batch 7" in message
+    assert journal.read_entry(7, 0) is not None, "nothing removed"
+
+
+def test_policy_dead_letter_replays_only_what_the_narrowing_keeps(tmp_path: Any) -> None:
+    journal, options = _journal_with_batch(
+        tmp_path, 7, [[1, 2, 3], [4]], poisonMessagePolicy="deadLetter", deadLetterQueueUrl=DLQ_URL
+    )
+    narrowing = poison.Narrowing(1, {0: [_mid(2)]}, {0: [_mid(1), _mid(3)]})
+    journal.store.create("batches/000000000007/_narrow-0001.json", narrowing.to_json())
+    kept = poison.on_replay(journal, _partition(options, 7, 0, "r9"), journal.read_entry(7, 0))
+    assert _ids(kept) == [_mid(2)]
+    untouched = poison.on_replay(journal, _partition(options, 7, 1, "r9"), journal.read_entry(7, 1))
+    assert _ids(untouched) == [_mid(4)]
+    assert poison.attempts_by_step(poison.read_attempts(journal, 7)) == {1: 1}
+
+
+# -- narrowing and quarantine on the driver --
+
+
+@pytest.fixture
+def sqs(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with mock_aws():
+        client = boto3.client("sqs", region_name="us-east-1")
+        client.create_queue(QueueName="orders")
+        client.create_queue(QueueName="orders-dlq")
+        client.create_queue(QueueName="orders-dlq.fifo", Attributes={"FifoQueue": "true"})
+        yield client
+
+
+class _Driver:
+    """The driver's callbacks: batch numbers for carry batches, pending batches."""
+
+    def __init__(self, planned: int) -> None:
+        self.planned = planned
+        self.tracked: list[int] = []
+
+    def reserve(self) -> int:
+        self.planned += 1
+        return self.planned
+
+
+def _quarantine(journal: Any, options: Any, client: Any, driver: _Driver, dlq: str = DLQ_URL):
+    return poison.Quarantine(
+        journal,
+        client,
+        QUEUE_URL,
+        dlq,
+        options,
+        reserve_batch=driver.reserve,
+        track=driver.tracked.append,
+    )
+
+
+def _dlq_messages(client: Any, url: str = DLQ_URL) -> list[dict[str, Any]]:
+    out = []
+    while True:
+        got = client.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]
+        ).get("Messages", [])
+        if not got:
+            return out
+        out += got
+
+
+def _fail_once_more(journal: Any, batch: int, run: str, receivers: list[int]) -> None:
+    """A run that replayed the batch (under its latest step) and failed."""
+    latest = poison.latest_narrowing(journal, batch)
+    for receiver in receivers:
+        poison.record_attempt(
+            journal, batch, receiver, f"{run}-s0-t0", latest.step if latest else 0
+        )
+
+
+def test_narrowing_carries_the_rest_out_and_quarantines_the_last_message_once(
+    tmp_path: Any, sqs: Any
+) -> None:
+    journal, options = _journal_with_batch(
+        tmp_path, 4, [[1, 2], [3, 4]], poisonMessagePolicy="deadLetter", maxBatchAttempts="2"
+    )
+    driver = _Driver(planned=4)
+    quarantine = _quarantine(journal, options, sqs, driver)
+    for run in ("r1", "r2"):
+        _fail_once_more(journal, 4, run, [0, 1])
+    # Step 1: the first half stays, the second half goes to carry batch 5.
+    step = quarantine.prepare_replay(4, [0, 1])
+    assert step is not None and step.step == 1 and step.carry_batch == 5
+    assert step.keep == {0: [_mid(1), _mid(2)], 1: []}
+    assert driver.tracked == [5]
+    assert _ids(journal.read_entry(5, 1)) == [_mid(3), _mid(4)]
+    assert poison.carry_batches(journal, [4, 5]) == [5]
+    # Planning again without a new failure changes nothing (a run that died before reading).
+    assert quarantine.prepare_replay(4, [0, 1]) == step
+    _fail_once_more(journal, 4, "r3", [0, 1])
+    step = quarantine.prepare_replay(4, [0, 1])
+    assert step.step == 2 and step.keep == {0: [_mid(1)], 1: []} and step.carry_batch == 6
+    assert _ids(journal.read_entry(6, 0)) == [_mid(2)]
+    _fail_once_more(journal, 4, "r4", [0, 1])
+    step = quarantine.prepare_replay(4, [0, 1])
+    assert step.step == 3 and step.quarantined == (_mid(1),) and step.keep == {0: [], 1: []}
+    sent = _dlq_messages(sqs)
+    assert len(sent) == 1
+    info = json.loads(sent[0]["MessageAttributes"][poison.QUARANTINE_ATTRIBUTE]["StringValue"])
+    assert info["sourceQueue"] == QUEUE_URL and info["messageId"] == _mid(1)
+    assert info["batch"] == 4 and info["batchAttempts"] == 4
+    assert info["approximateReceiveCount"] == 1
+    assert sent[0]["Body"] == sqs_message(1)["Body"]
+    # Every later plan of the batch finishes what is undone, and sends nothing twice.
+    for _ in range(2):
+        assert quarantine.prepare_replay(4, [0, 1]).step == 3
+    assert _dlq_messages(sqs) == []
+    assert [q["messageId"] for q in poison.quarantined(journal)] == [_mid(1)]
+    assert poison.quarantined(journal)[0]["sent"] is True
+
+
+def test_a_crash_between_decision_and_send_sends_once_on_the_next_plan(
+    tmp_path: Any, sqs: Any
+) -> None:
+    journal, options = _journal_with_batch(
+        tmp_path, 4, [[1]], poisonMessagePolicy="deadLetter", maxBatchAttempts="1"
+    )
+    _fail_once_more(journal, 4, "r1", [0])
+    failing = _FailingSend(sqs)
+    with pytest.raises(Exception, match="deadLetterQueueUrl"):
+        _quarantine(journal, options, failing, _Driver(4)).prepare_replay(4, [0])
+    # The decision was recorded before the send; the batch delivers nothing of the message.
+    assert poison.latest_narrowing(journal, 4).quarantined == (_mid(1),)
+    assert poison.quarantined(journal)[0]["sent"] is False
+    assert _dlq_messages(sqs) == []
+    _quarantine(journal, options, sqs, _Driver(4)).prepare_replay(4, [0])
+    _quarantine(journal, options, sqs, _Driver(4)).prepare_replay(4, [0])
+    assert len(_dlq_messages(sqs)) == 1
+
+
+class _FailingSend:
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def send_message(self, **kwargs: Any) -> Any:
+        from botocore.exceptions import ClientError
+
+        raise ClientError({"Error": {"Code": "AccessDenied", "Message": "no"}}, "SendMessage")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def test_a_fifo_dead_letter_queue_gets_a_deterministic_deduplication_id(
+    tmp_path: Any, sqs: Any
+) -> None:
+    fifo = DLQ_URL + ".fifo"
+    journal, options = _journal_with_batch(
+        tmp_path, 4, [[1]], poisonMessagePolicy="deadLetter", maxBatchAttempts="1"
+    )
+    _fail_once_more(journal, 4, "r1", [0])
+    _quarantine(journal, options, sqs, _Driver(4), dlq=fifo).prepare_replay(4, [0])
+    # A crash after the send, before its marker: the resend is deduplicated by SQS.
+    journal.store.delete(f"quarantine/{4:012d}-{_mid(1)}.sent")
+    _quarantine(journal, options, sqs, _Driver(4), dlq=fifo).prepare_replay(4, [0])
+    assert len(_dlq_messages(sqs, fifo)) == 1
+
+
+def test_a_message_with_ten_attributes_has_its_body_wrapped_instead() -> None:
+    attributes = {f"a{i}": {"DataType": "String", "StringValue": str(i)} for i in range(10)}
+    table = messages_to_table([sqs_message(1, attributes=attributes)], QUEUE_URL)
+    row = table.to_pylist()[0]
+    info = {"messageId": "m", "quarantineId": "q"}
+    request = poison.dead_letter_request(DLQ_URL, row, info)
+    assert len(request["MessageAttributes"]) == 10
+    assert poison.QUARANTINE_ATTRIBUTE not in request["MessageAttributes"]
+    envelope = json.loads(request["MessageBody"])
+    assert envelope["body"] == sqs_message(1)["Body"]
+    assert envelope[poison.QUARANTINE_ATTRIBUTE] == info
+    fewer = poison.dead_letter_request(
+        DLQ_URL, messages_to_table([sqs_message(1)], QUEUE_URL).to_pylist()[0], info
+    )
+    assert fewer["MessageBody"] == sqs_message(1)["Body"]
+    assert (
+        json.loads(fewer["MessageAttributes"][poison.QUARANTINE_ATTRIBUTE]["StringValue"]) == info
+    )
+
+
+def test_a_batch_adopting_carried_messages_is_suspect(tmp_path: Any, sqs: Any) -> None:
+    journal, options = _journal_with_batch(
+        tmp_path, 4, [[1, 2]], poisonMessagePolicy="deadLetter", maxBatchAttempts="3"
+    )
+    quarantine = _quarantine(journal, options, sqs, _Driver(4))
+    for run in ("r1", "r2", "r3"):
+        _fail_once_more(journal, 4, run, [0])
+    assert quarantine.prepare_replay(4, [0]).carry_batch == 5
+    journal.write_plan(BatchPlan(6, (ReceiverPlan(0, 0), ReceiverPlan(10000, 0, (5, 0)))))
+    quarantine.inherit(6, [5])
+    journal.adopt_entry(5, 0, 6, 10000)
+    journal.write_entry(6, 0, messages_to_table([], QUEUE_URL))
+    _fail_once_more(journal, 6, "r4", [0, 10000])
+    # One failure suffices for a suspect batch.
+    step = quarantine.prepare_replay(6, [0, 10000])
+    assert step is not None and step.quarantined == (_mid(2),)
+
+
+# -- release --
+
+
+def test_release_makes_messages_visible_and_the_replay_receives_nothing(
+    tmp_path: Any, sqs: Any, capsys: Any
+) -> None:
+    location = str(tmp_path / "j")
+    journal = Journal(location, make_options(location))
+    journal.check_owner(QUEUE_URL)
+    sqs.send_message_batch(
+        QueueUrl=QUEUE_URL,
+        Entries=[{"Id": str(i), "MessageBody": f"m{i}"} for i in range(3)],
+    )
+    got = sqs.receive_message(
+        QueueUrl=QUEUE_URL, MaxNumberOfMessages=10, VisibilityTimeout=600, AttributeNames=["All"]
+    )["Messages"]
+    journal.write_plan(BatchPlan(3, (ReceiverPlan(0, 10), ReceiverPlan(1, 10))))
+    journal.write_entry(3, 0, messages_to_table(got, QUEUE_URL))
+    journal.write_state(JournalState(planned_batch=3, acked_batch=2, initial_batch=0))
+    poison.record_attempt(journal, 3, 0, "r1-s0-t0", 0)
+
+    assert main(["release", "--journal", location, "--batch", "3", "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out[out.index("{") :])["madeVisible"] == 3
+    visible = sqs.receive_message(QueueUrl=QUEUE_URL, MaxNumberOfMessages=10)["Messages"]
+    assert sorted(m["Body"] for m in visible) == ["m0", "m1", "m2"]
+    assert journal.receivers(3) == [] and poison.read_attempts(journal, 3) == []
+    plan = journal.read_plan(3)
+    assert [(r.receiver, r.limit) for r in plan.receivers] == [(0, 0), (1, 0)]
+    # A crash that left no plan: the driver takes the marker's zero plan.
+    journal.store.delete("batches/000000000003/_plan.json")
+    assert poison.released_plan(journal, 3) == plan
+
+
+def test_release_asks_before_it_acts(tmp_path: Any, sqs: Any, monkeypatch: Any) -> None:
+    location = str(tmp_path / "j")
+    journal = Journal(location, make_options(location))
+    journal.check_owner(QUEUE_URL)
+    journal.write_plan(BatchPlan(3, (ReceiverPlan(0, 10),)))
+    journal.write_entry(3, 0, messages_to_table([sqs_message(1)], QUEUE_URL))
+    monkeypatch.setattr("builtins.input", lambda prompt: "n")
+    assert main(["release", "--journal", location, "--batch", "3"]) == 1
+    assert journal.receivers(3) == [0]
+
+
+# -- options --
+
+
+def test_poison_options_are_validated_at_load() -> None:
+    assert make_options().poison_message_policy == "fail"
+    assert make_options().max_batch_attempts == 3
+    assert make_options(poisonMessagePolicy="DEADLETTER").poison_message_policy == "deadLetter"
+    with pytest.raises(InvalidOptionError, match="'poisonMessagePolicy' = 'drop'.*Fix: use"):
+        make_options(poisonMessagePolicy="drop")
+    with pytest.raises(InvalidOptionError, match="'maxBatchAttempts' = '0'.*Fix"):
+        make_options(maxBatchAttempts="0")
+    with pytest.raises(InvalidOptionError, match="'deadLetterQueueUrl'.*only applies.*Fix"):
+        make_options(deadLetterQueueUrl=DLQ_URL)
+    with pytest.raises(InvalidOptionError, match="'deadLetterQueueUrl' = 'dlq'.*Fix"):
+        make_options(poisonMessagePolicy="deadLetter", deadLetterQueueUrl="dlq")
+    with pytest.raises(InvalidOptionError, match="deleteOnCommit=false.*Fix"):
+        make_options(poisonMessagePolicy="deadLetter", deleteOnCommit="false")
+
+
+def test_the_dead_letter_queue_is_the_redrive_target_or_an_error(sqs: Any) -> None:
+    options = make_options(poisonMessagePolicy="deadLetter")
+    with pytest.raises(InvalidOptionError, match="no RedrivePolicy.*Fix: set 'deadLetterQueueUrl'"):
+        poison.resolve_dead_letter_queue(sqs, QUEUE_URL, options)
+    arn = sqs.get_queue_attributes(QueueUrl=DLQ_URL, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    sqs.set_queue_attributes(
+        QueueUrl=QUEUE_URL,
+        Attributes={
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": 5})
+        },
+    )
+    assert poison.resolve_dead_letter_queue(sqs, QUEUE_URL, options) == DLQ_URL
+    explicit = make_options(poisonMessagePolicy="deadLetter", deadLetterQueueUrl=DLQ_URL + "2")
+    assert poison.resolve_dead_letter_queue(sqs, QUEUE_URL, explicit) == DLQ_URL + "2"
+
+
+def test_inspect_lists_failed_batches_and_quarantined_messages(
+    tmp_path: Any, sqs: Any, capsys: Any
+) -> None:
+    journal, options = _journal_with_batch(
+        tmp_path, 4, [[1, 2]], poisonMessagePolicy="deadLetter", maxBatchAttempts="1"
+    )
+    _fail_once_more(journal, 4, "r1", [0])
+    quarantine = _quarantine(journal, options, sqs, _Driver(4))
+    quarantine.prepare_replay(4, [0])
+    _fail_once_more(journal, 4, "r2", [0])
+    quarantine.prepare_replay(4, [0])
+    capsys.readouterr()
+    assert main(["inspect", "--queue-url", QUEUE_URL, "--journal", journal.location]) == 0
+    report = json.loads(capsys.readouterr().out)["journal"]
+    failed = report["batchesWithFailedAttempts"]["4"]
+    assert failed["attempts"] == 2 and failed["narrowingStep"] == 2 and failed["delivering"] == 0
+    assert failed["carryBatches"] == [5]
+    assert report["batchesWithFailedAttempts"]["5"]["carriedFrom"] == 4
+    [quarantined] = report["quarantinedMessages"]
+    assert quarantined["messageId"] == _mid(1) and quarantined["sent"] is True
+    assert "AQEB" not in json.dumps(report), "no receipt handles in the output"
+
+
+def test_read_partition_counts_the_first_attempt_in_its_entry_and_replays_in_records(
+    tmp_path: Any,
+) -> None:
+    from dataclasses import replace
+
+    from spark_sqs.receiver import read_partition
+    from tests.fakes import FakeSqs
+
+    location = str(tmp_path / "j")
+    options = make_options(location, maxBatchAttempts="2")
+    journal = Journal(location, options)
+    journal.write_plan(BatchPlan(3, (ReceiverPlan(0, 5),)))
+    part = ReceiverPartition(3, 0, 5, QUEUE_URL, options, run="run1")
+    sqs = FakeSqs(available=5)
+    assert sum(b.num_rows for b in read_partition(part, client_factory=lambda: sqs)) == 5
+    entry = journal.read_entry(3, 0)
+    assert poison.first_attempt(entry) == "run1-s0-t0"
+    assert poison.read_attempts(journal, 3) == [], "no extra write for the first attempt"
+
+    def never() -> Any:
+        raise AssertionError("a replay calls no SQS")
+
+    rows = [b.num_rows for b in read_partition(replace(part, run="run2"), client_factory=never)]
+    assert sum(rows) == 5
+    assert [a.key for a in poison.read_attempts(journal, 3)] == ["run2-s0-t0"]
+    with pytest.raises(poison.PoisonBatchError, match="read by 3 attempts"):
+        list(read_partition(replace(part, run="run3"), client_factory=never))
