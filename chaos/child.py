@@ -71,6 +71,9 @@ def main() -> int:
             numPartitions=args.receivers,
             maxMessagesPerTrigger=args.max_per_trigger,
             deleteAfterJournal=str(args.delete_after_journal).lower(),
+            # Every killed run that read a batch counts as an attempt of it (docs/operations.md):
+            # with the default of 3 the harness's kills alone would stop the stream.
+            maxBatchAttempts=1000,
         )
         .select("messageId", pass_through("messageId", "body").alias("body"), "messageGroupId")
         .writeStream.format("parquet")
