@@ -6,7 +6,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 LINTED := spark_sqs devtools tests notebooks chaos bench sim
 
-.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick soak bench conformance bench-sink bench-driver sim mutations
+.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick chaos-sink soak bench conformance bench-sink bench-driver sim mutations
 
 venv:
 	@scripts/bootstrap.sh $(VENV) $(LOCK)
@@ -27,6 +27,11 @@ chaos: venv
 # The short run CI makes: standard and FIFO queues, two kills each.
 chaos-quick: venv
 	$(PY) -m chaos --quick $(CHAOS_ARGS)
+
+# The sink round trip (docs/chaos.md): source -> writeStream.format("sqs") into a FIFO queue,
+# with the quick run's parameters (300 messages, 2 kills; several minutes, not in chaos-quick).
+chaos-sink: venv
+	$(PY) -m chaos --quick --scenarios fifo-sqs-sink $(CHAOS_ARGS)
 
 # Steady traffic for SOAK_SECONDS with kills and faults throughout, then the same count.
 SOAK_SECONDS ?= 600

@@ -45,6 +45,16 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--drain-batch", type=int, default=500, help="LocalStack: msgs/receiver/batch")
     p.add_argument("--body-bytes", type=int, default=200, help="message body size")
+    p.add_argument(
+        "--sink-messages",
+        type=int,
+        default=20000,
+        help="sink: messages per run (at most 4000 when it falls back to moto)",
+    )
+    p.add_argument("--sink-repeats", type=int, default=3, help="sink: runs of each kind")
+    p.add_argument(
+        "--sink-partitions", type=int, default=2, help="sink: tasks (x 4 calls in flight)"
+    )
     p.add_argument("--cores", type=int, default=8, help="Spark master local[N]")
     p.add_argument(
         "--base-ref",
@@ -60,6 +70,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         args.drain_per_receiver = 300
         args.drain_batch = 150
         args.moto_batch = 100
+        args.sink_messages, args.sink_repeats = 2000, 1
     return args
 
 
@@ -381,6 +392,32 @@ def memory_section(spark: Any, wd: Any, eps: Endpoints, args: argparse.Namespace
     return out
 
 
+SINK_IN_FLIGHT = 4
+
+
+def sink_section(spark: Any, eps: Endpoints, args: argparse.Namespace) -> dict:
+    """The SQS sink (``df.write.format("sqs")``) against a plain boto3 ``SendMessageBatch``
+    loop at equal concurrency (``bench/sink.py``), on LocalStack through the delay proxy (moto
+    when LocalStack is unavailable: moto slows down as the queue fills)."""
+    from bench import sink
+
+    server = "localstack" if eps.localstack is not None else "moto"
+    via, direct = eps.get(server, True)
+    # moto scans every stored message on each send: keep its queues small.
+    messages = args.sink_messages if server == "localstack" else min(args.sink_messages, 4000)
+    result = sink.compare(
+        spark,
+        direct,
+        via,
+        messages=messages,
+        partitions=args.sink_partitions,
+        in_flight=SINK_IN_FLIGHT,
+        repeats=args.sink_repeats,
+        body_bytes=args.body_bytes,
+    )
+    return {"server": server, "proxied": True, "delayMs": args.delay_ms, **result}
+
+
 def hotpath_section(eps: Endpoints, args: argparse.Namespace, out_dir: Path) -> dict:
     """The hot path (bench.hotpath) of the base commit and of this tree, in the same run."""
     base_ref = args.base_ref or _merge_base()
@@ -552,6 +589,14 @@ def main(argv: list[str] | None = None) -> int:
         results["overhead"] = section("overhead", overhead_section, spark, wd, eps, args)
         results["latency"] = section("latency", latency_section, spark, wd, eps, args)
         results["memory"] = section("memory", memory_section, spark, wd, eps, args)
+        results["sink"] = section("sink", sink_section, spark, eps, args)
+        if results["sink"]:
+            logger.info(
+                "   sink %.0f/s baseline %.0f/s ratio %.2f",
+                results["sink"]["sinkMsgPerSec"],
+                results["sink"]["baselineMsgPerSec"],
+                results["sink"]["ratio"],
+            )
     finally:
         results["total_seconds"] = round(time.time() - began, 1)
         _save(results, out_dir)

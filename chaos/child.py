@@ -1,6 +1,7 @@
-"""The query under test: ``readStream.format("sqs")`` into a Parquet file sink, in its own
-process so the harness can SIGKILL it (Python driver, JVM and Python workers together). A few
-messages stall their micro-batch past the visibility timeout (``--stall-every``).
+"""The query under test: ``readStream.format("sqs")`` into a Parquet file sink or, with
+``--sink sqs``, into a second queue with ``writeStream.format("sqs")`` (the sink round trip), in
+its own process so the harness can SIGKILL it (Python driver, JVM and Python workers together).
+A few messages stall their micro-batch past the visibility timeout (``--stall-every``).
 
 Writes ``<control>/started`` once the query runs, exits 0 when ``<control>/stop`` appears (after
 stopping the query), and exits 2 if the query fails.
@@ -27,6 +28,8 @@ def main() -> int:
     parser.add_argument("--delete-after-journal", action="store_true")
     parser.add_argument("--stall-every", type=int, default=0)
     parser.add_argument("--stall-seconds", type=float, default=0.0)
+    parser.add_argument("--sink", choices=("parquet", "sqs"), default="parquet")
+    parser.add_argument("--target-queue-url", default=None, help="with --sink sqs")
     args = parser.parse_args()
     control = Path(args.control)
     logging.basicConfig(
@@ -61,24 +64,32 @@ def main() -> int:
             time.sleep(stall_seconds)
         return body
 
-    query = (
-        sqs_stream(
-            spark,
-            args.endpoint,
-            args.queue_url,
-            args.journal,
-            visibilityTimeout=args.visibility,
-            numPartitions=args.receivers,
-            maxMessagesPerTrigger=args.max_per_trigger,
-            deleteAfterJournal=str(args.delete_after_journal).lower(),
-            # Every killed run that read a batch counts as an attempt of it (docs/operations.md):
-            # with the default of 3 the harness's kills alone would stop the stream.
-            maxBatchAttempts=1000,
+    stream = sqs_stream(
+        spark,
+        args.endpoint,
+        args.queue_url,
+        args.journal,
+        visibilityTimeout=args.visibility,
+        numPartitions=args.receivers,
+        maxMessagesPerTrigger=args.max_per_trigger,
+        deleteAfterJournal=str(args.delete_after_journal).lower(),
+        # Every killed run that read a batch counts as an attempt of it (docs/operations.md):
+        # with the default of 3 the harness's kills alone would stop the stream.
+        maxBatchAttempts=1000,
+    ).select("messageId", pass_through("messageId", "body").alias("body"), "messageGroupId")
+    if args.sink == "sqs":
+        # The round trip: the sink derives each message's deduplication id from the source's
+        # messageId, so a replayed batch or a retried task sends ids SQS has already seen.
+        writer = (
+            stream.writeStream.format("sqs")
+            .option("queueUrl", args.target_queue_url)
+            .option("endpointUrl", args.endpoint)
+            .option("metricsLocation", str(Path(args.out).parent / "sink-metrics"))
         )
-        .select("messageId", pass_through("messageId", "body").alias("body"), "messageGroupId")
-        .writeStream.format("parquet")
-        .option("path", args.out)
-        .option("checkpointLocation", args.checkpoint)
+    else:
+        writer = stream.writeStream.format("parquet").option("path", args.out)
+    query = (
+        writer.option("checkpointLocation", args.checkpoint)
         .trigger(processingTime="500 milliseconds")
         .start()
     )

@@ -16,6 +16,7 @@ classification and our recovery all run as they would in production. The kinds:
 - ``timeout``: the request *is* sent and the service acts on it, then the response is lost (a
   read timeout). A lost ReceiveMessage leaves messages in flight that nobody knows about; a lost
   DeleteMessageBatch deleted messages that the caller thinks are still there; a lost
+  SendMessageBatch (the SQS sink's) sent messages that the sink sends again; a lost
   conditional PutObject created the journal object, and botocore's retry of it then gets 412
   ``PreconditionFailed``, as if another attempt had written first. These are the cases an
   exactly-once source must survive.
@@ -36,11 +37,15 @@ from typing import Any
 
 ENV = "SPARK_SQS_CHAOS"
 KINDS = ("throttle", "server-error", "reset", "timeout")
+# The SQS sink's sends (the fifo-sqs-sink scenario): a lost SendMessageBatch answer means
+# messages SQS accepted that botocore, or the sink, sends again with the same deduplication ids.
+SINK_OPERATIONS = ("SendMessageBatch",)
 SQS_OPERATIONS = (
     "ReceiveMessage",
     "DeleteMessageBatch",
     "ChangeMessageVisibilityBatch",
     "GetQueueAttributes",
+    *SINK_OPERATIONS,
 )
 # The journal's requests on S3: create-if-absent and metrics writes, reads, listings, removals.
 S3_OPERATIONS = ("PutObject", "GetObject", "ListObjectsV2", "DeleteObject")

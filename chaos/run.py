@@ -6,7 +6,9 @@ from its checkpoint (each run with a ``numPartitions`` and ``maxMessagesPerTrigg
 anew), while every SQS call it makes fails at ``--fault-rate``, and with an ``s3://`` journal on
 the embedded moto server every S3 call too (see ``chaos/faults.py``). At the end the committed
 output of the file sink is checked by message id and payload number against what the producer
-sent, and the queue must be empty.
+sent, and the queue must be empty. In the sink round trip (``fifo-sqs-sink``) the query writes
+with ``writeStream.format("sqs")`` into a second FIFO queue instead, and what arrived there is
+drained and checked the same way once the query has stopped (``drain_target``).
 
 A scenario passes with zero lost, zero duplicated, nothing left in the queue and, on FIFO
 queues, every message group in order. The exit status is 0 only if every scenario passes.
@@ -35,6 +37,7 @@ from chaos.faults import (
     KINDS,
     OPERATIONS,
     S3_OPERATIONS,
+    SINK_OPERATIONS,
     FaultConfig,
     count_faults,
     faults_by_role_and_service,
@@ -59,7 +62,14 @@ class Scenario:
     # "local": a directory in the work dir; "s3": a prefix in a bucket on the embedded moto
     # server, whose PutObject, GetObject, ListObjectsV2 and DeleteObject calls fail too.
     journal: str = "local"
+    # "parquet": the file sink; "sqs": writeStream.format("sqs") into a second FIFO queue, whose
+    # SendMessageBatch calls fail too.
+    sink: str = "parquet"
 
+
+# SQS drops a FIFO copy only within 5 minutes of the first send (moto too: it compares send
+# times against the same 300 s). A sink round trip that runs longer may duplicate legitimately.
+DEDUPE_WINDOW_SECONDS = 300.0
 
 SCENARIOS = {
     "standard": Scenario("standard", fifo=False),
@@ -69,6 +79,9 @@ SCENARIOS = {
     "standard-s3": Scenario("standard-s3", False, journal="s3"),
     "fifo-s3": Scenario("fifo-s3", True, journal="s3"),
     "fifo-journal-delete-s3": Scenario("fifo-journal-delete-s3", True, True, journal="s3"),
+    # Not deleteAfterJournal: there one group's messages of a batch may be spread over several
+    # receivers, and the sink then sends them in no defined order (docs/sink.md).
+    "fifo-sqs-sink": Scenario("fifo-sqs-sink", fifo=True, sink="sqs"),
 }
 
 
@@ -85,6 +98,14 @@ class Outcome:
     # (numPartitions, maxMessagesPerTrigger) of each run, in order.
     run_options: list[tuple[int, int]] = field(default_factory=list)
     journal: str = "local"
+    sink: str = "parquet"
+    # Sink round trip: seconds from the first run's start until the target queue held
+    # everything; over DEDUPE_WINDOW_SECONDS a replay may legitimately duplicate.
+    sink_span: float = 0.0
+    # Target messages sharing a deduplication id: SQS (and moto) should have dropped them.
+    same_dedupe_id: int = 0
+    # The sink's counters summed over its metrics files (the last attempt of each batch).
+    sink_counters: dict[str, int] = field(default_factory=dict)
     rows: int = 0
     lost: int = 0
     duplicated: int = 0
@@ -183,6 +204,7 @@ class Child:
         journal: str,
         receivers: int,
         max_per_trigger: int,
+        target_url: str | None = None,
     ) -> None:
         self.control = work / f"control-{run}"
         self.control.mkdir()
@@ -199,6 +221,8 @@ class Child:
         ]  # fmt: skip
         if scenario.delete_after_journal:
             command.append("--delete-after-journal")
+        if scenario.sink == "sqs":
+            command += ["--sink", "sqs", "--target-queue-url", str(target_url)]
         env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
         # sitecustomize in INJECT installs the faults in every Python process of the query.
         env["PYTHONPATH"] = os.pathsep.join([str(INJECT), str(REPO), env.get("PYTHONPATH", "")])
@@ -299,7 +323,14 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
     queue_url = sqs.create_queue(
         QueueName=name + (".fifo" if scenario.fifo else ""), Attributes=attributes
     )["QueueUrl"]
+    target_url = None
+    if scenario.sink == "sqs":
+        # No content-based deduplication: only the sink's own ids may make SQS drop a copy.
+        target_url = sqs.create_queue(
+            QueueName=f"{name}-target.fifo", Attributes={"FifoQueue": "true"}
+        )["QueueUrl"]
     outcome.journal = scenario.journal
+    outcome.sink = scenario.sink
     journal = str(work / "journal")
     if scenario.journal == "s3":
         s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=endpoint)
@@ -323,7 +354,17 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
         total=None if args.soak else args.messages, until=soak_until,
     )  # fmt: skip
     producer.start()
-    say(f"[{scenario.name}] queue {queue_url}, journal {journal}, work dir {work}")
+    say(
+        f"[{scenario.name}] queue {queue_url}, journal {journal}, work dir {work}"
+        + (f", target queue {target_url}" if target_url else "")
+    )
+    first_start: list[float] = []
+
+    def delivered() -> int:
+        """Rows the sink holds so far (the target queue: every message, nothing deleted)."""
+        if target_url is not None:
+            return queue_depth(sqs, target_url)
+        return len(_rows(work))
 
     def child() -> Child:
         # Each run may come with other options: a replayed batch must still run the plan that
@@ -333,7 +374,7 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
         outcome.run_options.append((receivers, max_per_trigger))
         return Child(
             work, outcome.runs, endpoint, queue_url, args, scenario, faults, journal,
-            receivers, max_per_trigger,
+            receivers, max_per_trigger, target_url,
         )  # fmt: skip
 
     def more_kills() -> bool:
@@ -350,6 +391,8 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
             if not wait_for(run.up, args.start_timeout):
                 run.kill()
                 raise RuntimeError(f"the query did not start:\n{run.tail()}")
+            if not first_start:
+                first_start.append(time.monotonic())
             if run.exited():
                 outcome.query_failures += 1
                 say(f"[{scenario.name}] run {outcome.runs} failed to start:\n{run.tail()}")
@@ -375,7 +418,7 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
             say(
                 f"[{scenario.name}] run {outcome.runs} (numPartitions {receivers}, "
                 f"maxMessagesPerTrigger {max_per_trigger}): SIGKILL after {delay:.1f} s "
-                f"(sent {len(producer.sent)}, committed rows {len(_rows(work))})"
+                f"(sent {len(producer.sent)}, committed rows {delivered()})"
             )
         # The last run: no kill; it must take everything that is left.
         producer.join()
@@ -386,10 +429,16 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
         def done() -> bool:
             if final.exited():
                 return True
+            if target_url is not None:
+                # The source deletes a batch's messages only once the batch (its sends
+                # included) is committed: an empty source queue means every send is done.
+                return queue_depth(sqs, queue_url) == 0 and delivered() >= len(expected)
             numbers = {n for n, _ in _numbers(_rows(work))}
             return expected <= numbers and queue_depth(sqs, queue_url) == 0
 
         outcome.drained = wait_for(done, args.drain_timeout, interval=1.0) and not final.exited()
+        if first_start:
+            outcome.sink_span = time.monotonic() - first_start[0]
         if final.exited():
             outcome.query_failures += 1
             say(f"[{scenario.name}] the last run failed:\n{final.tail()}")
@@ -397,7 +446,13 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
     finally:
         producer.stop()
 
-    _count(outcome, work, producer.sent, scenario.fifo)
+    if target_url is not None:
+        # Only now: moto forgets a deduplication id once its message is deleted (AWS keeps it
+        # for 5 minutes), so reading the target while the query runs would let copies in.
+        _count_arrivals(outcome, drain_target(sqs, target_url), producer.sent)
+        outcome.sink_counters = sink_counters(work / "sink-metrics")
+    else:
+        _count(outcome, work, producer.sent, scenario.fifo)
     outcome.left_in_queue = queue_depth(sqs, queue_url)
     stalled = work / "stalled"
     outcome.stalls = len(list(stalled.iterdir())) if stalled.is_dir() else 0
@@ -436,6 +491,88 @@ def _count(outcome: Outcome, work: Path, sent: dict[int, str], fifo: bool) -> No
         outcome.order_violations = _order_violations(rows)
 
 
+def drain_target(sqs: Any, queue_url: str, timeout: float = 300.0) -> list[dict[str, Any]]:
+    """Receive and delete everything in the sink's target queue, in the order SQS hands it out
+    (per message group, the order it was accepted in). Runs after the query has stopped."""
+    arrivals: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    empty = 0
+    while time.monotonic() < deadline:
+        messages = sqs.receive_message(
+            QueueUrl=queue_url,
+            MaxNumberOfMessages=10,
+            VisibilityTimeout=120,
+            WaitTimeSeconds=0,
+            MessageSystemAttributeNames=["MessageGroupId", "MessageDeduplicationId"],
+        ).get("Messages", [])
+        if not messages:
+            # The group lock may hide visible messages for a moment; stop on an empty queue.
+            empty += 1
+            if empty >= 3 and queue_depth(sqs, queue_url) == 0:
+                break
+            time.sleep(0.2)
+            continue
+        empty = 0
+        for message in messages:
+            attributes = message.get("Attributes", {})
+            arrivals.append(
+                {
+                    "body": message["Body"],
+                    "group": attributes.get("MessageGroupId"),
+                    "dedupe": attributes.get("MessageDeduplicationId"),
+                }
+            )
+        entries = [
+            {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)
+        ]
+        response = sqs.delete_message_batch(QueueUrl=queue_url, Entries=entries)
+        if response.get("Failed"):
+            raise RuntimeError(f"draining the target queue: {response['Failed']}")
+    return arrivals
+
+
+def _count_arrivals(outcome: Outcome, arrivals: list[dict[str, Any]], sent: dict[int, str]) -> None:
+    """What the sink round trip delivered, against what the producer sent: each number once,
+    and each group's numbers in increasing order (the order SQS accepted them in)."""
+    outcome.sent = len(sent)
+    outcome.rows = len(arrivals)
+    numbers: list[int | None] = []
+    for arrival in arrivals:
+        try:
+            numbers.append(int(json.loads(arrival["body"])["n"]))
+        except (ValueError, KeyError, TypeError):
+            numbers.append(None)  # not a message the producer wrote
+    valid = [n for n in numbers if n is not None]
+    seen = set(valid)
+    outcome.lost = len(set(sent) - seen)
+    outcome.duplicated = len(valid) - len(seen)
+    outcome.unexpected = numbers.count(None) + len(seen - set(sent))
+    dedupe_ids = [a["dedupe"] for a in arrivals if a.get("dedupe")]
+    outcome.same_dedupe_id = len(dedupe_ids) - len(set(dedupe_ids))
+    highest: dict[str, int] = {}
+    violations = 0
+    for arrival, n in zip(arrivals, numbers, strict=True):
+        if n is None:
+            continue
+        group = str(arrival.get("group"))
+        if n < highest.get(group, -1):
+            violations += 1
+        highest[group] = max(highest.get(group, -1), n)
+    outcome.order_violations = violations
+
+
+def sink_counters(location: Path) -> dict[str, int]:
+    """The sink's counters (docs/sink.md) summed over its per-batch metrics files."""
+    totals: dict[str, int] = {}
+    if not location.is_dir():
+        return totals
+    for path in sorted(location.glob("batch-*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        for key in ("rows", "sent", "retried", "throttled", "failed", "calls"):
+            totals[key] = totals.get(key, 0) + int(data.get(key, 0))
+    return totals
+
+
 def _order_violations(rows: list[tuple[int, dict[str, Any]]]) -> int:
     """Per message group, every micro-batch must hold later messages than the batches before it
     (rows of one group within one batch may come from several receivers)."""
@@ -470,6 +607,26 @@ def render(outcomes: list[Outcome], args: Any) -> str:
             f"{o.order_violations if 'fifo' in o.scenario else '-'} | {o.seconds:.0f} s | "
             f"{'PASS' if o.passed else 'FAIL'} |"
         )
+    sinks = [o for o in outcomes if o.sink == "sqs"]
+    if sinks:
+        lines += [
+            "",
+            "Sink round trip (the target queue, drained after the last run; sink counters "
+            "summed over the metrics file of each committed batch):",
+            "",
+            "| scenario | target messages | same deduplication id | first start to all "
+            "delivered | within SQS's 5-minute deduplication window | sink sent | retried "
+            "| throttled | failed attempts | calls |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for o in sinks:
+            c = o.sink_counters
+            within = "yes" if o.sink_span <= DEDUPE_WINDOW_SECONDS else "**no**"
+            lines.append(
+                f"| {o.scenario} | {o.rows} | {o.same_dedupe_id} | {o.sink_span:.0f} s | "
+                f"{within} | {c.get('sent', 0)} | {c.get('retried', 0)} | "
+                f"{c.get('throttled', 0)} | {c.get('failed', 0)} | {c.get('calls', 0)} |"
+            )
     lines += [
         "",
         "Options of each run (numPartitions/maxMessagesPerTrigger; the last run drains):",
@@ -490,6 +647,8 @@ def render(outcomes: list[Outcome], args: Any) -> str:
         for operation in args.fault_operations:
             if operation in S3_OPERATIONS and o.journal != "s3":
                 continue  # a local journal makes no S3 calls
+            if operation in SINK_OPERATIONS and o.sink != "sqs":
+                continue  # only the SQS sink sends
             counts = [str(o.faults.get((operation, kind), 0)) for kind in kinds]
             lines.append(f"| {o.scenario} | {operation} | " + " | ".join(counts) + " |")
     lines += [

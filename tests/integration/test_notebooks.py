@@ -32,3 +32,4 @@ def test_quickstart_notebook_runs(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     assert "50 orders written" in result.stdout
     assert "left in the queue: 0 0" in result.stdout
+    assert "50 orders read back from the second queue" in result.stdout

@@ -3,6 +3,7 @@ sink reader and counters see through uncommitted files, duplicates and reorderin
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -18,7 +19,16 @@ from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutE
 
 from chaos import faults
 from chaos.faults import FaultConfig, FaultInjector, count_faults, faults_by_role
-from chaos.run import Outcome, _count, _order_violations, _processes
+from chaos.run import (
+    Outcome,
+    _count,
+    _count_arrivals,
+    _order_violations,
+    _processes,
+    drain_target,
+    render,
+    sink_counters,
+)
 from chaos.sink import committed_batches, committed_files
 from spark_sqs.client import classify, queue_counts
 from spark_sqs.errors import TransientSqsError
@@ -361,3 +371,141 @@ def test_fault_log_counts_by_role_and_service(tmp_path):
         ("driver", "s3"): (2, 2),
     }
     assert faults_by_role(str(log)) == {"executor": (2, 1), "driver": (2, 2)}
+
+
+# -- the sink round trip (fifo-sqs-sink) ----------------------------------------------------------
+
+
+def _arrival(n: int, group: str = "g0", dedupe: str | None = None) -> dict[str, Any]:
+    return {"body": json.dumps({"n": n}), "group": group, "dedupe": dedupe or f"d{n}"}
+
+
+def _arrivals_outcome(arrivals: list[dict[str, Any]], sent: range = range(4)) -> Outcome:
+    outcome = Outcome("fifo-sqs-sink", sink="sqs", drained=True)
+    _count_arrivals(outcome, arrivals, {n: f"id-{n}" for n in sent})
+    return outcome
+
+
+def test_sink_arrivals_pass_with_each_number_once_in_group_order():
+    # Groups interleave freely; within each, numbers increase.
+    outcome = _arrivals_outcome([_arrival(0), _arrival(2, "g1"), _arrival(1), _arrival(3, "g1")])
+    assert (outcome.sent, outcome.rows, outcome.lost, outcome.duplicated) == (4, 4, 0, 0)
+    assert (outcome.unexpected, outcome.order_violations, outcome.same_dedupe_id) == (0, 0, 0)
+    assert outcome.passed
+
+
+def test_sink_arrivals_report_a_missing_message():
+    outcome = _arrivals_outcome([_arrival(0), _arrival(1), _arrival(3, "g1")])
+    assert (outcome.lost, outcome.duplicated, outcome.order_violations) == (1, 0, 0)
+    assert not outcome.passed
+
+
+def test_sink_arrivals_report_a_duplicate_and_whether_sqs_should_have_dropped_it():
+    # A copy with the same deduplication id: SQS failed to drop it (or the window had passed).
+    same = _arrivals_outcome([_arrival(0), _arrival(1), _arrival(1), _arrival(2), _arrival(3)])
+    assert (same.duplicated, same.same_dedupe_id, same.lost) == (1, 1, 0)
+    assert not same.passed
+    # A copy with another id: the sink derived a different id for the same row.
+    other = [_arrival(0), _arrival(1), _arrival(1, dedupe="x"), _arrival(2), _arrival(3)]
+    outcome = _arrivals_outcome(other)
+    assert (outcome.duplicated, outcome.same_dedupe_id) == (1, 0)
+    assert not outcome.passed
+
+
+def test_sink_arrivals_report_group_order_violations_and_foreign_messages():
+    outcome = _arrivals_outcome([_arrival(1), _arrival(0), _arrival(2, "g1"), _arrival(3, "g1")])
+    assert (outcome.order_violations, outcome.lost, outcome.duplicated) == (1, 0, 0)
+    assert not outcome.passed
+    foreign = [*map(_arrival, range(4)), {"body": "not json", "group": "g0", "dedupe": "z"}]
+    foreign.append(_arrival(7))
+    outcome = _arrivals_outcome(foreign)
+    assert (outcome.unexpected, outcome.lost, outcome.order_violations) == (2, 0, 0)
+    assert not outcome.passed
+
+
+def test_drain_target_reads_every_group_in_order_and_empties_the_queue(endpoint):
+    plain = _client(endpoint)
+    url = plain.create_queue(QueueName="chaos-target.fifo", Attributes={"FifoQueue": "true"})[
+        "QueueUrl"
+    ]
+    for n in range(25):
+        plain.send_message(
+            QueueUrl=url,
+            MessageBody=json.dumps({"n": n}),
+            MessageGroupId=f"g{n % 3}",
+            MessageDeduplicationId=f"d{n}",
+        )
+    arrivals = drain_target(plain, url, timeout=60)
+    assert sorted(json.loads(a["body"])["n"] for a in arrivals) == list(range(25))
+    assert {a["dedupe"] for a in arrivals} == {f"d{n}" for n in range(25)}
+    outcome = Outcome("fifo-sqs-sink", sink="sqs", drained=True)
+    _count_arrivals(outcome, arrivals, {n: "" for n in range(25)})
+    assert outcome.passed
+    assert queue_counts(plain, url) == (0, 0)
+
+
+def test_moto_drops_a_fifo_copy_until_the_first_is_deleted(endpoint):
+    """What the sink round trip relies on (PLATFORM.md, moto): a resend with the same
+    deduplication id within 5 minutes is dropped, but moto, unlike SQS, forgets the id once
+    the message is deleted, so the harness reads the target only after the query stopped."""
+    plain = _client(endpoint)
+    url = plain.create_queue(QueueName="chaos-dedupe.fifo", Attributes={"FifoQueue": "true"})[
+        "QueueUrl"
+    ]
+    entries = [
+        {"Id": str(i), "MessageBody": f"m{i}", "MessageGroupId": "g", "MessageDeduplicationId": d}
+        for i, d in enumerate(["a", "b"])
+    ]
+    plain.send_message_batch(QueueUrl=url, Entries=entries)
+    again = plain.send_message_batch(QueueUrl=url, Entries=entries)
+    assert len(again["Successful"]) == 2 and not again.get("Failed")  # accepted, then dropped
+    assert queue_counts(plain, url) == (2, 0)
+    first = plain.receive_message(QueueUrl=url, MaxNumberOfMessages=1)["Messages"][0]
+    plain.delete_message(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"])
+    plain.send_message_batch(QueueUrl=url, Entries=entries[:1])
+    assert sum(queue_counts(plain, url)) == 2  # "a" is back: SQS would still drop it
+
+
+def test_a_lost_send_answer_sends_and_the_retry_with_the_same_ids_is_dropped(endpoint, tmp_path):
+    plain = _client(endpoint)
+    url = plain.create_queue(QueueName="chaos-send.fifo", Attributes={"FifoQueue": "true"})[
+        "QueueUrl"
+    ]
+    config = FaultConfig(
+        rate=1.0, log=str(tmp_path / "f.log"), kinds=("timeout",), operations=("SendMessageBatch",)
+    )
+    entries = [
+        {"Id": "0", "MessageBody": "m", "MessageGroupId": "g", "MessageDeduplicationId": "d"}
+    ]
+    with pytest.raises(ReadTimeoutError):
+        _client(endpoint, FaultInjector(config)).send_message_batch(QueueUrl=url, Entries=entries)
+    assert queue_counts(plain, url) == (1, 0)  # SQS took it; the caller never heard
+    plain.send_message_batch(QueueUrl=url, Entries=entries)
+    assert queue_counts(plain, url) == (1, 0)
+    assert count_faults(str(tmp_path / "f.log")) == {("SendMessageBatch", "timeout"): 1}
+
+
+def test_sink_counters_sum_the_metrics_files(tmp_path):
+    for batch, sent in ((0, 10), (1, 5)):
+        data = {"rows": sent, "sent": sent, "retried": batch, "calls": 2, "queueUrl": "q"}
+        (tmp_path / f"batch-{batch:010d}.json").write_text(json.dumps(data))
+    totals = sink_counters(tmp_path)
+    assert (totals["sent"], totals["retried"], totals["calls"]) == (15, 1, 4)
+    assert sink_counters(tmp_path / "missing") == {}
+
+
+def test_report_shows_the_sink_round_trip_and_send_faults_only_where_the_sink_sends():
+    args = argparse.Namespace(
+        fault_kinds=["timeout"], fault_operations=["ReceiveMessage", "SendMessageBatch"],
+        s3_fault_rate=None, fault_rate=0.2, messages=300, soak=0, rate=10.0, kills=2,
+        worker_kills=1, kill_min=3.0, kill_max=40.0, visibility=10, receivers=[1],
+        max_per_trigger=[50], stall_every=150, stall_factor=1.5, seed=1,
+    )  # fmt: skip
+    plain = Outcome("fifo", drained=True, faults={("SendMessageBatch", "timeout"): 0})
+    sink = Outcome("fifo-sqs-sink", sink="sqs", drained=True, rows=300, sink_span=320.0)
+    sink.faults = {("SendMessageBatch", "timeout"): 7}
+    sink.sink_counters = {"sent": 300, "retried": 7, "calls": 40}
+    text = render([plain, sink], args)
+    assert "| fifo-sqs-sink | SendMessageBatch | 7 |" in text
+    assert "| fifo | SendMessageBatch |" not in text
+    assert "| fifo-sqs-sink | 300 | 0 | 320 s | **no** | 300 | 7 | 0 | 0 | 40 |" in text
