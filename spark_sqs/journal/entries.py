@@ -65,6 +65,8 @@ class EntryReceipts:
     dropped: int = 0  # redeliveries the receiver dropped
     # The entry's schema metadata (lag, extended payload pointers: see lag.py, envelopes.py).
     metadata: dict[bytes, bytes] = field(default_factory=dict, repr=False, compare=False)
+    # The queue of each message (its row's queueUrl), where its receipt handle belongs.
+    queue_urls: tuple[str, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -562,11 +564,20 @@ def receipts_of(batch: int, receiver: int, table: pa.Table) -> EntryReceipts:
     metadata = table.schema.metadata or {}
     ids = table.column("messageId").to_pylist()
     handles = table.column(RECEIPT).to_pylist()
+    queues = (
+        table.column("queueUrl").to_pylist()
+        if "queueUrl" in table.column_names
+        else [None] * len(ids)
+    )
     if PENDING_DELETE in metadata:
         # The receiver already deleted the rest (deleteAfterJournal).
         pending = set(json.loads(metadata[PENDING_DELETE]))
-        pairs = [(i, h) for i, h in zip(ids, handles, strict=True) if i in pending]
-        ids, handles = [i for i, _ in pairs], [h for _, h in pairs]
+        keep = [n for n, i in enumerate(ids) if i in pending]
+        ids, handles, queues = (
+            [ids[n] for n in keep],
+            [handles[n] for n in keep],
+            [queues[n] for n in keep],
+        )
     return EntryReceipts(
         batch=batch,
         receiver=receiver,
@@ -576,4 +587,5 @@ def receipts_of(batch: int, receiver: int, table: pa.Table) -> EntryReceipts:
         rows=table.num_rows,
         dropped=int(metadata.get(DROPPED, b"0")),
         metadata=dict(metadata),
+        queue_urls=tuple(queues),
     )
