@@ -99,7 +99,7 @@ def receivers_per_queue(
     deliver journaled entries, or on a stale count): then the receivers are spread evenly, so
     that the batch still has receivers. A queue with a backlog gets at least one while there
     are as many receivers as such queues; with fewer, the largest backlogs get one each (ties
-    broken by ``rotate``, e.g. the batch number, so no queue waits forever). The rest goes by
+    broken by ``rotate``, e.g. the batch number, so no queue waits forever). Shares go by
     largest remainder. Queues keep the order of ``backlog``; the result sums to ``receivers``.
     """
     queues = list(backlog)
@@ -121,20 +121,24 @@ def receivers_per_queue(
         for i in order[:receivers]:
             out[busy[i]] = 1
         return out
-    for q in busy:
-        out[q] = 1
-    spare = receivers - len(busy)
+    # Largest remainder over the backlogs, then a receiver for each busy queue left without
+    # one, taken from the queue with the most.
     total = sum(backlog[q] for q in busy)
-    shares = {q: spare * backlog[q] / total for q in busy}
+    shares = {q: receivers * backlog[q] / total for q in busy}
     for q in busy:
-        out[q] += int(shares[q])
-    left = receivers - sum(out.values())
+        out[q] = int(shares[q])
     by_remainder = sorted(
         range(len(busy)),
         key=lambda i: (-(shares[busy[i]] - int(shares[busy[i]])), (i - rotate) % len(busy)),
     )
-    for i in by_remainder[:left]:
+    for i in by_remainder[: receivers - sum(out.values())]:
         out[busy[i]] += 1
+    for q in busy:
+        if out[q] == 0:
+            # Of the queues with the most, the smallest backlog gives: order is kept.
+            richest = max(busy, key=lambda b: (out[b], -backlog[b]))
+            out[richest] -= 1
+            out[q] = 1
     return out
 
 
@@ -192,3 +196,26 @@ def resolve_queue_urls(client: Any, options: Any) -> list[str]:
         except Exception as exc:
             raise classify(exc, "GetQueueUrl", repr(name)) from None
     return urls
+
+
+def with_queues(plan: Any, backlog: Mapping[str, int], *, rotate: int = 0) -> Any:
+    """``plan`` (a new ``BatchPlan``) with each receiver's queue recorded: the receivers that
+    get a share of new messages are spread by ``assign_queues``; the others (replaying their
+    own entry, or delivering an adopted one) receive nothing and name the first queue."""
+    from dataclasses import replace
+
+    if not backlog:
+        return plan
+    sharing = [r.receiver for r in plan.receivers if r.limit > 0 and r.adopt_from is None]
+    queue_of = assign_queues(sharing, backlog, rotate=rotate)
+    first = next(iter(backlog))
+    receivers = tuple(replace(r, queue=queue_of.get(r.receiver, first)) for r in plan.receivers)
+    spread = receivers_per_queue(len(sharing), backlog, rotate=rotate)
+    if len(backlog) > 1:
+        logger.info(
+            "batch %d: receivers per queue %s (visible messages %s)",
+            plan.batch,
+            {q: n for q, n in spread.items()},
+            dict(backlog),
+        )
+    return replace(plan, receivers=receivers)
