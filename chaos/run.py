@@ -65,6 +65,8 @@ class Scenario:
     # "parquet": the file sink; "sqs": writeStream.format("sqs") into a second FIFO queue, whose
     # SendMessageBatch calls fail too.
     sink: str = "parquet"
+    # Several queues in one stream: the producer spreads its messages over them.
+    queues: int = 1
 
 
 # SQS drops a FIFO copy only within 5 minutes of the first send (moto too: it compares send
@@ -82,6 +84,8 @@ SCENARIOS = {
     # Not deleteAfterJournal: there one group's messages of a batch may be spread over several
     # receivers, and the sink then sends them in no defined order (docs/sink.md).
     "fifo-sqs-sink": Scenario("fifo-sqs-sink", fifo=True, sink="sqs"),
+    "standard-two-queues": Scenario("standard-two-queues", False, queues=2),
+    "fifo-two-queues": Scenario("fifo-two-queues", True, queues=2),
 }
 
 
@@ -156,7 +160,9 @@ class Producer(threading.Thread):
         until: float | None,
     ) -> None:
         super().__init__(name="chaos-producer", daemon=True)
-        self._sqs, self._url, self._fifo, self._rate = sqs, queue_url, fifo, rate
+        # Several queues (comma-separated): each batch of ten goes to the next queue.
+        self._urls = queue_url.split(",")
+        self._sqs, self._url, self._fifo, self._rate = sqs, self._urls[0], fifo, rate
         self._total, self._until = total, until
         self._halt = threading.Event()
         self.sent: dict[int, str] = {}
@@ -174,7 +180,8 @@ class Producer(threading.Thread):
             stop = n + 10 if self._total is None else min(n + 10, self._total)
             group = f"g{(n // 10) % FIFO_GROUPS}" if self._fifo else None
             entries = numbered_entries(n, stop, fifo_group=group)
-            response = self._sqs.send_message_batch(QueueUrl=self._url, Entries=entries)
+            url = self._urls[(n // 10) % len(self._urls)]
+            response = self._sqs.send_message_batch(QueueUrl=url, Entries=entries)
             if response.get("Failed"):
                 raise RuntimeError(f"the producer's send failed: {response['Failed']}")
             for ok in response["Successful"]:
@@ -304,8 +311,8 @@ def _processes() -> dict[int, tuple[int, int, bytes]]:
 
 
 def queue_depth(sqs: Any, queue_url: str) -> int:
-    """Visible plus in-flight messages."""
-    return sum(queue_counts(sqs, queue_url))
+    """Visible plus in-flight messages (of every queue of a comma-separated list)."""
+    return sum(sum(queue_counts(sqs, url)) for url in queue_url.split(","))
 
 
 def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Outcome:
@@ -320,9 +327,13 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
     sqs = boto3.client("sqs", region_name="us-east-1", endpoint_url=endpoint)
     name = f"chaos-{scenario.name}-{os.getpid()}-{int(time.time())}"
     attributes = {"FifoQueue": "true"} if scenario.fifo else {}
-    queue_url = sqs.create_queue(
-        QueueName=name + (".fifo" if scenario.fifo else ""), Attributes=attributes
-    )["QueueUrl"]
+    queue_url = ",".join(
+        sqs.create_queue(
+            QueueName=f"{name}{'-q' + str(i) if i else ''}" + (".fifo" if scenario.fifo else ""),
+            Attributes=attributes,
+        )["QueueUrl"]
+        for i in range(scenario.queues)
+    )
     target_url = None
     if scenario.sink == "sqs":
         # No content-based deduplication: only the sink's own ids may make SQS drop a copy.

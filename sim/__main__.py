@@ -3,6 +3,7 @@
     python -m sim --seeds 300              seeds 0..299, standard and FIFO queues as each seed picks
     python -m sim --seed 17 --trace        replay seed 17 and print the ordering it took
     python -m sim --seeds 100 --fifo       every seed on a FIFO queue
+    python -m sim --seeds 100 --queues 2   two queues in the stream; a restart may drop one
 
 Exit status 1 if any seed broke an invariant; each failing seed prints the command that
 replays it. Runs on: the simulator's process only.
@@ -17,10 +18,12 @@ import time
 from sim.spark import Config, run_seed
 
 
-def replay_command(seed: int, fifo: bool | None, fixed_mode: bool = False) -> str:
+def replay_command(seed: int, fifo: bool | None, fixed_mode: bool = False, queues: int = 1) -> str:
     flag = "" if fifo is None else (" --fifo" if fifo else " --standard")
     if fixed_mode:
         flag += " --fixed-delete-mode"
+    if queues > 1:
+        flag += f" --queues {queues}"
     return f"python -m sim --seed {seed}{flag} --trace"
 
 
@@ -38,12 +41,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="restarts keep deleteAfterJournal as the seed's first run had it",
     )
+    parser.add_argument(
+        "--queues", type=int, default=1, help="queues in the stream (2: one may be removed)"
+    )
     parser.add_argument("--stop", type=int, default=5, help="stop after this many failing seeds")
     args = parser.parse_args(argv)
 
     def configure(config: Config) -> None:
         if args.fixed_delete_mode:
             config.change_delete_after_journal = False
+        config.queues = args.queues
 
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     failed = 0
@@ -65,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"seed {seed} FAILED ({result.config}):")
             for v in result.violations:
                 print(f"  - {v}")
-            print(f"  replay: {replay_command(seed, args.fifo, args.fixed_delete_mode)}")
+            print(
+                f"  replay: {replay_command(seed, args.fifo, args.fixed_delete_mode, args.queues)}"
+            )
             if failed >= args.stop:
                 break
     elapsed = time.perf_counter() - started

@@ -89,6 +89,9 @@ class Config:
     new_checkpoint: float = 0.0
     # Restarts may turn deleteAfterJournal on and off (else it stays as the seed's first run).
     change_delete_after_journal: bool = True
+    # Several queues in one stream (not drawn: seeds keep their meaning). With 2, messages go to
+    # either queue and a restart may name one queue only (a queue removed, then added back).
+    queues: int = 1
 
     @classmethod
     def from_seed(cls, seed: int, fifo: bool | None = None) -> Config:
@@ -119,6 +122,8 @@ class RunOptions:
     max_messages: int
     delete_after_journal: bool
     batches: int  # new batches before a graceful stop
+    # Several queues: the indexes of the queues this run names (None: all).
+    queues: tuple[int, ...] | None = None
 
     def parse(self, queue_url: str) -> SqsOptions:
         return SqsOptions.parse(
@@ -199,6 +204,11 @@ class SparkSim:
         name = "orders.fifo" if c.fifo else "orders"
         attrs = {"FifoQueue": "true", "ContentBasedDeduplication": "true"} if c.fifo else {}
         self.url = self.sqs.create_queue(QueueName=name, Attributes=attrs)["QueueUrl"]
+        self.urls = [self.url]
+        for i in range(1, c.queues):
+            extra = f"orders{i}.fifo" if c.fifo else f"orders{i}"
+            self.urls.append(self.sqs.create_queue(QueueName=extra, Attributes=attrs)["QueueUrl"])
+        self._queue_rng = random.Random(f"queues:{c.seed}")
         # botocore's retries of throttling and 5xx, with backoff on the simulated clock.
         self.client = HookedSqs(
             self.sqs.client(total_max_attempts=3, sleep=self.clock.sleep),
@@ -224,7 +234,7 @@ class SparkSim:
         self.current_run: str | None = None
         self.last_failure: str | None = None
         self._journal_ids: dict[str, frozenset[str]] = {}
-        self._deletions_seen = 0
+        self._deletions_seen: dict[str, int] = {}
         self.stats: dict[str, int] = {
             "batches": 0, "replays": 0, "restarts": 0, "stragglers": 0, "speculative": 0,
             "second_queries": 0, "driver_crashes": 0, "task_crashes": 0, "query_failures": 0,
@@ -278,11 +288,15 @@ class SparkSim:
     # -- invariant hooks (run right after each call, before anything else can run) -------------
 
     def _after_sqs(self, name: str, kwargs: dict[str, Any]) -> None:
+        if len(self.urls) > 1 and name.endswith("_batch") and "Entries" in kwargs:
+            self._check_handles_go_home(name, kwargs)
         if name not in ("delete_message_batch", "delete_message"):
             return
-        deletions = self.sqs.deletions(self.url)
-        new = deletions[self._deletions_seen :]
-        self._deletions_seen = len(deletions)
+        new = []
+        for url in self.urls:
+            deletions = self.sqs.deletions(url)
+            new += deletions[self._deletions_seen.get(url, 0) :]
+            self._deletions_seen[url] = len(deletions)
         actor = self.sched.current()
         for d in new:
             if d.message_id in self.committed_ids:
@@ -296,6 +310,18 @@ class SparkSim:
                     f"{actor.name if actor else '?'} deleted {d.message_id} from SQS, neither "
                     "committed nor journaled"
                 )
+
+    def _check_handles_go_home(self, name: str, kwargs: dict[str, Any]) -> None:
+        """Several queues: a receipt handle must be sent back to the queue that issued it."""
+        target = kwargs.get("QueueUrl")
+        for entry in kwargs["Entries"]:
+            handle = entry.get("ReceiptHandle")
+            if handle is None:
+                continue
+            home = [u for u in self.urls if handle in self.sqs._lookup(u).handles]
+            if home and target not in home:
+                self.violation(f"{name}: a receipt handle of {home[0]} was sent to {target}")
+                return
 
     def _after_store(self, method: str, key: str) -> None:
         pass
@@ -362,13 +388,21 @@ class SparkSim:
             max_messages=self.rng.choice([3, 7, 10, 25, 100]),
             delete_after_journal=daj,
             batches=self.rng.randint(1, 5),
+            queues=self._run_queues(),
         )
+
+    def _run_queues(self) -> tuple[int, ...] | None:
+        """Several queues: a run names all of them, or (a queue removed) just one."""
+        if len(self.urls) == 1 or self._queue_rng.random() < 0.5:
+            return None
+        return (self._queue_rng.randrange(len(self.urls)),)
 
     def _produce(self, count: int) -> None:
         for _ in range(count):
             n = len(self.sent)
             body = f"m{n:04d}"
-            kwargs: dict[str, Any] = {"QueueUrl": self.url, "MessageBody": body}
+            url = self._queue_rng.choice(self.urls) if len(self.urls) > 1 else self.url
+            kwargs: dict[str, Any] = {"QueueUrl": url, "MessageBody": body}
             if self.config.fifo:
                 kwargs["MessageGroupId"] = f"g{n % 4}"
             # Sent straight to the service: the producer is not under test.
@@ -413,10 +447,13 @@ class SparkSim:
         self.current_run = None
 
     def _start_driver(self, group: str, opts: RunOptions) -> _DriverState:
-        options = opts.parse(self.url)
+        urls = self.urls if opts.queues is None else [self.urls[i] for i in opts.queues]
+        if len(urls) < len(self.urls):
+            self.stats["runs_without_a_queue"] = self.stats.get("runs_without_a_queue", 0) + 1
+        options = opts.parse(",".join(urls))
         journal = Journal(JOURNAL, options, store=self.hstore)
         journal.probe_writable()
-        journal.check_owner(self.url)
+        default_queue = journal.check_owner(*urls)
         lease = Lease(
             self.hstore,
             JOURNAL,
@@ -430,9 +467,11 @@ class SparkSim:
         driver = _DriverState(
             options,
             self.client,
-            self.url,
+            urls[0],
             journal,
             lease,
+            queue_urls=urls,
+            default_queue=default_queue,
             clock=self.clock.monotonic,
             wall_clock=self.clock.time,
             sleep=self.sched.sleep,
@@ -639,7 +678,7 @@ class SparkSim:
         def other() -> str:
             self.sched.sleep(self.rng.choice([0.5, 3.0, 8.0]))
             journal = Journal(JOURNAL, options, store=self.hstore)
-            journal.check_owner(self.url)
+            journal.check_owner(*self.urls)
             lease = Lease(
                 self.hstore, JOURNAL, owner=f"{group}-other", interval=options.heartbeat_interval,
                 wall_clock=self.clock.time, clock=self.clock.monotonic, sleep=self.sched.sleep,
@@ -665,20 +704,21 @@ class SparkSim:
     # -- the end -------------------------------------------------------------------------------
 
     def _bodies(self, ids: list[str]) -> str:
-        bodies = sorted(self.sqs.message(self.url, m).body for m in ids)
+        bodies = sorted(self.sqs.message(self._queue_of(m), m).body for m in ids)
         return ", ".join(bodies[:12]) + (" ..." if len(bodies) > 12 else "")
 
     def story(self, message_id: str) -> str:
         """What happened to one message: receives, deletes, the sink's batches that have it."""
-        m = self.sqs.message(self.url, message_id)
+        url = self._queue_of(message_id)
+        m = self.sqs.message(url, message_id)
         events = [
             (d.at, f"received (receipt {d.receipt}, {d.kind})")
-            for d in self.sqs.deliveries(self.url)
+            for d in self.sqs.deliveries(url)
             if d.message_id == message_id
         ]
         events += [
             (d.at, f"deleted by {d.by}")
-            for d in self.sqs.deletions(self.url)
+            for d in self.sqs.deletions(url)
             if d.message_id == message_id
         ]
         sink = [
@@ -689,8 +729,20 @@ class SparkSim:
         told = "; ".join(f"t={t:.3f} {what}" for t, what in sorted(events))
         return f"{m.body} ({message_id[:8]}): {told}; in the sink: {sink or 'nowhere'}"
 
+    def _queue_of(self, message_id: str) -> str:
+        for url in self.urls:
+            try:
+                self.sqs.message(url, message_id)
+                return url
+            except KeyError:
+                continue
+        return self.url
+
+    def _live(self) -> list[Any]:
+        return [m for url in self.urls for m in self.sqs.live(url)]
+
     def _drained(self) -> bool:
-        live = self.sqs.live(self.url)
+        live = self._live()
         batches = [k for k in self.store.keys() if k.startswith("batches/")]
         stragglers = [a for a in self.sched.actors if a.kind == "task" and not a.done]
         return not live and not batches and not stragglers and self._all_sent()
@@ -768,7 +820,7 @@ class SparkSim:
             self.violations.extend(self.story(m) for m in doubled[:2])
         if unknown:
             self.violations.append(f"delivered {len(unknown)} ids never sent: {unknown[:8]}")
-        live = self.sqs.live(self.url)
+        live = self._live()
         if live:
             self.violations.append(f"the queue ends with {len(live)} messages")
         keys = self.store.keys()

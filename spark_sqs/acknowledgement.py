@@ -61,6 +61,18 @@ class BatchResult:
 class Entry:
     message_id: str
     receipt_handle: str = field(repr=False)
+    # The queue the handle came from; None: the caller's queue. Several queues in one stream
+    # (queues.py): a handle must go back to its own queue, whatever the options say now.
+    queue_url: str | None = None
+
+
+def entries_of(receipts: Any) -> list[Entry]:
+    """The entries of a journal entry's ``EntryReceipts``, each with the queue of its row."""
+    queues = getattr(receipts, "queue_urls", ()) or (None,) * len(receipts.message_ids)
+    return [
+        Entry(i, h, q)
+        for i, h, q in zip(receipts.message_ids, receipts.receipt_handles, queues, strict=True)
+    ]
 
 
 def driver_parallelism(receivers: int) -> int:
@@ -108,18 +120,24 @@ class BatchCaller:
         result = BatchResult()
         if not entries:
             return result
-        parts = chunks(list(entries))
+        # One batch call names one queue: entries are grouped by the queue of their handle.
+        by_queue: dict[str, list[Entry]] = {}
+        for entry in entries:
+            by_queue.setdefault(entry.queue_url or self._queue_url, []).append(entry)
+        parts = [(queue, part) for queue, group in by_queue.items() for part in chunks(group)]
         if len(parts) == 1 or self._parallelism == 1:
-            for part in parts:
-                result.merge(self._call_with_retries(part, action, timeout))
+            for queue, part in parts:
+                result.merge(self._call_with_retries(part, action, timeout, queue))
             return result
         with ThreadPoolExecutor(max_workers=min(self._parallelism, len(parts))) as pool:
-            for partial in pool.map(lambda p: self._call_with_retries(p, action, timeout), parts):
+            for partial in pool.map(
+                lambda p: self._call_with_retries(p[1], action, timeout, p[0]), parts
+            ):
                 result.merge(partial)
         return result
 
     def _call_with_retries(
-        self, part: Sequence[Entry], action: str, timeout: int | None
+        self, part: Sequence[Entry], action: str, timeout: int | None, queue_url: str
     ) -> BatchResult:
         result = BatchResult()
         pending = list(part)
@@ -129,11 +147,11 @@ class BatchCaller:
                 self._sleep(random.uniform(0, self._base_delay * (2**attempt)))
             failed_transient: dict[str, str] = {}
             try:
-                response = self._call(pending, action, timeout)
+                response = self._call(pending, action, timeout, queue_url)
             except SqsSourceError:
                 raise
             except Exception as exc:
-                err = classify(exc, action.replace("Batch", ""), self._queue_url)
+                err = classify(exc, action.replace("Batch", ""), queue_url)
                 if not err.retriable:
                     raise err from None
                 failed_transient = {e.message_id: error_code(exc) for e in pending}
@@ -157,16 +175,18 @@ class BatchCaller:
             pending = [e for e in pending if e.message_id in failed_transient]
         return result
 
-    def _call(self, part: Sequence[Entry], action: str, timeout: int | None) -> dict[str, Any]:
+    def _call(
+        self, part: Sequence[Entry], action: str, timeout: int | None, queue_url: str
+    ) -> dict[str, Any]:
         if action == "DeleteMessageBatch":
             return self._client.delete_message_batch(
-                QueueUrl=self._queue_url,
+                QueueUrl=queue_url,
                 Entries=[
                     {"Id": str(i), "ReceiptHandle": e.receipt_handle} for i, e in enumerate(part)
                 ],
             )
         return self._client.change_message_visibility_batch(
-            QueueUrl=self._queue_url,
+            QueueUrl=queue_url,
             Entries=[
                 {"Id": str(i), "ReceiptHandle": e.receipt_handle, "VisibilityTimeout": timeout}
                 for i, e in enumerate(part)
@@ -239,12 +259,7 @@ def acknowledge_assigned(
         doubtful = uncertain_ids(
             receipts.message_ids, assignment.valid_until, assignment.lost, wall_clock(), margin
         )
-        result = caller.delete(
-            [
-                Entry(i, h)
-                for i, h in zip(receipts.message_ids, receipts.receipt_handles, strict=True)
-            ]
-        )
+        result = caller.delete(entries_of(receipts))
         if result.transient:
             raise TransientSqsError(
                 f"batch {batch} receiver {receiver}: {len(result.transient)} deletes of batch "
@@ -567,11 +582,7 @@ class Acknowledger:
         """The driver deletes ``batch`` itself (no next batch's receivers will)."""
         deleted_before, failed_before = stats.deleted, stats.delete_failed
         receipts = self._journal.batch_receipts(batch)
-        entries = [
-            Entry(i, h)
-            for r in receipts
-            for i, h in zip(r.message_ids, r.receipt_handles, strict=True)
-        ]
+        entries = [e for r in receipts for e in entries_of(r)]
         uncertain = self._uncertain(batch, receipts) if self._delete else set()
         if self._heartbeat is not None:
             # From here on the batch is being deleted: extending it would only race.

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .acknowledgement import BatchCaller, Entry
+from .acknowledgement import BatchCaller, Entry, entries_of
 from .errors import JournalInUseError, QueueNotFoundError, SqsAccessError, SqsSourceError
 from .journal import EntryReceipts
 
@@ -55,6 +55,7 @@ class _Tracked:
     handle: str = field(repr=False)
     expires: float  # monotonic time at which the message becomes visible again
     ceiling: float  # monotonic time 12 h after the receive
+    queue: str | None = None  # the queue of the message (several queues: queues.py)
 
 
 @dataclass(frozen=True)
@@ -234,11 +235,12 @@ class Heartbeat:
         # The receive happened at received_at (wall clock, on the executor); turn it into this
         # process's monotonic clock once, here.
         received = self._clock() - (self._wall() - receipts.received_at)
-        for message_id, handle in zip(receipts.message_ids, receipts.receipt_handles, strict=True):
-            tracked[message_id] = _Tracked(
-                handle=handle,
+        for entry in entries_of(receipts):
+            tracked[entry.message_id] = _Tracked(
+                handle=entry.receipt_handle,
                 expires=received + self._visibility,
                 ceiling=received + MAX_INVISIBLE_SECONDS,
+                queue=entry.queue_url,
             )
 
     def _due_extensions(self) -> tuple[dict[int, list[tuple[int, str, _Tracked]]], float]:
@@ -269,7 +271,7 @@ class Heartbeat:
         return by_timeout, now
 
     def _extend(self, timeout: int, due: list[tuple[int, str, _Tracked]], now: float) -> None:
-        entries = [Entry(message_id, t.handle) for _, message_id, t in due]
+        entries = [Entry(message_id, t.handle, t.queue) for _, message_id, t in due]
         result = self._caller.change_visibility(entries, timeout)
         ok = set(result.succeeded)
         with self.lock:

@@ -20,6 +20,7 @@ from typing import Any
 
 from .errors import InvalidOptionError
 from .journal.stores import check_location
+from .queues import check_one_region, split_queue_option
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,17 @@ class OptionSpec:
 
 # name, default (as the user would write it), description. Order is the docs' order.
 OPTIONS: tuple[OptionSpec, ...] = (
-    OptionSpec("queueUrl", None, "URL of the queue. Give this, or `queueName`."),
-    OptionSpec("queueName", None, "Name of the queue, resolved with `GetQueueUrl` in `region`."),
+    OptionSpec(
+        "queueUrl",
+        None,
+        "URL of the queue, or a comma-separated list of queue URLs (all standard or all FIFO, "
+        "one region): receivers are spread over them by backlog. Give this, or `queueName`.",
+    ),
+    OptionSpec(
+        "queueName",
+        None,
+        "Name of the queue (or a comma-separated list), resolved with `GetQueueUrl` in `region`.",
+    ),
     OptionSpec(
         "queueOwnerAccountId", None, "With `queueName`: the 12-digit account that owns the queue."
     ),
@@ -254,6 +264,13 @@ class SqsOptions:
     poison_message_policy: str = "fail"
     max_batch_attempts: int = 3
     dead_letter_queue_url: str | None = None
+    # Every queue of a comma-separated queueUrl/queueName (queue_url/queue_name: the first).
+    queue_urls: tuple[str, ...] = ()
+    queue_names: tuple[str, ...] = ()
+
+    @property
+    def queue_count(self) -> int:
+        return max(1, len(self.queue_urls or self.queue_names))
 
     @property
     def sns(self) -> bool:
@@ -302,22 +319,9 @@ class SqsOptions:
                 "read. Fix: add .option('queueUrl', 'https://sqs.<region>.amazonaws.com/"
                 "<account>/<queue>') or .option('queueName', '<queue>') with .option('region', ...)"
             )
-        if queue_url and not re.match(r"^https?://[^/\s]+/.+", queue_url):
-            raise InvalidOptionError.for_option(
-                "queueUrl",
-                queue_url,
-                "is not a queue URL",
-                "use the URL shown by the SQS console or `aws sqs get-queue-url`, e.g. "
-                "https://sqs.us-east-1.amazonaws.com/123456789012/my-queue",
-            )
-        if queue_name and not _QUEUE_NAME.match(queue_name):
-            raise InvalidOptionError.for_option(
-                "queueName",
-                queue_name,
-                "is not a valid SQS queue name (1-80 letters, digits, '-' or '_', FIFO names end "
-                "in '.fifo')",
-                "give the queue's name, not its URL or ARN (use 'queueUrl' for a URL)",
-            )
+        queue_urls, queue_names = _queue_lists(queue_url, queue_name)
+        queue_url = queue_urls[0] if queue_urls else None
+        queue_name = queue_names[0] if queue_names else None
         if owner and not queue_name:
             raise InvalidOptionError.for_option(
                 "queueOwnerAccountId",
@@ -339,6 +343,7 @@ class SqsOptions:
                 "give a URL such as https://sqs.us-east-1.amazonaws.com or http://127.0.0.1:4566",
             )
 
+        check_one_region("queueUrl", {u: _region_from_url(u) for u in queue_urls})
         region = _nonblank(raw, "region") or _region_from_url(queue_url) or _region_from_env(env)
         if not region:
             raise InvalidOptionError(
@@ -480,6 +485,8 @@ class SqsOptions:
         return cls(
             queue_url=queue_url,
             queue_name=queue_name,
+            queue_urls=queue_urls,
+            queue_names=queue_names,
             queue_owner_account_id=owner,
             region=region,
             endpoint_url=endpoint_url,
@@ -729,6 +736,33 @@ def _attribute_names(text: str) -> tuple[str, ...]:
                 "use letters, digits, '_', '-', '.', or a prefix ending in '.*'",
             )
     return names
+
+
+def _queue_lists(
+    queue_url: str | None, queue_name: str | None
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The queues of queueUrl / queueName, each entry checked (several queues: queues.py)."""
+    queue_urls = split_queue_option("queueUrl", queue_url)
+    queue_names = split_queue_option("queueName", queue_name)
+    for url in queue_urls:
+        if not re.match(r"^https?://[^/\s,]+/.+", url):
+            raise InvalidOptionError.for_option(
+                "queueUrl",
+                url,
+                "is not a queue URL",
+                "use the URL shown by the SQS console or `aws sqs get-queue-url`, e.g. "
+                "https://sqs.us-east-1.amazonaws.com/123456789012/my-queue",
+            )
+    for name in queue_names:
+        if not _QUEUE_NAME.match(name):
+            raise InvalidOptionError.for_option(
+                "queueName",
+                name,
+                "is not a valid SQS queue name (1-80 letters, digits, '-' or '_', FIFO names end "
+                "in '.fifo')",
+                "give the queue's name, not its URL or ARN (use 'queueUrl' for a URL)",
+            )
+    return queue_urls, queue_names
 
 
 def _region_from_url(url: str | None) -> str | None:

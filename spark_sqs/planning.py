@@ -96,7 +96,11 @@ def partitions_of(
     replay: bool = False,
     replay_drops: str | None = None,
 ) -> list[ReceiverPartition]:
+    """``queue_url``: the queue of receivers whose plan records none (plans written before
+    several queues; see queues.py)."""
     return [
-        ReceiverPartition(plan.batch, r.receiver, r.limit, queue_url, options, replay, replay_drops)
+        ReceiverPartition(
+            plan.batch, r.receiver, r.limit, r.queue or queue_url, options, replay, replay_drops
+        )
         for r in plan.receivers
     ]

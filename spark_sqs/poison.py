@@ -321,7 +321,7 @@ class Quarantine:
         journal: Any,
         client: Any,
         queue_url: str,
-        dead_letter_url: str,
+        dead_letter_url: str | Mapping[str, str],
         options: Any,
         *,
         reserve_batch: Callable[[], int],
@@ -330,7 +330,12 @@ class Quarantine:
         self.journal = journal
         self.client = client
         self.queue_url = queue_url
-        self.dead_letter_url = dead_letter_url
+        # One dead-letter queue, or one per source queue (several queues in one stream: each
+        # queue's own RedrivePolicy target).
+        self._dead_letters = {} if isinstance(dead_letter_url, str) else dict(dead_letter_url)
+        self.dead_letter_url = (
+            dead_letter_url if isinstance(dead_letter_url, str) else self._dead_letters[queue_url]
+        )
         self.options = options
         # Numbers a new journal batch for carried messages (the driver's planned marker).
         self._reserve_batch = reserve_batch
@@ -447,35 +452,36 @@ class Quarantine:
                 "batch %d: message %s to quarantine is no longer journaled", batch, message_id
             )
             return
+        # The message's own queue (several queues in one stream), not the options' first.
+        source = row.get("queueUrl") or self.queue_url
+        dead_letter = self._dead_letters.get(source, self.dead_letter_url)
         info = {
-            "sourceQueue": self.queue_url,
+            "sourceQueue": source,
             "messageId": message_id,
             "approximateReceiveCount": row.get("approximateReceiveCount"),
             "batch": batch,
             "batchAttempts": narrowing.attempts,
             "journal": self.options.journal_location,
-            "quarantineId": quarantine_id(
-                self.options.journal_location, self.queue_url, message_id
-            ),
+            "quarantineId": quarantine_id(self.options.journal_location, source, message_id),
         }
         # The decision before the send: a crash after it is finished by the next plan.
         store.create(
             decision_key,
             json.dumps(
-                {**info, "deadLetterQueue": self.dead_letter_url, "decidedAt": time.time()},
+                {**info, "deadLetterQueue": dead_letter, "decidedAt": time.time()},
                 sort_keys=True,
             ).encode(),
         )
-        request = dead_letter_request(self.dead_letter_url, row, info)
+        request = dead_letter_request(dead_letter, row, info)
         try:
             self.client.send_message(**request)
         except Exception as exc:
             from .client import classify
 
-            err = classify(exc, "SendMessage", self.dead_letter_url)
+            err = classify(exc, "SendMessage", dead_letter)
             raise type(err)(
                 f"{err} (quarantining message {message_id} of batch {batch}). Fix: allow "
-                f"sqs:SendMessage on deadLetterQueueUrl {self.dead_letter_url}, or set "
+                f"sqs:SendMessage on the dead-letter queue {dead_letter}, or set "
                 "'deadLetterQueueUrl' to a queue this query may send to; the next run retries",
                 retriable=err.retriable,
             ) from None
@@ -484,12 +490,12 @@ class Quarantine:
             "batch %d: message %s sent to the dead-letter queue %s",
             batch,
             message_id,
-            self.dead_letter_url,
+            dead_letter,
         )
         try:
             # Prompt; the batch's acknowledgement deletes it again (and records an uncertain
             # delete for redelivery dedupe), so a failure here loses nothing.
-            self.client.delete_message(QueueUrl=self.queue_url, ReceiptHandle=row[RECEIPT_HANDLE])
+            self.client.delete_message(QueueUrl=source, ReceiptHandle=row[RECEIPT_HANDLE])
         except Exception as exc:
             logger.warning(
                 "batch %d: could not delete quarantined message %s now: %s", batch, message_id, exc
@@ -616,7 +622,7 @@ def release_batch(journal: Any, client: Any, queue_url: str, batch: int) -> dict
     from .journal import BatchPlan, ReceiverPlan
 
     names = _batch_names(journal, batch)
-    handles: dict[str, str] = {}
+    handles: dict[str, tuple[str, str | None]] = {}
     tables = [
         t for r in journal.receivers(batch) if (t := journal.read_entry(batch, r)) is not None
     ]
@@ -624,7 +630,19 @@ def release_batch(journal: Any, client: Any, queue_url: str, batch: int) -> dict
         tables += [t for _, t in journal.read_parts(batch, receiver)]
     for table in tables:
         ids = table.column("messageId").to_pylist()
-        handles.update(zip(ids, table.column(RECEIPT_HANDLE).to_pylist(), strict=True))
+        # Each handle goes back to its own queue (several queues in one stream).
+        queues = (
+            table.column("queueUrl").to_pylist()
+            if "queueUrl" in table.column_names
+            else [None] * len(ids)
+        )
+        handles.update(
+            zip(
+                ids,
+                zip(table.column(RECEIPT_HANDLE).to_pylist(), queues, strict=True),
+                strict=True,
+            )
+        )
     carries = sorted(
         {s.carry_batch for s in _steps(journal, batch, names) if s.carry_batch is not None}
     )
@@ -656,7 +674,7 @@ def release_batch(journal: Any, client: Any, queue_url: str, batch: int) -> dict
             journal.store.delete(f"{_dir(batch)}/_plan.json")
             journal.store.create(f"{_dir(batch)}/_plan.json", json.dumps(doc["plan"]).encode())
     result = BatchCaller(client, queue_url).change_visibility(
-        [Entry(i, h) for i, h in sorted(handles.items())], 0
+        [Entry(i, h, q) for i, (h, q) in sorted(handles.items())], 0
     )
     return {
         "batch": batch,

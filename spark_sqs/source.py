@@ -26,7 +26,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -41,7 +41,7 @@ from pyspark.sql.types import StructType
 
 from . import offsets, poison
 from .acknowledgement import Acknowledger, BatchCaller, driver_parallelism
-from .client import check_permissions, make_client, queue_attributes, resolve_queue_url
+from .client import check_permissions, make_client, queue_attributes
 from .errors import InvalidOptionError, SqsSourceError
 from .flow_control import AvailableNow, FlowControl, default_read_limit
 from .heartbeat import Heartbeat
@@ -49,16 +49,11 @@ from .journal import BatchPlan, Journal, JournalState
 from .journal.lease import Lease
 from .options import SqsOptions
 from .planning import ReceiverPartition, new_plan, partitions_of
+from .queues import poll_backlog, resolve_queue_urls, summed, with_queues
 from .receiver import read_partition
 from .schema import spark_schema
 
 logger = logging.getLogger(__name__)
-
-_BACKLOG_ATTRIBUTES = [
-    "ApproximateNumberOfMessages",
-    "ApproximateNumberOfMessagesNotVisible",
-    "ApproximateNumberOfMessagesDelayed",
-]
 
 
 class SqsDataSource(DataSource):
@@ -179,6 +174,8 @@ class _DriverState:
         sleep: Callable[[float], None] = time.sleep,
         run_heartbeat: bool = True,
         parallelism: int | None = None,
+        queue_urls: Sequence[str] | None = None,
+        default_queue: str | None = None,
     ) -> None:
         # clock, wall_clock, sleep, run_heartbeat (False: the owner calls heartbeat.tick_safely)
         # and parallelism (of batch calls) are seams for the deterministic simulation (sim/).
@@ -187,6 +184,11 @@ class _DriverState:
         self._wall = wall_clock
         self.client = client
         self.queue_url = queue_url
+        # Several queues (queues.py): every one is polled and planned for; a plan that records
+        # no queue per receiver (written before) belongs to the journal's first queue.
+        self.queue_urls = list(queue_urls or [queue_url])
+        self.default_queue = default_queue or queue_url
+        self.queue_backlog: dict[str, dict[str, int]] = {}
         self.journal = journal
         self.lease = lease
         self.journal_state = journal.read_state()
@@ -258,13 +260,15 @@ class _DriverState:
         # One connection per concurrent batch call, plus the queue poll and GetQueueUrl.
         pool = driver_parallelism(options.num_partitions) + 4
         client = make_client(options, max_pool_connections=max(32, pool))
-        queue_url = resolve_queue_url(client, options)
-        # Proves the queue exists and the credentials may read it before any batch runs.
-        queue_attributes(client, queue_url, ["QueueArn"])
-        check_permissions(client, queue_url, delete=options.delete_on_commit)
+        queue_urls = resolve_queue_urls(client, options)
+        queue_url = queue_urls[0]
+        for url in queue_urls:
+            # Proves the queue exists and the credentials may read it before any batch runs.
+            queue_attributes(client, url, ["QueueArn"])
+            check_permissions(client, url, delete=options.delete_on_commit)
         journal = Journal(options.journal_location, options)
         journal.probe_writable()
-        journal.check_owner(queue_url)
+        default_queue = journal.check_owner(*queue_urls)
         lease = Lease(
             journal.store,
             options.journal_location,
@@ -273,15 +277,25 @@ class _DriverState:
         )
         lease.acquire()
         _release_on_sigterm(lease)
-        state = cls(options, client, queue_url, journal, lease)
+        state = cls(
+            options,
+            client,
+            queue_url,
+            journal,
+            lease,
+            queue_urls=queue_urls,
+            default_queue=default_queue,
+        )
         if options.poison_message_policy == poison.DEAD_LETTER:
             # Fails at start when there is no dead-letter queue to quarantine to.
-            dead_letter = poison.resolve_dead_letter_queue(client, queue_url, options)
+            dead_letters = {
+                url: poison.resolve_dead_letter_queue(client, url, options) for url in queue_urls
+            }
             state.quarantine = poison.Quarantine(
                 journal,
                 client,
                 queue_url,
-                dead_letter,
+                dead_letters,
                 options,
                 reserve_batch=state._reserve_batch,
                 track=state.acknowledger.track,
@@ -289,7 +303,7 @@ class _DriverState:
         logger.info(
             "SQS source started on %s: journal %s, planned batch %d, acknowledged batch %d, "
             "%d batches awaiting acknowledgement",
-            queue_url,
+            ", ".join(queue_urls),
             options.journal_location,
             state.journal_state.planned_batch,
             state.journal_state.acked_batch,
@@ -384,12 +398,26 @@ class _DriverState:
     def report(self) -> dict:
         """reportLatestOffset: the newest batch and the queue's backlog, for query progress."""
         with self.lock:
-            return {
+            report: dict[str, Any] = {
                 "batch": self.journal_state.planned_batch,
                 "visibleMessages": self.backlog.get("ApproximateNumberOfMessages", 0),
                 "inFlightMessages": self.backlog.get("ApproximateNumberOfMessagesNotVisible", 0),
                 "delayedMessages": self.backlog.get("ApproximateNumberOfMessagesDelayed", 0),
             }
+            if len(self.queue_urls) > 1:
+                report["queues"] = self._queue_report()
+            return report
+
+    def _queue_report(self) -> dict[str, dict[str, int]]:
+        """Several queues: each queue's backlog (the totals above are their sums)."""
+        return {
+            url: {
+                "visibleMessages": counts.get("ApproximateNumberOfMessages", 0),
+                "inFlightMessages": counts.get("ApproximateNumberOfMessagesNotVisible", 0),
+                "delayedMessages": counts.get("ApproximateNumberOfMessagesDelayed", 0),
+            }
+            for url, counts in self.queue_backlog.items()
+        }
 
     def plan(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> list[ReceiverPartition]:
         with self.lock:
@@ -440,7 +468,11 @@ class _DriverState:
             return [
                 replace(p, run=self.run_id)
                 for p in partitions_of(
-                    stored, self.queue_url, self.options, replay=replay, replay_drops=replay_drops
+                    stored,
+                    self.default_queue,
+                    self.options,
+                    replay=replay,
+                    replay_drops=replay_drops,
                 )
             ]
 
@@ -482,6 +514,7 @@ class _DriverState:
             drop_count=len(drop_ids),
             delete_after_journal=self.options.delete_after_journal,
         )
+        plan = with_queues(plan, self._visible_by_queue(), rotate=batch)
         # The receivers that will receive (not replay) delete the committed batches' messages
         # first: acknowledgement runs on the executors, spread over every receiver.
         fresh = [
@@ -627,16 +660,21 @@ class _DriverState:
         if self._poll_due or now - self._last_poll >= self.options.queue_poll_interval:
             self._last_poll = now
             self._poll_due = False
-            try:
-                attrs = queue_attributes(self.client, self.queue_url, _BACKLOG_ATTRIBUTES)
-            except SqsSourceError as exc:
-                if not exc.retriable:
-                    raise
-                logger.warning("checking the queue for messages failed, will retry: %s", exc)
+            # Every queue (queues.py); one that failed transiently is left out of this poll.
+            polled = poll_backlog(self.client, self.queue_urls)
+            if not polled:
                 return False
-            self.backlog = {k: int(v) for k, v in attrs.items()}
+            self.queue_backlog = polled
+            self.backlog = summed(polled)
             self._visible = self.backlog.get("ApproximateNumberOfMessages", 0)
         return self._visible > 0
+
+    def _visible_by_queue(self) -> dict[str, int]:
+        """Visible messages of each queue as last polled, for spreading receivers over them."""
+        return {
+            url: self.queue_backlog.get(url, {}).get("ApproximateNumberOfMessages", 0)
+            for url in self.queue_urls
+        }
 
 
 def _release_on_sigterm(lease: Lease) -> None:

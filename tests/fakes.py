@@ -72,12 +72,16 @@ class FakeSqs:
         available: int = 0,
         script: list[list[dict[str, Any]] | Exception] | None = None,
         on_receive: Callable[[], None] | None = None,
+        queue_urls: tuple[str, ...] = (QUEUE_URL,),
     ) -> None:
         self.queue = [sqs_message(n) for n in range(available)]
         self.script = list(script) if script is not None else None
         self.on_receive = on_receive
         self.receive_calls: list[dict[str, Any]] = []
         self.batch_calls: list[tuple[str, list[dict[str, Any]]]] = []
+        # The queues batch calls may name (several queues), and the one each call named.
+        self.queue_urls = set(queue_urls)
+        self.batch_queues: list[str] = []
 
     def receive_message(self, **kwargs: Any) -> dict[str, Any]:
         self.receive_calls.append(kwargs)
@@ -100,11 +104,13 @@ class FakeSqs:
         return {"Successful": [{"Id": e["Id"]} for e in Entries], "Failed": []}
 
     def delete_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
-        assert QueueUrl == QUEUE_URL
+        assert QueueUrl in self.queue_urls, QueueUrl
+        self.batch_queues.append(QueueUrl)
         return self._batch("delete", Entries)
 
     def change_message_visibility_batch(
         self, QueueUrl: str, Entries: list[dict[str, Any]]
     ) -> dict[str, Any]:
-        assert QueueUrl == QUEUE_URL
+        assert QueueUrl in self.queue_urls, QueueUrl
+        self.batch_queues.append(QueueUrl)
         return self._batch("visibility", Entries)

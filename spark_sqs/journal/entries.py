@@ -65,6 +65,8 @@ class EntryReceipts:
     dropped: int = 0  # redeliveries the receiver dropped
     # The entry's schema metadata (lag, extended payload pointers: see lag.py, envelopes.py).
     metadata: dict[bytes, bytes] = field(default_factory=dict, repr=False, compare=False)
+    # The queue of each message (its row's queueUrl), where its receipt handle belongs.
+    queue_urls: tuple[str, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,9 @@ class ReceiverPlan:
     receiver: int
     limit: int
     adopt_from: tuple[int, int] | None = None  # (orphan batch, orphan receiver)
+    # The queue it receives from, fixed with the plan (several queues, queues.py). None: a plan
+    # written before queues were recorded, whose queue is the journal's (``Journal.owner``).
+    queue: str | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,7 @@ class BatchPlan:
             "batch": self.batch,
             "receivers": [
                 {"receiver": r.receiver, "limit": r.limit, "adoptFrom": r.adopt_from}
+                | ({"queueUrl": r.queue} if r.queue is not None else {})
                 for r in self.receivers
             ],
             "drops": self.drops,
@@ -162,6 +168,7 @@ class BatchPlan:
                     int(r["receiver"]),
                     int(r["limit"]),
                     tuple(r["adoptFrom"]) if r.get("adoptFrom") else None,  # type: ignore[arg-type]
+                    r.get("queueUrl"),
                 )
                 for r in doc["receivers"]
             ),
@@ -533,18 +540,42 @@ class Journal:
         for adoption: an attempt of it that journals later stops without deleting."""
         self.store.create(f"state/retired-{batch:012d}", b"")
 
-    def check_owner(self, queue_url: str) -> None:
-        """Bind the journal to one queue; refuse a journal that belongs to another."""
-        doc = {"format": FORMAT_VERSION, "queueUrl": queue_url}
+    def check_owner(self, queue_url: str, *more: str) -> str:
+        """Bind the journal to its queues; refuse a journal that belongs to others.
+
+        With several queues (queues.py) queues may be added or removed between runs: the
+        journal is refused only when none of the queues it was used with is named now. Returns
+        the journal's first queue, the queue of plans that record none per receiver."""
+        queues = (queue_url, *more)
+        doc: dict[str, Any] = {"format": FORMAT_VERSION, "queueUrl": queue_url}
+        if more:
+            doc["queueUrls"] = list(queues)
         if self.store.create("_meta.json", json.dumps(doc).encode()):
-            return
+            return queue_url
         data = self.store.read("_meta.json")
-        owner = json.loads(data).get("queueUrl") if data else None
-        if owner != queue_url:
+        meta = json.loads(data) if data else {}
+        owner = meta.get("queueUrl")
+        known = {owner, *meta.get("queueUrls", ()), *self._added_queues()}
+        if not known.intersection(queues):
+            shown = owner if len(known) == 1 else ", ".join(sorted(q for q in known if q))
             raise JournalError(
-                f"journalLocation {self.location} belongs to queue {owner}, not "
-                f"{queue_url}. Fix: give each query its own 'journalLocation'"
+                f"journalLocation {self.location} belongs to queue {shown}, not "
+                f"{', '.join(queues)}. Fix: give each query its own 'journalLocation'"
             )
+        for added in queues:
+            if added not in known:
+                digest = hashlib.sha256(added.encode()).hexdigest()[:16]
+                self.store.create(f"queues/{digest}.json", json.dumps({"queueUrl": added}).encode())
+        return owner or queue_url
+
+    def _added_queues(self) -> list[str]:
+        """Queues added to the journal's family after it was created."""
+        out = []
+        for key in self.store.list("queues"):
+            data = self.store.read(key) if key.endswith(".json") else None
+            if data is not None:
+                out.append(json.loads(data)["queueUrl"])
+        return out
 
     def probe_writable(self) -> None:
         key = f"_probe-{uuid.uuid4().hex}"
@@ -562,11 +593,20 @@ def receipts_of(batch: int, receiver: int, table: pa.Table) -> EntryReceipts:
     metadata = table.schema.metadata or {}
     ids = table.column("messageId").to_pylist()
     handles = table.column(RECEIPT).to_pylist()
+    queues = (
+        table.column("queueUrl").to_pylist()
+        if "queueUrl" in table.column_names
+        else [None] * len(ids)
+    )
     if PENDING_DELETE in metadata:
         # The receiver already deleted the rest (deleteAfterJournal).
         pending = set(json.loads(metadata[PENDING_DELETE]))
-        pairs = [(i, h) for i, h in zip(ids, handles, strict=True) if i in pending]
-        ids, handles = [i for i, _ in pairs], [h for _, h in pairs]
+        keep = [n for n, i in enumerate(ids) if i in pending]
+        ids, handles, queues = (
+            [ids[n] for n in keep],
+            [handles[n] for n in keep],
+            [queues[n] for n in keep],
+        )
     return EntryReceipts(
         batch=batch,
         receiver=receiver,
@@ -576,4 +616,5 @@ def receipts_of(batch: int, receiver: int, table: pa.Table) -> EntryReceipts:
         rows=table.num_rows,
         dropped=int(metadata.get(DROPPED, b"0")),
         metadata=dict(metadata),
+        queue_urls=tuple(queues),
     )

@@ -142,6 +142,15 @@ class SinkOptions:
             raise InvalidOptionError(
                 exc.message.replace("SQS source option", "SQS sink option")
             ) from None
+        if connection.queue_count > 1:
+            key = "queueUrl" if connection.queue_urls else "queueName"
+            several = InvalidOptionError.for_option(
+                key,
+                raw[key],
+                "names several queues; the sink writes to one queue",
+                "give one queue, or write the DataFrame once per queue",
+            )
+            raise InvalidOptionError(several.message.replace("source option", "sink option"))
 
         def get(name: str) -> str | None:
             value = raw.get(name)

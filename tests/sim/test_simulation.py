@@ -46,6 +46,33 @@ def test_every_seed_delivers_each_message_exactly_once(fifo: bool) -> None:
     assert len(known) < SEEDS // 40, known
 
 
+def _two_queues(config: Config) -> None:
+    config.queues = 2
+
+
+@pytest.mark.parametrize("fifo", [False, True], ids=["standard", "fifo"])
+def test_two_queues_with_one_removed_and_added_back_between_runs(fifo: bool) -> None:
+    """Messages go to either of two queues; a restart may name one of them only. Besides the
+    usual checks, a receipt handle sent to another queue than its own is a violation."""
+    failures, known, without = [], [], 0
+    for seed in range(SEEDS // 4):
+        result = run_seed(seed, fifo=fifo, configure=_two_queues)
+        without += result.stats.get("runs_without_a_queue", 0)
+        if result.ok:
+            continue
+        headline = [v for v in result.violations if not v.startswith("m")]
+        if all(v.startswith(KNOWN) for v in headline):
+            known.append(seed)
+            continue
+        failures.append(
+            f"seed {seed}: "
+            + " | ".join(result.violations[:4])
+            + f"\n  replay: {replay_command(seed, fifo, queues=2)}"
+        )
+    assert not failures, "\n".join(failures)
+    assert without > SEEDS // 8, "runs that removed a queue are part of the sweep"
+
+
 def test_a_seed_replays_exactly() -> None:
     first = run_seed(198, trace=True)
     again = run_seed(198, trace=True)

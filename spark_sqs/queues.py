@@ -1,0 +1,221 @@
+"""Several queues in one stream. Runs on: driver (option parsing also at ``load()``).
+
+``queueUrl`` (or ``queueName``) may name a comma-separated list of queues. Everything
+per-queue that the rest of the source needs lives here, as small pure functions:
+
+- ``split_queue_option``: the list, with errors for empty entries, duplicates, and a mix of
+  FIFO and standard queues (their delivery guarantees differ, so one stream holds one kind).
+- ``receivers_per_queue`` / ``assign_queues``: a batch's receivers spread over the queues in
+  proportion to their backlog; a queue with visible messages keeps at least one receiver while
+  there are as many receivers as such queues.
+- ``poll_backlog``: every queue's counts, per queue and summed.
+
+Where a receipt handle goes back to: each journaled row names its queue (the ``queueUrl``
+column), and every delete and visibility change is sent to the queue of its row
+(``acknowledgement.entries_of``), never to a queue of the current options. A batch's plan
+records each receiver's queue, so a replay receives from the queues of its first attempt even
+after a queue was removed from the options.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .errors import InvalidOptionError, SqsSourceError
+
+logger = logging.getLogger(__name__)
+
+BACKLOG_ATTRIBUTES = [
+    "ApproximateNumberOfMessages",
+    "ApproximateNumberOfMessagesNotVisible",
+    "ApproximateNumberOfMessagesDelayed",
+]
+
+
+def _queue_name(entry: str) -> str:
+    return entry.rstrip("/").rsplit("/", 1)[-1]
+
+
+def split_queue_option(key: str, value: str | None) -> tuple[str, ...]:
+    """The entries of a ``queueUrl``/``queueName`` value (empty tuple for None).
+
+    Raises ``InvalidOptionError`` for an empty entry, a queue named twice, or a mix of FIFO and
+    standard queues, naming the offending queues."""
+    if value is None:
+        return ()
+    entries = tuple(part.strip() for part in value.split(","))
+    if any(not part for part in entries):
+        raise InvalidOptionError.for_option(
+            key,
+            value,
+            "has an empty entry in its comma-separated list of queues",
+            f"remove the extra comma: '{','.join(p for p in entries if p)}'",
+        )
+    seen: set[str] = set()
+    for entry in entries:
+        normal = entry.rstrip("/")
+        if normal in seen:
+            raise InvalidOptionError.for_option(
+                key,
+                value,
+                f"names the queue '{entry}' twice",
+                "name each queue once",
+            )
+        seen.add(normal)
+    fifo = [e for e in entries if _queue_name(e).endswith(".fifo")]
+    standard = [e for e in entries if not _queue_name(e).endswith(".fifo")]
+    if fifo and standard:
+        raise InvalidOptionError.for_option(
+            key,
+            value,
+            f"mixes FIFO queues ({', '.join(fifo)}) with standard queues "
+            f"({', '.join(standard)}); one stream reads queues of one kind",
+            "read the FIFO queues and the standard queues with two queries",
+        )
+    return entries
+
+
+def check_one_region(key: str, regions: Mapping[str, str | None]) -> None:
+    """All queues of a stream share one client: refuse URLs of different regions."""
+    known = {r for r in regions.values() if r}
+    if len(known) > 1:
+        listed = ", ".join(f"{url} ({region})" for url, region in regions.items() if region)
+        raise InvalidOptionError.for_option(
+            key,
+            ",".join(regions),
+            f"names queues in different regions: {listed}",
+            "read the queues of each region with their own query",
+        )
+
+
+def receivers_per_queue(
+    receivers: int, backlog: Mapping[str, int], *, rotate: int = 0
+) -> dict[str, int]:
+    """How many of ``receivers`` receivers each queue gets, in proportion to its backlog.
+
+    A queue with no visible messages gets none, unless no queue has any (a batch started to
+    deliver journaled entries, or on a stale count): then the receivers are spread evenly, so
+    that the batch still has receivers. A queue with a backlog gets at least one while there
+    are as many receivers as such queues; with fewer, the largest backlogs get one each (ties
+    broken by ``rotate``, e.g. the batch number, so no queue waits forever). Shares go by
+    largest remainder. Queues keep the order of ``backlog``; the result sums to ``receivers``.
+    """
+    queues = list(backlog)
+    if receivers <= 0 or not queues:
+        return {q: 0 for q in queues}
+    busy = [q for q in queues if backlog[q] > 0]
+    if not busy:
+        # Evenly, starting at a rotating queue.
+        out = {q: receivers // len(queues) for q in queues}
+        for i in range(receivers % len(queues)):
+            out[queues[(rotate + i) % len(queues)]] += 1
+        return out
+    out = {q: 0 for q in queues}
+    if receivers <= len(busy):
+        order = sorted(
+            range(len(busy)),
+            key=lambda i: (-backlog[busy[i]], (i - rotate) % len(busy)),
+        )
+        for i in order[:receivers]:
+            out[busy[i]] = 1
+        return out
+    # Largest remainder over the backlogs, then a receiver for each busy queue left without
+    # one, taken from the queue with the most.
+    total = sum(backlog[q] for q in busy)
+    shares = {q: receivers * backlog[q] / total for q in busy}
+    for q in busy:
+        out[q] = int(shares[q])
+    by_remainder = sorted(
+        range(len(busy)),
+        key=lambda i: (-(shares[busy[i]] - int(shares[busy[i]])), (i - rotate) % len(busy)),
+    )
+    for i in by_remainder[: receivers - sum(out.values())]:
+        out[busy[i]] += 1
+    for q in busy:
+        if out[q] == 0:
+            # Of the queues with the most, the smallest backlog gives: order is kept.
+            richest = max(busy, key=lambda b: (out[b], -backlog[b]))
+            out[richest] -= 1
+            out[q] = 1
+    return out
+
+
+def assign_queues(
+    receivers: Sequence[int], backlog: Mapping[str, int], *, rotate: int = 0
+) -> dict[int, str]:
+    """Receiver number -> queue URL, the counts of ``receivers_per_queue`` in receiver order."""
+    counts = receivers_per_queue(len(receivers), backlog, rotate=rotate)
+    queue_order = [q for q, n in counts.items() for _ in range(n)]
+    return dict(zip(sorted(receivers), queue_order, strict=True))
+
+
+def poll_backlog(client: Any, queue_urls: Sequence[str]) -> dict[str, dict[str, int]]:
+    """Each queue's ``BACKLOG_ATTRIBUTES``. A queue whose poll fails transiently is left out
+    (logged); a failure a person must fix raises."""
+    from .client import queue_attributes  # options.py imports this module; client imports it
+
+    out: dict[str, dict[str, int]] = {}
+    for url in queue_urls:
+        try:
+            attrs = queue_attributes(client, url, BACKLOG_ATTRIBUTES)
+        except SqsSourceError as exc:
+            if not exc.retriable:
+                raise
+            logger.warning("checking queue %s for messages failed, will retry: %s", url, exc)
+            continue
+        out[url] = {k: int(v) for k, v in attrs.items()}
+    return out
+
+
+def summed(per_queue: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    """The counts of every queue added up."""
+    total: dict[str, int] = {}
+    for counts in per_queue.values():
+        for name, value in counts.items():
+            total[name] = total.get(name, 0) + value
+    return total
+
+
+def resolve_queue_urls(client: Any, options: Any) -> list[str]:
+    """Every queue of the options as a URL (``GetQueueUrl`` for names)."""
+    from .client import classify
+
+    if options.queue_urls:
+        return list(options.queue_urls)
+    if options.queue_url:
+        return [options.queue_url]
+    kwargs: dict[str, Any] = {}
+    if options.queue_owner_account_id:
+        kwargs["QueueOwnerAWSAccountId"] = options.queue_owner_account_id
+    urls = []
+    for name in options.queue_names or (options.queue_name,):
+        try:
+            urls.append(client.get_queue_url(QueueName=name, **kwargs)["QueueUrl"])
+        except Exception as exc:
+            raise classify(exc, "GetQueueUrl", repr(name)) from None
+    return urls
+
+
+def with_queues(plan: Any, backlog: Mapping[str, int], *, rotate: int = 0) -> Any:
+    """``plan`` (a new ``BatchPlan``) with each receiver's queue recorded: the receivers that
+    get a share of new messages are spread by ``assign_queues``; the others (replaying their
+    own entry, or delivering an adopted one) receive nothing and name the first queue."""
+    from dataclasses import replace
+
+    if not backlog:
+        return plan
+    sharing = [r.receiver for r in plan.receivers if r.limit > 0 and r.adopt_from is None]
+    queue_of = assign_queues(sharing, backlog, rotate=rotate)
+    first = next(iter(backlog))
+    receivers = tuple(replace(r, queue=queue_of.get(r.receiver, first)) for r in plan.receivers)
+    spread = receivers_per_queue(len(sharing), backlog, rotate=rotate)
+    if len(backlog) > 1:
+        logger.info(
+            "batch %d: receivers per queue %s (visible messages %s)",
+            plan.batch,
+            {q: n for q, n in spread.items()},
+            dict(backlog),
+        )
+    return replace(plan, receivers=receivers)

@@ -1,0 +1,173 @@
+"""Several queues in one stream (queueUrl with a comma-separated list), end to end on the moto
+server: every message of every queue exactly once with its queue in the queueUrl column, and
+a restart that drops a queue from the options while a batch holding its messages is logged
+but not committed."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_sqs.journal import Journal
+from tests.helpers import process_all_available, queue_counts, send_numbered, sqs_stream, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def second_queue_url(sqs: Any) -> Iterator[str]:
+    url = sqs.create_queue(QueueName=f"q2-{uuid.uuid4().hex[:12]}")["QueueUrl"]
+    yield url
+    try:
+        sqs.delete_queue(QueueUrl=url)
+    except Exception:
+        pass
+
+
+def _by_queue(rows: list[Any]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for row in rows:
+        out.setdefault(row.queueUrl, []).append(json.loads(row.body)["n"])
+    return {q: sorted(ns) for q, ns in out.items()}
+
+
+def test_two_queues_every_message_exactly_once_with_its_queue(
+    spark: Any, moto_endpoint: str, sqs: Any, queue_url: str, second_queue_url: str, tmp_path: Path
+) -> None:
+    first = send_numbered(sqs, queue_url, 150)
+    second = send_numbered(sqs, second_queue_url, 60, start=1000)
+    out = tmp_path / "out"
+    df = sqs_stream(
+        spark,
+        moto_endpoint,
+        f"{queue_url},{second_queue_url}",
+        str(tmp_path / "journal"),
+        numPartitions=3,
+        maxMessagesPerTrigger=80,
+        waitTimeSeconds=1,
+    )
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    try:
+        process_all_available(query, timeout=300)
+        # The last batch is acknowledged by the next latestOffset: both queues end empty.
+        wait_until(
+            lambda: (
+                queue_counts(sqs, queue_url) == (0, 0)
+                and queue_counts(sqs, second_queue_url) == (0, 0)
+            ),
+            90,
+            "both queues empty",
+        )
+        progress = [p for p in query.recentProgress if p["numInputRows"]]
+    finally:
+        query.stop()
+
+    rows = spark.read.parquet(str(out)).collect()
+    assert _by_queue(rows) == {queue_url: first, second_queue_url: second}
+    assert len({r.messageId for r in rows}) == len(rows) == 210
+    # The backlog in progress is per queue and summed.
+    latest = progress[0]["sources"][0]["latestOffset"]
+    latest = json.loads(latest) if isinstance(latest, str) else latest
+    assert set(latest["queues"]) == {queue_url, second_queue_url}
+    assert latest["visibleMessages"] == sum(q["visibleMessages"] for q in latest["queues"].values())
+
+
+class FailingOnceSink:
+    """``foreachBatch`` sink keeping each batch's rows by batch id (a replay replaces the first
+    attempt, as an idempotent sink does). The first batch holding a row of ``fail_on`` is
+    collected (so its rows are journaled) and then fails the query before Spark commits it."""
+
+    def __init__(self, fail_on: str) -> None:
+        self.fail_on = fail_on
+        self.failed_batch: int | None = None
+        self.batches: dict[int, list[tuple[str, int]]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        rows = [(r.queueUrl, json.loads(r.body)["n"]) for r in df.collect()]
+        with self._lock:
+            if self.failed_batch is None and any(q == self.fail_on for q, _ in rows):
+                self.failed_batch = batch_id
+                raise RuntimeError(f"sink failure in batch {batch_id} (test)")
+            self.batches[batch_id] = rows
+
+    def by_queue(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        with self._lock:
+            for rows in self.batches.values():
+                for queue, n in rows:
+                    out.setdefault(queue, []).append(n)
+        return {q: sorted(ns) for q, ns in out.items()}
+
+
+def test_a_logged_batch_replays_and_acknowledges_a_queue_removed_from_the_options(
+    spark: Any, moto_endpoint: str, sqs: Any, queue_url: str, second_queue_url: str, tmp_path: Path
+) -> None:
+    """Run 1 reads two queues; the batch holding the second queue's messages is journaled and
+    in Spark's offset log, but its sink fails before the commit. Run 2 names only the first
+    queue: the replay of that batch still runs its stored plan (receivers of the removed queue
+    replay their entries), and its messages are deleted from the removed queue."""
+    first = send_numbered(sqs, queue_url, 40)
+    second = send_numbered(sqs, second_queue_url, 6, start=1000)
+    journal = str(tmp_path / "journal")
+    checkpoint = str(tmp_path / "ckpt")
+    common = {
+        "numPartitions": 4,
+        "maxMessagesPerTrigger": 100,
+        "waitTimeSeconds": 1,
+        "visibilityTimeout": 30,
+    }
+    sink = FailingOnceSink(fail_on=second_queue_url)
+
+    def start(queues: str) -> Any:
+        df = sqs_stream(spark, moto_endpoint, queues, journal, **common)
+        return (
+            df.writeStream.foreachBatch(sink)
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
+
+    run1 = start(f"{queue_url},{second_queue_url}")
+    try:
+        with pytest.raises(Exception, match="sink failure"):
+            run1.awaitTermination(300)
+    finally:
+        run1.stop()
+    failed = sink.failed_batch
+    assert failed is not None
+    # The batch is logged, not committed; its plan recorded the removed queue's receivers.
+    assert (Path(checkpoint) / "offsets" / str(failed)).exists()
+    assert not (Path(checkpoint) / "commits" / str(failed)).exists()
+    plan_batches = Journal(journal).batches()
+    plans = [Journal(journal).read_plan(b) for b in plan_batches]
+    assert any(r.queue == second_queue_url for p in plans if p for r in p.receivers)
+
+    run2 = start(queue_url)
+    try:
+        process_all_available(run2, timeout=300)
+        wait_until(
+            lambda: (
+                queue_counts(sqs, queue_url) == (0, 0)
+                and queue_counts(sqs, second_queue_url) == (0, 0)
+            ),
+            120,
+            "both queues empty, the removed one acknowledged from the replayed batch's entries",
+        )
+    finally:
+        run2.stop()
+
+    assert sink.by_queue() == {queue_url: first, second_queue_url: second}
+    assert failed in sink.batches, "the failed batch was replayed"
