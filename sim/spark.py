@@ -398,9 +398,13 @@ class SparkSim:
         driver = self.sched.spawn(
             f"{group}/driver", group, "driver", lambda: self._driver_loop(group, opts, drain)
         )
-        while not driver.done:
-            self.sched.step()
-            if self.sched.steps > MAX_STEPS or self.clock.elapsed > MAX_SIM_SECONDS:
+
+        def bounded() -> bool:
+            return self.sched.steps > MAX_STEPS or self.clock.elapsed > MAX_SIM_SECONDS
+
+        if not driver.done:
+            self.sched.run_until(lambda: driver.done or bounded())
+            if bounded():
                 raise Deadlock(
                     f"no end after {self.sched.steps} steps and {self.clock.elapsed:.0f} "
                     "simulated seconds (livelock)"
