@@ -15,6 +15,7 @@ import sys
 import time
 
 from sim.spark import Config, run_seed
+from sim.sweep import default_jobs, sweep
 
 
 def replay_command(seed: int, fifo: bool | None, fixed_mode: bool = False) -> str:
@@ -39,6 +40,12 @@ def main(argv: list[str] | None = None) -> int:
         help="restarts keep deleteAfterJournal as the seed's first run had it",
     )
     parser.add_argument("--stop", type=int, default=5, help="stop after this many failing seeds")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help=f"worker processes (default: SIM_JOBS or the cores, at most 2: {default_jobs()})",
+    )
     args = parser.parse_args(argv)
 
     def configure(config: Config) -> None:
@@ -50,8 +57,16 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     runs = 0
     findings: dict[str, int] = {}
-    for seed in seeds:
-        result = run_seed(seed, fifo=args.fifo, trace=args.trace, configure=configure)
+    if args.trace or args.seed is not None:
+        results = (
+            run_seed(seed, fifo=args.fifo, trace=args.trace, configure=configure) for seed in seeds
+        )
+    else:
+        results = sweep(
+            seeds, fifo=args.fifo, fixed_delete_mode=args.fixed_delete_mode, jobs=args.jobs
+        )
+    for result in results:
+        seed = result.config.seed
         runs += 1
         for finding in result.findings:
             kind = finding.split(":")[0]
