@@ -330,7 +330,7 @@ class HookedStore:
 
     def _call(self, method: str, key: str, *args: Any) -> Any:
         # Probe keys carry a random uuid: the trace shows them without it, to compare replays.
-        shown = "_probe-*" if key.startswith("_probe-") else key
+        shown = "_probe/*" if key.startswith("_probe/") else key
         die_after = self._sched.point(f"store.{method} {shown}")
         try:
             return getattr(self.inner, method)(key, *args)

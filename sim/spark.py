@@ -791,20 +791,20 @@ class SparkSim:
         left = [k for k in keys if k.startswith("batches/")]
         if left:
             self.violations.append(f"the journal ends with batch files: {left[:6]}")
-        # Bounded sizes: what a long-running query must not accumulate. Reported as findings
-        # (they cost storage, not correctness), not as failures.
+        # Bounded size: the journal ends empty but for what a journal always holds (its queue,
+        # its state markers, the lease, the last metrics, dedupe records within their window).
+        # Drop sets, acknowledgement reports and probes of dead drivers must have gone.
+        kept = ("_meta.json", "state/", "lease/", "metrics/", "dedupe/", "batches/")
+        extra = [k for k in keys if not k.startswith(kept)]
+        if extra:
+            self.violations.append(f"the journal ends with {len(extra)} leftovers: {extra[:6]}")
         leases = [k for k in keys if k.startswith("lease/")]
         if len(leases) > 3:
-            self.findings.append(f"lease records: {len(leases)} kept (bound 3)")
+            self.violations.append(f"the journal ends with {len(leases)} lease records (bound 3)")
+        # Reported as a finding (storage, not correctness): markers a crash left behind.
         markers = [k for k in keys if k.startswith("state/")]
         if len(markers) > 3:
             self.findings.append(f"state markers: {len(markers)} kept (bound 3)")
-        probes = [k for k in keys if k.startswith("_probe-")]
-        if probes:
-            self.findings.append(f"probe objects: {len(probes)} left")
-        drops = [k for k in keys if k.startswith("drops/")]
-        if drops:
-            self.findings.append(f"drop sets: {len(drops)} left")
         self.stats["sent"] = len(sent)
 
 

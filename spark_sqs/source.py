@@ -412,7 +412,8 @@ class _DriverState:
                 # The stored drop set was made by a driver whose heartbeat kept the pending
                 # batches invisible; if it died, their messages may be visible again now.
                 replay_drops = self.journal.write_drops(
-                    self.acknowledger.drop_ids(batch, receive_window=self._receive_window())
+                    self.acknowledger.drop_ids(batch, receive_window=self._receive_window()),
+                    batch,
                 )
             return partitions_of(
                 stored, self.queue_url, self.options, replay=replay, replay_drops=replay_drops
@@ -447,7 +448,7 @@ class _DriverState:
             journaled=journaled,
             resuming=sorted(unfinished),
             adopted=adopted,
-            drops=self.journal.write_drops(drop_ids),
+            drops=self.journal.write_drops(drop_ids, batch),
             drop_count=len(drop_ids),
             delete_after_journal=self.options.delete_after_journal,
         )

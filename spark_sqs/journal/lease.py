@@ -190,8 +190,14 @@ class Lease:
     def release(self) -> None:
         if self.seq is None:
             return
-        self._write(self.seq + 1, released=True)
+        seq = self.seq + 1
+        self._write(seq, released=True)
         self.seq = None
+        try:
+            # What a renewal cut short by the stop left behind.
+            self._collect(seq, self._seqs())
+        except Exception:
+            logger.debug("journal %s: could not list the lease records", self._location)
 
     def _write(self, seq: int, released: bool = False) -> bool:
         doc = {
