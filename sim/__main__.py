@@ -4,6 +4,7 @@
     python -m sim --seed 17 --trace        replay seed 17 and print the ordering it took
     python -m sim --seeds 100 --fifo       every seed on a FIFO queue
     python -m sim --seeds 100 --queues 2   two queues in the stream; a restart may drop one
+    python -m sim --seeds 100 --poison     poisonMessagePolicy=deadLetter; the sink rejects one
 
 Exit status 1 if any seed broke an invariant; each failing seed prints the command that
 replays it. Runs on: the simulator's process only.
@@ -15,11 +16,16 @@ import argparse
 import sys
 import time
 
-from sim.spark import Config, run_seed
+from sim.spark import run_seed
+from sim.sweep import Variant, default_jobs, sweep
 
 
-def replay_command(seed: int, fifo: bool | None, fixed_mode: bool = False, queues: int = 1) -> str:
+def replay_command(
+    seed: int, fifo: bool | None, fixed_mode: bool = False, queues: int = 1, poison: bool = False
+) -> str:
     flag = "" if fifo is None else (" --fifo" if fifo else " --standard")
+    if poison:
+        flag += " --poison"
     if fixed_mode:
         flag += " --fixed-delete-mode"
     if queues > 1:
@@ -44,21 +50,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--queues", type=int, default=1, help="queues in the stream (2: one may be removed)"
     )
+    parser.add_argument(
+        "--poison",
+        action="store_true",
+        help="poisonMessagePolicy=deadLetter, and one message that fails every batch holding it",
+    )
     parser.add_argument("--stop", type=int, default=5, help="stop after this many failing seeds")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help=f"worker processes (default: SIM_JOBS or the cores, at most 2: {default_jobs()})",
+    )
     args = parser.parse_args(argv)
 
-    def configure(config: Config) -> None:
-        if args.fixed_delete_mode:
-            config.change_delete_after_journal = False
-        config.queues = args.queues
+    configure = Variant(args.fixed_delete_mode, args.queues, args.poison)
 
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     failed = 0
     started = time.perf_counter()
     runs = 0
     findings: dict[str, int] = {}
-    for seed in seeds:
-        result = run_seed(seed, fifo=args.fifo, trace=args.trace, configure=configure)
+    if args.trace or args.seed is not None:
+        results = (
+            run_seed(seed, fifo=args.fifo, trace=args.trace, configure=configure) for seed in seeds
+        )
+    else:
+        results = sweep(
+            seeds,
+            fifo=args.fifo,
+            fixed_delete_mode=args.fixed_delete_mode,
+            queues=args.queues,
+            poison=args.poison,
+            jobs=args.jobs,
+        )
+    for result in results:
+        seed = result.config.seed
         runs += 1
         for finding in result.findings:
             kind = finding.split(":")[0]
@@ -73,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             for v in result.violations:
                 print(f"  - {v}")
             print(
-                f"  replay: {replay_command(seed, args.fifo, args.fixed_delete_mode, args.queues)}"
+                "  replay: "
+                + replay_command(seed, args.fifo, args.fixed_delete_mode, args.queues, args.poison)
             )
             if failed >= args.stop:
                 break

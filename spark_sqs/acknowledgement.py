@@ -384,6 +384,15 @@ class Acknowledger:
         if self._heartbeat is not None:
             for batch in journaled_batches:
                 self._heartbeat.watch(batch)
+        self._collect()  # what a run that died mid-collection left
+
+    def _collect(self) -> None:
+        """Every batch before the oldest pending one is done: its drop sets can go, and the
+        acknowledgement reports no pending batch's acknowledgement reads (best effort)."""
+        oldest = min([*self._pending, self._acked + 1])
+        self._journal.collect_drops(oldest)
+        reading = {by for b, by in self._assigned.items() if b in self._pending}
+        self._journal.collect_ack_reports(oldest, reading)
 
     def track(self, batch: int, limit: int | None = None) -> None:
         """A batch was planned: it will need acknowledging once Spark commits it."""
@@ -555,6 +564,7 @@ class Acknowledger:
         self._on_acked(self._acked)
         self._journal.remove_batch(batch)
         self._pending.discard(batch)
+        self._collect()
         self._limits.pop(batch, None)
         self._assigned.pop(batch, None)
         self._inherited.discard(batch)

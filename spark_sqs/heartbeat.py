@@ -169,15 +169,20 @@ class Heartbeat:
             self.tick_safely()
 
     def tick_safely(self) -> None:
-        """One tick that never raises: the thread's body."""
+        """One tick that never raises: the thread's body. The lease renewals and the tick fail
+        apart: a store fault on a renewal must not skip the visibility extensions, nor a slow
+        failing tick the renewal after it."""
+        if self._on_tick is not None:
+            self._safely(self._on_tick)
+        self._safely(self.tick)
+        if self._on_tick is not None:
+            # Again after the tick's journal and SQS calls, which may take a while (retries
+            # with backoff): the lease must not look abandoned meanwhile.
+            self._safely(self._on_tick)
+
+    def _safely(self, step: Callable[[], None]) -> None:
         try:
-            if self._on_tick is not None:
-                self._on_tick()
-            self.tick()
-            if self._on_tick is not None:
-                # Again after the tick's journal and SQS calls, which may take a while (retries
-                # with backoff): the lease must not look abandoned meanwhile.
-                self._on_tick()
+            step()
         except Exception as exc:
             # Never let the thread die: a dead heartbeat would let messages reappear.
             self.stats.tick_errors += 1

@@ -215,7 +215,6 @@ def on_replay(journal: Any, partition: Any, table: pa.Table) -> pa.Table:
         earlier.discard(key)
         if len(earlier) >= options.max_batch_attempts:
             raise PoisonBatchError(fail_message(options, partition.batch, len(earlier) + 1))
-        return table
     if narrowing is None or partition.receiver not in narrowing.keep:
         return table
     return keep_only(table, set(narrowing.keep[partition.receiver]))
@@ -348,7 +347,7 @@ class Quarantine:
         names = _batch_names(self.journal, batch)
         narrowing = latest_narrowing(self.journal, batch, names)
         if narrowing is not None:
-            self._complete(batch, narrowing)
+            self.complete(batch, narrowing)
         attempts = read_attempts(self.journal, batch, names)
         suspect = SUSPECT in names
         threshold = 1 if suspect else self.options.max_batch_attempts
@@ -405,10 +404,10 @@ class Quarantine:
                 sum(len(ids) for ids in new.carried.values()),
                 new.carry_batch,
             )
-        self._complete(batch, new, tables)
+        self.complete(batch, new, tables)
         return new
 
-    def _complete(
+    def complete(
         self, batch: int, narrowing: Narrowing, tables: Mapping[int, pa.Table] | None = None
     ) -> None:
         """Idempotent: create the carry batch's files and finish the quarantine of a step."""
@@ -533,6 +532,19 @@ class Quarantine:
         ]
         doc = {"carriedFrom": newest, "ids": ids}
         self.journal.store.create(f"{_dir(batch)}/{SUSPECT}", json.dumps(doc).encode())
+
+
+def narrowed_without_policy(options: Any, batch: int) -> InvalidOptionError:
+    """The error for a journal holding a narrowed batch under another poison policy."""
+    return InvalidOptionError.for_option(
+        "poisonMessagePolicy",
+        options.poison_message_policy,
+        f"batch {batch} in journalLocation {options.journal_location} was narrowed under "
+        "poisonMessagePolicy=deadLetter and is not acknowledged yet; only that policy delivers "
+        "its carried messages and finishes a quarantine exactly once",
+        "restart with poisonMessagePolicy=deadLetter until `spark-sqs inspect` shows no "
+        "narrowed batch, then change the policy",
+    )
 
 
 def carry_batches(journal: Any, batches: list[int]) -> list[int]:

@@ -286,20 +286,7 @@ class _DriverState:
             queue_urls=queue_urls,
             default_queue=default_queue,
         )
-        if options.poison_message_policy == poison.DEAD_LETTER:
-            # Fails at start when there is no dead-letter queue to quarantine to.
-            dead_letters = {
-                url: poison.resolve_dead_letter_queue(client, url, options) for url in queue_urls
-            }
-            state.quarantine = poison.Quarantine(
-                journal,
-                client,
-                queue_url,
-                dead_letters,
-                options,
-                reserve_batch=state._reserve_batch,
-                track=state.acknowledger.track,
-            )
+        state.start_poison_policy()
         logger.info(
             "SQS source started on %s: journal %s, planned batch %d, acknowledged batch %d, "
             "%d batches awaiting acknowledgement",
@@ -463,7 +450,8 @@ class _DriverState:
                 # The stored drop set was made by a driver whose heartbeat kept the pending
                 # batches invisible; if it died, their messages may be visible again now.
                 replay_drops = self.journal.write_drops(
-                    self.acknowledger.drop_ids(batch, receive_window=self._receive_window())
+                    self.acknowledger.drop_ids(batch, receive_window=self._receive_window()),
+                    batch,
                 )
             return [
                 replace(p, run=self.run_id)
@@ -510,7 +498,7 @@ class _DriverState:
             journaled=journaled,
             resuming=sorted(unfinished),
             adopted=adopted,
-            drops=self.journal.write_drops(drop_ids),
+            drops=self.journal.write_drops(drop_ids, batch),
             drop_count=len(drop_ids),
             delete_after_journal=self.options.delete_after_journal,
         )
@@ -561,10 +549,21 @@ class _DriverState:
         if not orphans:
             return
         copied = 0
+        # An orphan narrowed by poisonMessagePolicy=deadLetter delivers only what its latest
+        # step keeps: the rest is in its carry batch (adopted as well) or quarantined.
+        narrowed = {o: n for o in orphans if (n := poison.latest_narrowing(self.journal, o))}
+        for orphan, narrowing in narrowed.items():
+            if self.quarantine is None:
+                raise poison.narrowed_without_policy(self.options, orphan)
+            self.quarantine.complete(orphan, narrowing)
         for receiver in plan.receivers:
             if receiver.adopt_from is not None:
                 orphan, source = receiver.adopt_from
-                copied += self.journal.adopt_entry(orphan, source, plan.batch, receiver.receiver)
+                step = narrowed.get(orphan)
+                keep = step.keep.get(source) if step is not None else None
+                copied += self.journal.adopt_entry(
+                    orphan, source, plan.batch, receiver.receiver, keep=keep
+                )
         if self.quarantine is not None:
             # Before the orphans go: a batch adopting carried messages becomes suspect.
             self.quarantine.inherit(plan.batch, orphans)
@@ -633,6 +632,30 @@ class _DriverState:
             self.journal.write_metrics(counters["batch"], counters)
         except SqsSourceError as exc:
             logger.warning("could not write the metrics of batch %d: %s", counters["batch"], exc)
+
+    def start_poison_policy(self) -> None:
+        """``poisonMessagePolicy=deadLetter``: resolve each queue's dead-letter queue (an error
+        at start when one has none) and narrow replays from now on (poison.py)."""
+        if self.options.poison_message_policy != poison.DEAD_LETTER:
+            # A batch narrowed under deadLetter holds messages carried out or being quarantined:
+            # only that policy finishes them (a replay under `fail` would deliver them twice).
+            for batch in self.acknowledger.pending:
+                if poison.latest_narrowing(self.journal, batch) is not None:
+                    raise poison.narrowed_without_policy(self.options, batch)
+            return
+        dead_letters = {
+            url: poison.resolve_dead_letter_queue(self.client, url, self.options)
+            for url in self.queue_urls
+        }
+        self.quarantine = poison.Quarantine(
+            self.journal,
+            self.client,
+            self.queue_url,
+            dead_letters,
+            self.options,
+            reserve_batch=self._reserve_batch,
+            track=self.acknowledger.track,
+        )
 
     def _reserve_batch(self) -> int:
         """A journal batch number for messages carried out of a narrowed batch: never in

@@ -8,7 +8,8 @@ Layout under ``journalLocation`` (keys of a ``JournalStore``)::
     batches/<N>/_plan.json                   the batch's plan, written once, before any receive
     batches/<N>/<receiver>.arrow             messages one receiver got (Arrow IPC file)
     batches/<N>/<receiver>.part-<k>.arrow    deleteAfterJournal: one receive call's messages
-    drops/<sha256>.arrow                     a drop set, named by content, referenced by plans
+    drops/<N>-<sha256>.arrow                 a drop set of batch N (by content), referenced by its
+                                             plan or by the partitions of its replay
     dedupe/<N>-<sha256>.arrow                ids whose acknowledgement may not have taken effect
     metrics/<N>.json                         counters of acknowledged batches
 
@@ -25,6 +26,7 @@ import json
 import logging
 import re
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +40,9 @@ logger = logging.getLogger(__name__)
 
 _ENTRY = re.compile(r"^(\d{5,})\.arrow$")
 _PART = re.compile(r"^(\d{5,})\.part-(\d{5})\.arrow$")
+# drops/<batch>-<sha256>.arrow; a journal of an earlier version named them drops/<sha256>.arrow.
+_ACK_REPORT = re.compile(r"^acks/(\d{12})/")
+_DROPS = re.compile(r"^drops/(?:(\d{12})-)?([0-9a-f]{64})\.arrow$")
 _BATCH_KEY = re.compile(r"^batches/(\d{12})/")
 _MARKER = re.compile(r"^state/(planned|acked|initial|retired)-(\d{12})$")
 FORMAT_VERSION = 2
@@ -354,10 +359,18 @@ class Journal:
             {RECEIVED_AT: repr(received), PENDING_DELETE: json.dumps(sorted(ids))}
         )
 
-    def adopt_entry(self, orphan: int, receiver: int, batch: int, target: int) -> bool:
+    def adopt_entry(
+        self,
+        orphan: int,
+        receiver: int,
+        batch: int,
+        target: int,
+        keep: Collection[str] | None = None,
+    ) -> bool:
         """Copy one orphaned entry (or a dead receiver's parts) into ``batch`` as receiver
-        ``target``. Idempotent: an existing target is kept; a missing source means an earlier
-        call copied it and removed the orphan."""
+        ``target``; only the ids in ``keep`` when given (an orphan narrowed by the poison
+        policy: the rest were carried out or quarantined). Idempotent: an existing target is
+        kept; a missing source means an earlier call copied it and removed the orphan."""
         if self.store.read(self._entry_key(batch, target)) is not None:
             return False
         table = self.read_entry(orphan, receiver)
@@ -365,6 +378,10 @@ class Journal:
             table = self.combined_parts(orphan, receiver)
         if table is None:
             return False
+        if keep is not None:
+            wanted = set(keep)
+            mask = [i in wanted for i in table.column("messageId").to_pylist()]
+            table = table.filter(pa.array(mask, pa.bool_()))
         return self.write_entry(batch, target, table)
 
     def remove_batch(self, batch: int) -> None:
@@ -393,12 +410,15 @@ class Journal:
             )
         return stored
 
-    def write_drops(self, message_ids: frozenset[str]) -> str | None:
-        """Store a drop set once, under its digest; None for an empty set."""
+    def write_drops(self, message_ids: frozenset[str], batch: int | None = None) -> str | None:
+        """Store a drop set once, under its batch and digest; None for an empty set."""
         if not message_ids:
             return None
         ordered = sorted(message_ids)
         digest = hashlib.sha256("\n".join(ordered).encode()).hexdigest()
+        if batch is not None:
+            # The batch in the name tells collect_drops when no attempt can need it any more.
+            digest = f"{batch:012d}-{digest}"
         table = pa.table({"messageId": pa.array(ordered, pa.string())})
         self.store.create(f"drops/{digest}.arrow", _ipc_bytes(table))
         _DROPS_CACHE[digest] = frozenset(ordered)
@@ -424,6 +444,41 @@ class Journal:
         _DROPS_CACHE[digest] = ids
         return ids
 
+    def collect_drops(self, oldest_pending: int) -> int:
+        """Remove the drop sets of batches before ``oldest_pending`` (every batch before it is
+        acknowledged or retired): no plan of a pending batch, nor the partitions of a replay of
+        one, names them. A straggling attempt of such a batch stops at its acknowledgement check;
+        one that passed it just before finds its drop set gone and fails, and Spark drops a
+        failed attempt of a finished task. Drop sets named by an earlier version (no batch)
+        go once no stored plan names them. Returns how many were removed."""
+        try:
+            old: list[str] = []
+            legacy: list[str] = []
+            for key in self.store.list("drops"):
+                match = _DROPS.match(key)
+                if match is None:
+                    continue
+                if match.group(1) is None:
+                    legacy.append(key)
+                elif int(match.group(1)) < oldest_pending:
+                    old.append(key)
+            if legacy:
+                named = {
+                    f"drops/{plan.drops}.arrow"
+                    for plan in map(self.read_plan, self.batches())
+                    if plan is not None and plan.drops is not None
+                }
+                old.extend(k for k in legacy if k not in named)
+            if old:
+                self.store.delete_many(old)
+        except Exception:
+            # Storage, not correctness: the next acknowledgement tries again.
+            logger.warning(
+                "journal %s: could not remove old drop sets", self.location, exc_info=True
+            )
+            return 0
+        return len(old)
+
     # -- acknowledgement reports ---------------------------------------------------------------
 
     def write_ack_report(self, batch: int, receiver: int, report: dict[str, Any]) -> None:
@@ -442,6 +497,31 @@ class Journal:
 
     def remove_ack_reports(self, batch: int) -> None:
         self.store.delete_many(self.store.list(f"acks/{batch:012d}"))
+
+    def collect_ack_reports(self, oldest_pending: int, keep: set[int]) -> int:
+        """Remove the reports written by batches before ``oldest_pending`` (acknowledged or
+        retired) that no pending batch's acknowledgement still reads (``keep``): those of a
+        batch whose assignments went to a replanned or adopted batch, or were read by a driver
+        that died before it removed them. Returns how many were removed."""
+        try:
+            old = [
+                key
+                for key in self.store.list("acks")
+                if (m := _ACK_REPORT.match(key))
+                and int(m.group(1)) < oldest_pending
+                and int(m.group(1)) not in keep
+            ]
+            if old:
+                self.store.delete_many(old)
+        except Exception:
+            # Storage, not correctness: the next acknowledgement tries again.
+            logger.warning(
+                "journal %s: could not remove old acknowledgement reports",
+                self.location,
+                exc_info=True,
+            )
+            return 0
+        return len(old)
 
     # -- redelivery dedupe ----------------------------------------------------------------------
 
@@ -578,7 +658,7 @@ class Journal:
         return out
 
     def probe_writable(self) -> None:
-        key = f"_probe-{uuid.uuid4().hex}"
+        key = f"_probe/{uuid.uuid4().hex}"
         try:
             self.store.create(key, b"ok")
             self.store.delete(key)
@@ -587,6 +667,14 @@ class Journal:
                 f"journalLocation {self.location} is not writable ({exc}). Fix: point "
                 "'journalLocation' at a directory this cluster can create and write files in"
             ) from None
+        try:
+            # Probes of drivers that died between the create and the delete. A concurrent
+            # probe removed here has already done its create, which is all it tests.
+            leftover = self.store.list("_probe")
+            if leftover:
+                self.store.delete_many(leftover)
+        except (OSError, JournalError):
+            logger.debug("journal %s: could not remove old probe objects", self.location)
 
 
 def receipts_of(batch: int, receiver: int, table: pa.Table) -> EntryReceipts:

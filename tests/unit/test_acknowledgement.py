@@ -371,6 +371,7 @@ class FakeJournal:
         self.received_at: dict[int, float] = {b: received_at for b in batches}
         self.reads: list[int] = []
         self.removed: list[int] = []
+        self.collected: list[int] = []  # oldest pending batch at each drop-set collection
         self.dedupe: dict[int, tuple[list[str], float]] = {}
 
     def add(self, batch: int, pairs: list[tuple[str, str]], received_at: float = NOW) -> None:
@@ -388,6 +389,13 @@ class FakeJournal:
     def remove_batch(self, batch: int) -> None:
         self.removed.append(batch)
         self.batches.pop(batch, None)
+
+    def collect_ack_reports(self, oldest_pending: int, keep: set[int]) -> int:
+        return 0
+
+    def collect_drops(self, oldest_pending: int) -> int:
+        self.collected.append(oldest_pending)
+        return 0
 
     def write_dedupe(self, batch: int, message_ids: list[str], expires_at: float) -> None:
         self.dedupe[batch] = (list(message_ids), expires_at)
@@ -472,6 +480,9 @@ def test_acknowledges_every_pending_batch_up_to_n() -> None:
     assert [batch_of_call(c) for c in fake.calls] == [1, 2]
     assert fake.calls[0] == ["b1-m0", "b1-m1", "b1-m2"]
     assert journal.removed == [1, 2]
+    # Drop sets of the batches before the oldest pending one go at start (what a dead run
+    # left) and after each acknowledgement.
+    assert journal.collected == [1, 2, 3]
     assert acked == [1, 2]
     assert ack.acked_batch == 2
     assert ack.pending == [3]

@@ -505,3 +505,52 @@ def test_journal_sse_kms_key_reaches_the_s3_store() -> None:
     options = make_options(location, journalSseKmsKeyId="alias/journal", region="us-east-1")
     store = open_store(location, options)
     assert store._kms == "alias/journal"
+
+
+# -- bounded size ------------------------------------------------------------------------------
+
+
+def test_drop_sets_of_batches_before_the_oldest_pending_one_are_collected(
+    journal: Journal,
+) -> None:
+    from spark_sqs.journal import entries
+    from spark_sqs.planning import new_plan
+
+    done = journal.write_drops(frozenset({"a", "b"}), 1)
+    replayed = journal.write_drops(frozenset({"c"}), 2)  # a replay's, named by no plan
+    pending = journal.write_drops(frozenset({"a", "b"}), 3)  # same ids, its own object
+    # Drop sets an earlier version wrote (no batch in the name): one a pending plan names.
+    legacy_named = journal.write_drops(frozenset({"d"}))
+    legacy_unnamed = journal.write_drops(frozenset({"e"}))
+    journal.write_plan(new_plan(4, 10, 1, drops=legacy_named))
+    assert pending != done and done is not None and done.startswith("000000000001-")
+
+    assert journal.collect_drops(oldest_pending=3) == 3
+
+    assert journal.store.list("drops") == sorted(
+        [f"drops/{pending}.arrow", f"drops/{legacy_named}.arrow"]
+    )
+    entries._DROPS_CACHE.clear()
+    assert journal.read_drops(pending) == {"a", "b"}
+    assert journal.read_drops(legacy_named) == {"d"}
+    for gone in (done, replayed, legacy_unnamed):
+        with pytest.raises(JournalError, match="missing"):
+            journal.read_drops(gone)
+    assert journal.collect_drops(oldest_pending=3) == 0
+
+
+def test_probe_writable_removes_probes_a_dead_driver_left(journal: Journal, location: str) -> None:
+    journal.store.create("_probe/0123456789abcdef", b"ok")  # the driver died before its delete
+    journal.probe_writable()
+    assert journal.store.list("_probe") == []
+    assert os.listdir(location) == []
+
+
+def test_ack_reports_no_pending_batch_reads_are_collected(journal: Journal) -> None:
+    for by in (2, 3, 5):
+        journal.write_ack_report(by, 0, {"batch": by - 1})
+    # Batch 3's receivers acknowledge batch 4 (pending, oldest): their reports must stay.
+    assert journal.collect_ack_reports(oldest_pending=4, keep={3}) == 1
+    assert journal.read_ack_reports(2) == []
+    assert journal.read_ack_reports(3) == [{"batch": 2}]
+    assert journal.read_ack_reports(5) == [{"batch": 4}]

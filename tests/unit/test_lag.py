@@ -83,6 +83,12 @@ class _Journal:
     def remove_batch(self, batch: int) -> None:
         self.entries = []
 
+    def collect_ack_reports(self, oldest_pending: int, keep: set[int]) -> int:
+        return 0
+
+    def collect_drops(self, oldest_pending: int) -> int:
+        return 0
+
     def read_dedupe(self, now: float) -> dict[str, float]:
         return {}
 

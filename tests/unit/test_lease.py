@@ -128,3 +128,88 @@ def test_a_lost_answer_to_taking_the_lease_is_not_another_query(store: LocalStor
     store.create = create_twice  # type: ignore[method-assign]
     owner.acquire()
     assert owner.seq == 0
+
+
+class Racing(LocalStore):
+    """A store on which the owner renews right after another query's listing or read answered
+    (the interleaving the simulation found with seed 329)."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.after: dict[str, list] = {"list": [], "read": []}
+
+    def _then(self, call: str) -> None:
+        hooks, self.after[call] = self.after[call], []
+        for hook in hooks:
+            hook()
+
+    def list(self, prefix: str) -> list[str]:
+        keys = super().list(prefix)
+        self._then("list")
+        return keys
+
+    def read(self, key: str) -> bytes | None:
+        data = super().read(key)
+        self._then("read")
+        return data
+
+
+@pytest.fixture
+def racing(tmp_path: Path) -> Racing:
+    return Racing(str(tmp_path / "journal"))
+
+
+def test_a_record_deleted_between_listing_and_read_is_not_a_free_journal(racing: Racing) -> None:
+    # Seed 329: the owner renews twice within one tick (before and after it) and deletes
+    # record 0 between the second query's listing and its read of record 0.
+    clock = Clock()
+    owner = lease(racing, clock, "owner")
+    owner.acquire()
+    clock.on_sleep.append(lambda: owner.renew() if clock.now % INTERVAL < 1 else None)
+    racing.after["list"].append(lambda: (owner.renew(), owner.renew()))
+
+    with pytest.raises(JournalInUseError, match=r"run owner\) is using"):
+        lease(racing, clock, "second").acquire()
+    owner.renew()  # still the owner
+
+
+def test_an_owner_back_from_a_long_pause_does_not_renew_into_a_hole(store: LocalStore) -> None:
+    clock = Clock()
+    paused = lease(store, clock, "paused")
+    paused.acquire()  # record 0
+    clock.now += 3 * INTERVAL  # a long GC pause: the lease lapsed
+    new = lease(store, clock, "new")
+    new.acquire()  # record 1
+    new.renew()
+    new.renew()  # records 2 and 3; 1 is deleted, so a create of it succeeds again
+
+    with pytest.raises(JournalInUseError, match=r"run new\) took over"):
+        paused.renew()
+    new.renew()  # the new owner keeps it
+
+
+def test_a_takeover_of_a_lease_renewed_past_meanwhile_looks_again(racing: Racing) -> None:
+    clock = Clock()
+    owner = lease(racing, clock, "slow")
+    owner.acquire()  # record 0
+    clock.now += 3 * INTERVAL  # looks dead to the next query, which will not wait ...
+    # ... but renews three times between that query's read and its create of record 1.
+    racing.after["read"].append(lambda: (owner.renew(), owner.renew(), owner.renew()))
+    clock.on_sleep.append(lambda: owner.renew() if clock.now % INTERVAL < 1 else None)
+
+    with pytest.raises(JournalInUseError, match=r"run slow\) is using"):
+        lease(racing, clock, "next").acquire()
+    owner.renew()
+
+
+def test_renewals_remove_a_crashed_runs_records(store: LocalStore) -> None:
+    clock = Clock()
+    for run in ("a", "b", "c"):
+        crashed = lease(store, clock, run)
+        crashed.acquire()
+        crashed.renew()
+        clock.now += 3 * INTERVAL  # then killed
+    owner = lease(store, clock, "d")
+    owner.acquire()
+    owner.renew()
+    assert store.list("lease") == ["lease/000000000006.json", "lease/000000000007.json"]

@@ -466,3 +466,46 @@ def test_read_partition_counts_the_first_attempt_in_its_entry_and_replays_in_rec
     assert [a.key for a in poison.read_attempts(journal, 3)] == ["run2-s0-t0"]
     with pytest.raises(poison.PoisonBatchError, match="read by 3 attempts"):
         list(read_partition(replace(part, run="run3"), client_factory=never))
+
+
+def test_an_adopted_narrowed_batch_delivers_only_what_its_latest_step_keeps(
+    tmp_path: Any, sqs: Any
+) -> None:
+    """A new checkpoint adopts a narrowed batch and its carry batch: the carried messages must
+    come from the carry batch alone (found by the simulation, seed 173 with --poison)."""
+    journal, options = _journal_with_batch(
+        tmp_path, 4, [[1, 2], [3, 4]], poisonMessagePolicy="deadLetter", maxBatchAttempts="2"
+    )
+    quarantine = _quarantine(journal, options, sqs, _Driver(planned=4))
+    for run in ("r1", "r2"):
+        _fail_once_more(journal, 4, run, [0, 1])
+    step = quarantine.prepare_replay(4, [0, 1])
+    assert step is not None and step.carry_batch == 5
+    for source in (0, 1):
+        journal.adopt_entry(4, source, 7, 10000 + source, keep=step.keep.get(source))
+        journal.adopt_entry(5, source, 7, 10002 + source)
+    delivered = [
+        i for r in journal.receivers(7) if (t := journal.read_entry(7, r)) for i in _ids(t)
+    ]
+    assert sorted(delivered) == sorted(_mid(n) for n in (1, 2, 3, 4))
+
+
+def test_another_policy_is_refused_while_a_narrowed_batch_is_pending(
+    tmp_path: Any, sqs: Any
+) -> None:
+    from spark_sqs.source import _DriverState
+
+    journal, options = _journal_with_batch(
+        tmp_path, 4, [[1, 2], [3, 4]], poisonMessagePolicy="deadLetter", maxBatchAttempts="2"
+    )
+    quarantine = _quarantine(journal, options, sqs, _Driver(planned=4))
+    for run in ("r1", "r2"):
+        _fail_once_more(journal, 4, run, [0, 1])
+    assert quarantine.prepare_replay(4, [0, 1]) is not None
+    failing = make_options(options.journal_location)
+    state = _DriverState(failing, sqs, QUEUE_URL, Journal(failing.journal_location, failing))
+    with pytest.raises(InvalidOptionError) as err:
+        state.start_poison_policy()
+    message = str(err.value)
+    assert "poisonMessagePolicy" in message and "batch 4" in message
+    assert "restart with poisonMessagePolicy=deadLetter" in message
