@@ -6,7 +6,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 LINTED := spark_sqs devtools tests notebooks chaos bench sim
 
-.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick chaos-sink soak bench conformance bench-sink bench-driver sim mutations
+.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick chaos-sink chaos-poison soak bench conformance bench-sink bench-driver sim mutations
 
 venv:
 	@scripts/bootstrap.sh $(VENV) $(LOCK)
@@ -32,6 +32,10 @@ chaos-quick: venv
 # with the quick run's parameters (300 messages, 2 kills; several minutes, not in chaos-quick).
 chaos-sink: venv
 	$(PY) -m chaos --quick --scenarios fifo-sqs-sink $(CHAOS_ARGS)
+
+# A message that fails every batch holding it, under poisonMessagePolicy=deadLetter (docs/chaos.md).
+chaos-poison: venv
+	$(PY) -m chaos --quick --scenarios standard-poison $(CHAOS_ARGS)
 
 # Steady traffic for SOAK_SECONDS with kills and faults throughout, then the same count.
 SOAK_SECONDS ?= 600

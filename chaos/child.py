@@ -10,6 +10,7 @@ stopping the query), and exits 2 if the query fails.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -30,6 +31,13 @@ def main() -> int:
     parser.add_argument("--stall-seconds", type=float, default=0.0)
     parser.add_argument("--sink", choices=("parquet", "sqs"), default="parquet")
     parser.add_argument("--target-queue-url", default=None, help="with --sink sqs")
+    parser.add_argument(
+        "--poison-number",
+        type=int,
+        default=None,
+        help="the producer's message number that makes every task holding it fail",
+    )
+    parser.add_argument("--dead-letter-url", default=None, help="with --poison-number")
     args = parser.parse_args()
     control = Path(args.control)
     logging.basicConfig(
@@ -49,10 +57,13 @@ def main() -> int:
     )
 
     stall_every, stall_seconds = args.stall_every, args.stall_seconds
+    poison = args.poison_number
     stalled = str(Path(args.out).parent / "stalled")
 
     @udf("string")
     def pass_through(message_id, body):  # no type hints: PySpark reads them as a pandas UDF
+        if poison is not None and json.loads(body).get("n") == poison:
+            raise ValueError(f"message {poison} cannot be processed (the harness's poison)")
         # About one message in stall_every makes its micro-batch outlast the visibility timeout
         # (once, across all runs), so the heartbeat has to keep the batch's messages hidden.
         if stall_every and zlib.crc32(message_id.encode()) % stall_every == 0:
@@ -64,6 +75,17 @@ def main() -> int:
             time.sleep(stall_seconds)
         return body
 
+    if poison is None:
+        # Every killed run that read a batch counts as an attempt of it (docs/operations.md):
+        # with the default of 3 and poisonMessagePolicy=fail the kills alone would stop it.
+        poison_options = {"maxBatchAttempts": "1000"}
+    else:
+        # Killed runs count too: they narrow batches that did not fail, which must be safe.
+        poison_options = {
+            "poisonMessagePolicy": "deadLetter",
+            "deadLetterQueueUrl": args.dead_letter_url,
+            "maxBatchAttempts": "3",
+        }
     stream = sqs_stream(
         spark,
         args.endpoint,
@@ -73,9 +95,7 @@ def main() -> int:
         numPartitions=args.receivers,
         maxMessagesPerTrigger=args.max_per_trigger,
         deleteAfterJournal=str(args.delete_after_journal).lower(),
-        # Every killed run that read a batch counts as an attempt of it (docs/operations.md):
-        # with the default of 3 the harness's kills alone would stop the stream.
-        maxBatchAttempts=1000,
+        **poison_options,
     ).select("messageId", pass_through("messageId", "body").alias("body"), "messageGroupId")
     if args.sink == "sqs":
         # The round trip: the sink derives each message's deduplication id from the source's

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import shutil
@@ -67,6 +68,8 @@ class Scenario:
     sink: str = "parquet"
     # Several queues in one stream: the producer spreads its messages over them.
     queues: int = 1
+    # poisonMessagePolicy=deadLetter, and one message that makes its batch fail every time.
+    poison: bool = False
 
 
 # SQS drops a FIFO copy only within 5 minutes of the first send (moto too: it compares send
@@ -86,6 +89,10 @@ SCENARIOS = {
     "fifo-sqs-sink": Scenario("fifo-sqs-sink", fifo=True, sink="sqs"),
     "standard-two-queues": Scenario("standard-two-queues", False, queues=2),
     "fifo-two-queues": Scenario("fifo-two-queues", True, queues=2),
+    # One message makes every task holding it fail (a UDF raises): the policy must narrow its
+    # batch, quarantine it in the dead-letter queue once, and deliver the rest exactly once.
+    "standard-poison": Scenario("standard-poison", False, poison=True),
+    "fifo-poison": Scenario("fifo-poison", True, poison=True),
 }
 
 
@@ -110,6 +117,11 @@ class Outcome:
     same_dedupe_id: int = 0
     # The sink's counters summed over its metrics files (the last attempt of each batch).
     sink_counters: dict[str, int] = field(default_factory=dict)
+    # Poison scenarios: copies of the poison message in the dead-letter queue (must be 1) and
+    # in the sink (must be 0); other messages there count as unexpected.
+    poison: bool = False
+    quarantined: int = 0
+    poison_in_sink: int = 0
     rows: int = 0
     lost: int = 0
     duplicated: int = 0
@@ -129,6 +141,7 @@ class Outcome:
             and self.unexpected == 0
             and self.left_in_queue == 0
             and self.order_violations == 0
+            and (not self.poison or (self.quarantined == 1 and self.poison_in_sink == 0))
         )
 
 
@@ -212,6 +225,7 @@ class Child:
         receivers: int,
         max_per_trigger: int,
         target_url: str | None = None,
+        poison: tuple[int, str] | None = None,
     ) -> None:
         self.control = work / f"control-{run}"
         self.control.mkdir()
@@ -230,6 +244,8 @@ class Child:
             command.append("--delete-after-journal")
         if scenario.sink == "sqs":
             command += ["--sink", "sqs", "--target-queue-url", str(target_url)]
+        if poison is not None:
+            command += ["--poison-number", str(poison[0]), "--dead-letter-url", poison[1]]
         env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
         # sitecustomize in INJECT installs the faults in every Python process of the query.
         env["PYTHONPATH"] = os.pathsep.join([str(INJECT), str(REPO), env.get("PYTHONPATH", "")])
@@ -342,6 +358,13 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
         )["QueueUrl"]
     outcome.journal = scenario.journal
     outcome.sink = scenario.sink
+    outcome.poison = scenario.poison
+    poison: tuple[int, str] | None = None
+    if scenario.poison:
+        dlq = sqs.create_queue(
+            QueueName=f"{name}-dlq" + (".fifo" if scenario.fifo else ""), Attributes=attributes
+        )["QueueUrl"]
+        poison = (rng.randrange(max(1, args.messages // 2)), dlq)
     journal = str(work / "journal")
     if scenario.journal == "s3":
         s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=endpoint)
@@ -385,11 +408,17 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
         outcome.run_options.append((receivers, max_per_trigger))
         return Child(
             work, outcome.runs, endpoint, queue_url, args, scenario, faults, journal,
-            receivers, max_per_trigger, target_url,
+            receivers, max_per_trigger, target_url, poison,
         )  # fmt: skip
 
+    # A poison message fails one run per narrowing step (docs/operations.md): maxBatchAttempts
+    # (3), then two per halving of the largest batch.
+    poison_failures = (
+        3 + 2 * math.ceil(math.log2(max(2, *args.max_per_trigger))) if poison is not None else 0
+    )
+
     def more_kills() -> bool:
-        if outcome.query_failures > max(3, args.kills):
+        if outcome.query_failures > max(3, args.kills) + poison_failures:
             return False  # something is broken: stop killing, report
         if soak_until is not None:
             return time.monotonic() < soak_until
@@ -433,9 +462,7 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
             )
         # The last run: no kill; it must take everything that is left.
         producer.join()
-        outcome.runs += 1
-        final = child()
-        expected = set(producer.sent)
+        expected = set(producer.sent) - ({poison[0]} if poison is not None else set())
 
         def done() -> bool:
             if final.exited():
@@ -447,13 +474,21 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
             numbers = {n for n, _ in _numbers(_rows(work))}
             return expected <= numbers and queue_depth(sqs, queue_url) == 0
 
-        outcome.drained = wait_for(done, args.drain_timeout, interval=1.0) and not final.exited()
+        # With a poison message the last runs fail until its batch is narrowed down to it.
+        for _ in range(1 + poison_failures):
+            outcome.runs += 1
+            final = child()
+            outcome.drained = (
+                wait_for(done, args.drain_timeout, interval=1.0) and not final.exited()
+            )
+            if final.exited():
+                outcome.query_failures += 1
+                say(f"[{scenario.name}] the last run failed:\n{final.tail()}")
+            final.stop(120)
+            if outcome.drained:
+                break
         if first_start:
             outcome.sink_span = time.monotonic() - first_start[0]
-        if final.exited():
-            outcome.query_failures += 1
-            say(f"[{scenario.name}] the last run failed:\n{final.tail()}")
-        final.stop(120)
     finally:
         producer.stop()
 
@@ -462,6 +497,23 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
         # for 5 minutes), so reading the target while the query runs would let copies in.
         _count_arrivals(outcome, drain_target(sqs, target_url), producer.sent)
         outcome.sink_counters = sink_counters(work / "sink-metrics")
+    elif poison is not None:
+        sent = {n: i for n, i in producer.sent.items() if n != poison[0]}
+        _count(outcome, work, sent, scenario.fifo)
+        poison_rows = [n for n, _ in _numbers(_rows(work)) if n == poison[0]]
+        outcome.poison_in_sink = len(poison_rows)
+        # The poison row is "unexpected" against the rest (by number and by id); counted on its
+        # own instead.
+        outcome.unexpected -= 2 * min(1, len(poison_rows))
+        dead = drain_target(sqs, poison[1])
+        numbers = [json.loads(a["body"]).get("n") for a in dead]
+        outcome.quarantined = numbers.count(poison[0])
+        outcome.unexpected += len(numbers) - outcome.quarantined
+        say(
+            f"[{scenario.name}] poison message {poison[0]}: {outcome.quarantined} in the "
+            f"dead-letter queue, {outcome.poison_in_sink} in the sink, "
+            f"{outcome.query_failures} failed runs"
+        )
     else:
         _count(outcome, work, producer.sent, scenario.fifo)
     outcome.left_in_queue = queue_depth(sqs, queue_url)

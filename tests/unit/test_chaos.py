@@ -509,3 +509,13 @@ def test_report_shows_the_sink_round_trip_and_send_faults_only_where_the_sink_se
     assert "| fifo-sqs-sink | SendMessageBatch | 7 |" in text
     assert "| fifo | SendMessageBatch |" not in text
     assert "| fifo-sqs-sink | 300 | 0 | 320 s | **no** | 300 | 7 | 0 | 0 | 40 |" in text
+
+
+def test_a_poison_scenario_passes_only_with_the_message_quarantined_once_and_not_in_the_sink():
+    clean = {"drained": True, "poison": True}
+    assert Outcome("standard-poison", quarantined=1, **clean).passed
+    assert not Outcome("standard-poison", quarantined=0, **clean).passed
+    assert not Outcome("standard-poison", quarantined=2, **clean).passed
+    assert not Outcome("standard-poison", quarantined=1, poison_in_sink=1, **clean).passed
+    # The other scenarios do not look at the dead-letter queue.
+    assert Outcome("standard", drained=True).passed
