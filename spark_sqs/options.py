@@ -590,10 +590,11 @@ def _check_rules(given: Mapping[str, str], values: Mapping[str, Any]) -> None:
                 continue
             because = f": {why}" if why else ""
             if value is not None:
+                here = _shown(values[option])
                 _fail(
                     spec,
                     given,
-                    f"only applies with {option}={value} (here {_shown(values[option])}){because}",
+                    f"it only applies with {option}={value} (here {here}){because}",
                     f"add .option('{option}', '{value}') or remove '{spec.name}'",
                 )
             instead = _alternatives(option, given, values)
@@ -601,7 +602,7 @@ def _check_rules(given: Mapping[str, str], values: Mapping[str, Any]) -> None:
                 _fail(
                     spec,
                     given,
-                    f"only applies together with '{option}', not with '{instead}'{because}",
+                    f"it only applies together with '{option}', not with '{instead}'{because}",
                     f"remove it, or give '{option}' instead of '{instead}'",
                 )
             _fail(

@@ -900,7 +900,7 @@ def test_an_unknown_kind_in_the_table_is_a_programming_error() -> None:
     [
         (
             with_base(deadLetterQueueUrl=URL),
-            "'deadLetterQueueUrl' = '" + URL + "': only applies with "
+            "'deadLetterQueueUrl' = '" + URL + "': it only applies with "
             "poisonMessagePolicy=deadLetter (here fail). Fix: add "
             ".option('poisonMessagePolicy', 'deadLetter') or remove 'deadLetterQueueUrl'",
         ),
@@ -910,7 +910,7 @@ def test_an_unknown_kind_in_the_table_is_a_programming_error() -> None:
         ),
         (
             with_base(queueOwnerAccountId="123456789012"),
-            "'queueOwnerAccountId' = '123456789012': only applies together with 'queueName', "
+            "'queueOwnerAccountId' = '123456789012': it only applies together with 'queueName', "
             "not with 'queueUrl'. Fix: remove it, or give 'queueName' instead of 'queueUrl'",
         ),
         (
