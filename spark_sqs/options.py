@@ -33,7 +33,7 @@ from .queues import check_one_region, split_queue_option
 KINDS = ("str", "int", "seconds", "bool", "choice", "url", "queueUrl", "list")
 
 # The shape a value of a kind must have: (pattern, what it is for "is not ...").
-_KIND_SHAPES: dict[str, tuple[str, str]] = {
+_KIND_SHAPES: dict[str, tuple[str | None, str]] = {
     "url": (r"https?://[^/\s]+.*", "an http(s) URL"),
     "queueUrl": (r"https?://[^/\s]+/.+", "a queue URL"),
 }
