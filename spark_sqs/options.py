@@ -5,53 +5,116 @@
 DataFrame is created (``load()``), so a bad option fails there with a message that names the
 option, the value and the fix. The same object is pickled into every input partition.
 
-``OPTIONS`` is the single table of accepted options; the docs' option table is checked against
-it by a test.
+``OPTIONS`` is the one declarative table of accepted options: each row's kind, range, choices,
+``requires`` and ``excludes`` drive the generic parse and its errors, and ``render_markdown``
+turns the table into docs/options.md's (a test compares the two; ``python -m
+devtools.options_doc`` rewrites the file). Rules between options that are more than "needs" or
+"excludes" (the visibility timeout against the long poll, the heartbeat against the visibility
+timeout, queue lists and regions, credentials) are the small named validators in ``_VALIDATORS``,
+which run after the generic pass.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from .errors import InvalidOptionError
 from .journal.stores import check_location
 from .queues import check_one_region, split_queue_option
 
+# How a value is read. "list" values stay text for their validator to split.
+KINDS = ("str", "int", "seconds", "bool", "choice", "url", "queueUrl", "list")
+
+# The shape a value of a kind must have: (pattern, what it is for "is not ...").
+_KIND_SHAPES: dict[str, tuple[str | None, str]] = {
+    "url": (r"https?://[^/\s]+.*", "an http(s) URL"),
+    "queueUrl": (r"https?://[^/\s]+/.+", "a queue URL"),
+}
+
 
 @dataclass(frozen=True)
 class OptionSpec:
+    """One accepted option.
+
+    ``requires``/``excludes`` entries are ``"option"`` (that option is given) or
+    ``"option=value"`` (it has that value, given or by default), optionally followed by
+    ``" because <why>"`` for the error. They apply only while this option is in use: given with
+    a value other than its default.
+    """
+
     name: str
     default: str | None
     doc: str
+    kind: str = "str"
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()
+    excludes: tuple[str, ...] = ()
+    # For "str" kinds: a regular expression the whole value must match, what such a value is
+    # ("a 12-digit AWS account id") and an example for the fix. For "list": what it lists.
+    pattern: str | None = None
+    shape: str = ""
+    example: str = ""
+    # Never shown in an error (the value) nor in a repr.
+    secret: bool = False
+    # The default is computed from other options by a validator (``default`` only documents it).
+    derived: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"option {self.name}: unknown kind {self.kind!r}")
 
 
-# name, default (as the user would write it), description. Order is the docs' order.
+# Order is the docs' order.
 OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "queueUrl",
         None,
         "URL of the queue, or a comma-separated list of queue URLs (all standard or all FIFO, "
         "one region): receivers are spread over them by backlog. Give this, or `queueName`.",
+        kind="list",
+        shape="queue URLs",
     ),
     OptionSpec(
         "queueName",
         None,
         "Name of the queue (or a comma-separated list), resolved with `GetQueueUrl` in `region`.",
+        kind="list",
+        shape="queue names",
+        excludes=("queueUrl because the queue must be named exactly once",),
     ),
     OptionSpec(
-        "queueOwnerAccountId", None, "With `queueName`: the 12-digit account that owns the queue."
+        "queueOwnerAccountId",
+        None,
+        "The 12-digit account that owns the queue.",
+        requires=("queueName",),
+        pattern=r"\d{12}",
+        shape="a 12-digit AWS account id",
+        example="'123456789012'",
     ),
     OptionSpec(
         "region",
         None,
         "AWS region. Default: taken from `queueUrl`, else `AWS_REGION`/`AWS_DEFAULT_REGION`.",
+        pattern=r"[a-z]{2}(-[a-z]+)+-\d+",
+        shape="an AWS region name",
+        example="'eu-west-1'",
     ),
-    OptionSpec("endpointUrl", None, "SQS endpoint override (VPC endpoint, LocalStack, moto)."),
+    OptionSpec(
+        "endpointUrl",
+        None,
+        "SQS endpoint override (VPC endpoint, LocalStack, moto).",
+        kind="url",
+        example="https://sqs.us-east-1.amazonaws.com or http://127.0.0.1:4566",
+    ),
     OptionSpec(
         "journalLocation",
         None,
@@ -65,55 +128,77 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "With an `s3://` journal: KMS key to encrypt journal objects with (SSE-KMS). Default: "
         "the bucket's default encryption.",
     ),
-    OptionSpec("numPartitions", "4", "Receivers (Spark tasks) per micro-batch."),
+    OptionSpec("numPartitions", "4", "Receivers (Spark tasks) per micro-batch.", "int", 1, 1000),
     OptionSpec(
         "maxMessagesPerTrigger",
         "10000",
         "Upper bound on messages per micro-batch, split evenly across receivers.",
+        "int",
+        1,
+        1_000_000,
     ),
     OptionSpec(
         "minMessagesPerTrigger",
         None,
         "Wait for at least this many visible messages before starting a micro-batch, but never "
-        "longer than `maxTriggerDelay` (as in the Kafka source).",
+        "longer than `maxTriggerDelay` (as in the Kafka source). At most `maxMessagesPerTrigger`.",
+        "int",
+        1,
+        1_000_000,
     ),
     OptionSpec(
         "maxTriggerDelay",
         "900",
-        "Seconds: with `minMessagesPerTrigger`, the longest a micro-batch waits for more.",
+        "With `minMessagesPerTrigger`, the longest a micro-batch waits for more.",
+        "seconds",
+        0,
+        86400,
     ),
     OptionSpec(
         "maxInFlightMessages",
         "60000",
         "Never more messages received and not yet acknowledged than this (SQS allows about "
         "120,000 in flight per queue). Caps every micro-batch, also under Trigger.AvailableNow.",
+        "int",
+        1,
+        120_000,
     ),
     OptionSpec(
-        "waitTimeSeconds", "1", "Long-poll wait of each `ReceiveMessage` call, 0-20 seconds."
+        "waitTimeSeconds", "1", "Long-poll wait of each `ReceiveMessage` call.", "int", 0, 20
     ),
     OptionSpec(
         "visibilityTimeout",
         "120",
-        "Seconds a received message stays invisible (set on each receive), 1-43200. A receiver "
-        "stops receiving after a quarter of it, so the batch is journaled well before it expires.",
+        "Seconds a received message stays invisible (set on each receive). A receiver stops "
+        "receiving after a quarter of it, so the batch is journaled well before it expires; "
+        "at least 4 × `waitTimeSeconds`.",
+        "int",
+        1,
+        43200,
     ),
     OptionSpec(
         "messageAttributeNames",
         "All",
         "Comma-separated message attribute names to fetch (`All` for every attribute).",
+        kind="list",
+        shape="attribute names",
     ),
     OptionSpec(
         "deleteOnCommit",
         "true",
         "Delete messages once the micro-batch that yielded them is committed. `false` never "
         "deletes (messages reappear after the visibility timeout).",
+        kind="bool",
     ),
     OptionSpec(
         "deleteAfterJournal",
         "false",
         "Delete each message as soon as its receiver has journaled it, before the sink has it. "
         "Lets a FIFO message group yield more than one receive per micro-batch; still exactly "
-        "once (the journal replays), but dead-letter redrive no longer applies. See docs/fifo.md.",
+        "once (the journal replays), but dead-letter redrive no longer applies. See "
+        "[fifo](fifo.md).",
+        kind="bool",
+        excludes=("deleteOnCommit=false because that never deletes",),
     ),
     OptionSpec(
         "messageFormat",
@@ -122,13 +207,18 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "(a subscription without raw message delivery); `body` becomes the SNS `Message`, the "
         "columns `snsTopicArn`, `snsMessageId`, `snsSubject` and `snsTimestamp` are added and "
         "the SNS message attributes land in `messageAttributes`.",
+        kind="choice",
+        choices=("raw", "sns"),
     ),
     OptionSpec(
         "invalidEnvelope",
         "fail",
-        "With `messageFormat=sns`, a message that is not an SNS notification: `fail` leaves it "
-        "in the queue (not journaled, visible again at once, so the redrive policy applies) and "
-        "fails the task naming its id; `keep` passes it through raw with null SNS columns.",
+        "A message that is not an SNS notification: `fail` leaves it in the queue (not "
+        "journaled, visible again at once, so the redrive policy applies) and fails the task "
+        "naming its id; `keep` passes it through raw with null SNS columns.",
+        kind="choice",
+        choices=("fail", "keep"),
+        requires=("messageFormat=sns",),
     ),
     OptionSpec(
         "extendedPayloads",
@@ -136,18 +226,31 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "`true`: a message the SQS Extended Client (Java or Python) offloaded to S3 is fetched "
         "from S3 by its receiver before it is journaled; `body` holds the payload and the "
         "reserved `ExtendedPayloadSize`/`SQSLargePayloadSize` attribute is removed.",
+        kind="bool",
     ),
     OptionSpec(
         "deleteExtendedPayloads",
         "false",
-        "With `extendedPayloads=true`: delete a message's S3 payload once the message is "
-        "deleted from the queue (after its micro-batch is committed), never before.",
+        "Delete a message's S3 payload once the message is deleted from the queue (after its "
+        "micro-batch is committed), never before.",
+        kind="bool",
+        requires=("extendedPayloads=true",),
+        excludes=(
+            "deleteOnCommit=false because messages stay in the queue, so their payloads must "
+            "stay in S3",
+        ),
     ),
     OptionSpec(
         "s3EndpointUrl",
         None,
-        "With `extendedPayloads=true`: S3 endpoint override for the payloads (VPC endpoint, "
-        "LocalStack, moto). The journal's S3 endpoint is set in `journalLocation` instead.",
+        "S3 endpoint override for the payloads (VPC endpoint, LocalStack, moto). The journal's "
+        "S3 endpoint is set in `journalLocation` instead.",
+        kind="url",
+        example="https://s3.us-east-1.amazonaws.com or http://127.0.0.1:4566",
+        requires=(
+            "extendedPayloads=true because the journal's S3 endpoint is a parameter of "
+            "journalLocation: s3://bucket/prefix?endpoint_override=...",
+        ),
     ),
     OptionSpec(
         "poisonMessagePolicy",
@@ -156,56 +259,105 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "the query keeps failing; after `maxBatchAttempts` attempts the error names the batch and "
         "the `spark-sqs release` command. `deadLetter`: the batch is narrowed by halves until the "
         "failing message is alone, which goes to the dead-letter queue; the rest are delivered "
-        "by later batches. See docs/operations.md.",
+        "by later batches. See [operations](operations.md#poison-messages).",
+        kind="choice",
+        choices=("fail", "deadLetter"),
+        excludes=(
+            "deleteOnCommit=false because messages are never deleted and come back after the "
+            "visibility timeout, so the queue's own redrive policy already applies",
+        ),
     ),
     OptionSpec(
         "maxBatchAttempts",
         "3",
         "Attempts (task attempts or query runs that read a batch) after which "
-        "`poisonMessagePolicy` acts, 1-1000.",
+        "`poisonMessagePolicy` acts.",
+        "int",
+        1,
+        1000,
     ),
     OptionSpec(
         "deadLetterQueueUrl",
         None,
-        "With `poisonMessagePolicy=deadLetter`: the queue poison messages go to. Default: the "
-        "target of the queue's RedrivePolicy; with neither, the query fails at start.",
+        "The queue poison messages go to. Default: the target of the queue's RedrivePolicy; "
+        "with neither, the query fails at start.",
+        kind="queueUrl",
+        example="https://sqs.us-east-1.amazonaws.com/123456789012/my-queue-dlq",
+        requires=("poisonMessagePolicy=deadLetter",),
     ),
     OptionSpec(
         "heartbeatInterval",
         "visibilityTimeout / 5",
         "Seconds between visibility heartbeats, which keep every message of an unacknowledged "
         "batch invisible until it is deleted. At most a quarter of `visibilityTimeout`.",
+        "seconds",
+        0.1,
+        43200,
+        derived=True,
     ),
     OptionSpec(
         "dedupeWindow",
         "21600",
         "Seconds during which a message whose deletion may not have taken effect (expired "
         "handle, crash before acknowledgement) is dropped if SQS delivers it again.",
+        "seconds",
+        0,
+        14 * 86400,
     ),
     OptionSpec(
         "queuePollInterval",
         "1",
         "Seconds between `GetQueueAttributes` calls that check an idle queue for new messages.",
+        "seconds",
+        0.01,
+        3600,
     ),
     OptionSpec(
-        "awsAccessKeyId", None, "Explicit credentials; default is the AWS credential chain."
+        "awsAccessKeyId",
+        None,
+        "Explicit credentials, with `awsSecretAccessKey`; default is the AWS credential chain.",
+        secret=True,
     ),
     OptionSpec(
         "profile",
         None,
         "Named profile from the AWS config files (must exist on the driver and every executor).",
+        excludes=("awsAccessKeyId", "awsSecretAccessKey"),
     ),
     OptionSpec(
         "roleArn",
         None,
         "IAM role to assume (with the base credentials); refreshed before the session expires.",
+        pattern=r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+",
+        shape="an IAM role ARN",
+        example="arn:aws:iam::<account>:role/<name>",
     ),
-    OptionSpec("roleExternalId", None, "External id for `roleArn`, if the role requires one."),
-    OptionSpec("roleSessionName", "spark-sqs", "Session name for `roleArn`."),
-    OptionSpec("awsSecretAccessKey", None, "Secret for `awsAccessKeyId`."),
-    OptionSpec("awsSessionToken", None, "Session token for temporary credentials."),
+    OptionSpec(
+        "roleExternalId",
+        None,
+        "External id for `roleArn`, if the role requires one.",
+        requires=("roleArn",),
+        secret=True,
+    ),
+    OptionSpec(
+        "roleSessionName",
+        "spark-sqs",
+        "Session name for `roleArn`.",
+        requires=("roleArn",),
+        pattern=r"[\w+=,.@-]{2,64}",
+        shape="a valid role session name (2-64 of letters, digits, +=,.@-_)",
+        example="'nightly-orders'",
+    ),
+    OptionSpec("awsSecretAccessKey", None, "Secret for `awsAccessKeyId`, with it.", secret=True),
+    OptionSpec(
+        "awsSessionToken",
+        None,
+        "Session token for temporary credentials, with both keys.",
+        secret=True,
+    ),
 )
 
+SPECS: dict[str, OptionSpec] = {spec.name: spec for spec in OPTIONS}
 _CANONICAL = {spec.name.lower(): spec.name for spec in OPTIONS}
 _DEFAULTS = {spec.name: spec.default for spec in OPTIONS}
 
@@ -294,223 +446,311 @@ class SqsOptions:
     @classmethod
     def parse(cls, options: Mapping[str, Any], env: Mapping[str, str] | None = None) -> SqsOptions:
         """Validate the user's options. Raises ``InvalidOptionError`` naming the option."""
-        env = os.environ if env is None else env
-        raw = _normalise_keys(options)
+        given = _normalise_keys(options)
+        values = {spec.name: _value(spec, given) for spec in OPTIONS}
+        _check_rules(given, values)
+        fields = {f.name for f in dataclasses.fields(cls)}
+        result = {_field_name(n): v for n, v in values.items() if _field_name(n) in fields}
+        check = _Check(values, os.environ if env is None else env)
+        for validator in _VALIDATORS:
+            result.update(validator(check))
+        return cls(**result)
 
-        def get(name: str) -> str | None:
-            value = raw.get(name)
-            if value is None:
-                return _DEFAULTS[name]
-            return value
 
-        queue_url = _nonblank(raw, "queueUrl")
-        queue_name = _nonblank(raw, "queueName")
-        owner = _nonblank(raw, "queueOwnerAccountId")
-        if queue_url and queue_name:
+# -- the generic pass: one value per option, from the table --------------------------------------
+
+
+def _value(spec: OptionSpec, given: Mapping[str, str]) -> Any:
+    """The option's value of its kind: given, else its default; None when it has neither."""
+    text = given.get(spec.name)
+    if spec.kind in ("str", "url", "queueUrl", "list"):
+        text = (text or "").strip() or None  # blank means not given
+    if text is None:
+        if spec.default is None or spec.derived:
+            return None
+        text = spec.default
+    return _convert(spec, text)
+
+
+def _convert(spec: OptionSpec, text: str) -> Any:
+    name, text = spec.name, text.strip()
+    if spec.kind == "int":
+        return _to_int(name, text, int(spec.low or 0), int(spec.high or 0))
+    if spec.kind == "seconds":
+        return _to_seconds(name, text, float(spec.low or 0), float(spec.high or 0))
+    if spec.kind == "bool":
+        return _to_bool(name, text)
+    if spec.kind == "choice":
+        for choice in spec.choices:
+            if choice.lower() == text.lower():
+                return choice
+        raise InvalidOptionError.for_option(
+            name,
+            text,
+            "is not " + " or ".join(f"'{c}'" for c in spec.choices),
+            "use "
+            + " or ".join(
+                f"'{c}'" + (" (the default)" if c == spec.default else "") for c in spec.choices
+            ),
+        )
+    pattern, shape = _KIND_SHAPES.get(spec.kind, (spec.pattern, spec.shape))
+    if pattern is not None and not re.fullmatch(pattern, text):
+        example = f" such as {spec.example}" if spec.example else ""
+        raise InvalidOptionError.for_option(name, text, f"is not {shape}", f"give {shape}{example}")
+    return text
+
+
+def _to_int(name: str, text: str, low: int, high: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidOptionError.for_option(
+            name, text, "is not a whole number", f"give an integer from {low} to {high}"
+        ) from None
+    if not low <= value <= high:
+        raise InvalidOptionError.for_option(
+            name, text, f"is out of range {low}-{high}", f"give an integer from {low} to {high}"
+        )
+    return value
+
+
+def _number(value: float) -> str:
+    return f"{value:.0f}" if value == int(value) else f"{value:g}"
+
+
+def _to_seconds(name: str, text: str, low: float, high: float) -> float:
+    bounds = f"from {_number(low)} to {_number(high)}"
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidOptionError.for_option(
+            name, text, "is not a number of seconds", f"give a number {bounds}"
+        ) from None
+    if math.isnan(value) or not low <= value <= high:
+        raise InvalidOptionError.for_option(
+            name, text, f"is out of range {_number(low)}-{_number(high)}", f"give a number {bounds}"
+        )
+    return value
+
+
+def _to_bool(name: str, text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise InvalidOptionError.for_option(name, lowered, "is not a boolean", "use 'true' or 'false'")
+
+
+# -- requires / excludes -------------------------------------------------------------------------
+
+
+def _rule(entry: str) -> tuple[str, str | None, str]:
+    """``"option=value because why"`` -> (option, value or None, why)."""
+    condition, _, why = entry.partition(" because ")
+    option, equals, value = condition.partition("=")
+    return option, (value if equals else None), why
+
+
+def _in_use(name: str, given: Mapping[str, str], values: Mapping[str, Any]) -> bool:
+    """Given, with a value other than the default: an option at its default never conflicts."""
+    spec = SPECS[name]
+    if name not in given or values[name] is None:
+        return False
+    return spec.default is None or spec.derived or values[name] != _convert(spec, spec.default)
+
+
+def _holds(
+    option: str, value: str | None, given: Mapping[str, str], values: Mapping[str, Any]
+) -> bool:
+    if value is None:
+        return _in_use(option, given, values)
+    return values[option] == _convert(SPECS[option], value)
+
+
+def _shown(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _fail(spec: OptionSpec, given: Mapping[str, str], problem: str, fix: str) -> NoReturn:
+    # The value is shown unless it is a secret (then not even as <redacted>: nothing to fix in it).
+    shown = "" if spec.secret else f" = {given[spec.name].strip()!r}"
+    raise InvalidOptionError(
+        f"Invalid SQS source option '{spec.name}'{shown}: {problem}. Fix: {fix}"
+    )
+
+
+def _check_rules(given: Mapping[str, str], values: Mapping[str, Any]) -> None:
+    for spec in OPTIONS:
+        if not _in_use(spec.name, given, values):
+            continue
+        for entry in spec.requires:
+            option, value, why = _rule(entry)
+            if _holds(option, value, given, values):
+                continue
+            because = f": {why}" if why else ""
+            if value is not None:
+                here = _shown(values[option])
+                _fail(
+                    spec,
+                    given,
+                    f"it only applies with {option}={value} (here {here}){because}",
+                    f"add .option('{option}', '{value}') or remove '{spec.name}'",
+                )
+            instead = _alternatives(option, given, values)
+            if instead:
+                _fail(
+                    spec,
+                    given,
+                    f"it only applies together with '{option}', not with '{instead}'{because}",
+                    f"remove it, or give '{option}' instead of '{instead}'",
+                )
+            _fail(
+                spec,
+                given,
+                f"it only applies with '{option}'{because}",
+                f"set '{option}' or remove '{spec.name}'",
+            )
+        for entry in spec.excludes:
+            option, value, why = _rule(entry)
+            if not _holds(option, value, given, values):
+                continue
+            other = f"{option}={value}" if value is not None else f"'{option}'"
+            because = f": {why}" if why else ""
+            _fail(
+                spec,
+                given,
+                f"conflicts with {other}{because}",
+                f"set either '{spec.name}' or {other}, not both",
+            )
+
+
+def _alternatives(option: str, given: Mapping[str, str], values: Mapping[str, Any]) -> str | None:
+    """A given option that stands in place of ``option`` (the two exclude each other)."""
+    rivals = [_rule(e)[0] for e in SPECS[option].excludes]
+    rivals += [s.name for s in OPTIONS if option in (_rule(e)[0] for e in s.excludes)]
+    return next((r for r in rivals if _in_use(r, given, values)), None)
+
+
+# -- validators: rules between options that are more than needs/excludes ------------------------
+
+
+@dataclass(frozen=True)
+class _Check:
+    values: Mapping[str, Any]
+    env: Mapping[str, str]
+
+
+def _queues(check: _Check) -> dict[str, Any]:
+    """The queues of queueUrl / queueName, each entry checked (several queues: queues.py)."""
+    queue_url, queue_name = check.values["queueUrl"], check.values["queueName"]
+    if not queue_url and not queue_name:
+        raise InvalidOptionError(
+            "Missing SQS source option 'queueUrl': the source needs to know which queue to "
+            "read. Fix: add .option('queueUrl', 'https://sqs.<region>.amazonaws.com/"
+            "<account>/<queue>') or .option('queueName', '<queue>') with .option('region', ...)"
+        )
+    queue_urls = split_queue_option("queueUrl", queue_url)
+    queue_names = split_queue_option("queueName", queue_name)
+    for url in queue_urls:
+        if not re.match(r"^https?://[^/\s,]+/.+", url):
+            raise InvalidOptionError.for_option(
+                "queueUrl",
+                url,
+                "is not a queue URL",
+                "use the URL shown by the SQS console or `aws sqs get-queue-url`, e.g. "
+                "https://sqs.us-east-1.amazonaws.com/123456789012/my-queue",
+            )
+    for name in queue_names:
+        if not _QUEUE_NAME.match(name):
             raise InvalidOptionError.for_option(
                 "queueName",
-                queue_name,
-                "conflicts with 'queueUrl'; the queue must be named exactly once",
-                "set either 'queueUrl' or 'queueName' (with 'region'), not both",
+                name,
+                "is not a valid SQS queue name (1-80 letters, digits, '-' or '_', FIFO names end "
+                "in '.fifo')",
+                "give the queue's name, not its URL or ARN (use 'queueUrl' for a URL)",
             )
-        if not queue_url and not queue_name:
-            raise InvalidOptionError(
-                "Missing SQS source option 'queueUrl': the source needs to know which queue to "
-                "read. Fix: add .option('queueUrl', 'https://sqs.<region>.amazonaws.com/"
-                "<account>/<queue>') or .option('queueName', '<queue>') with .option('region', ...)"
-            )
-        queue_urls, queue_names = _queue_lists(queue_url, queue_name)
-        queue_url = queue_urls[0] if queue_urls else None
-        queue_name = queue_names[0] if queue_names else None
-        if owner and not queue_name:
-            raise InvalidOptionError.for_option(
-                "queueOwnerAccountId",
-                owner,
-                "only applies together with 'queueName'",
-                "remove it, or name the queue with 'queueName' instead of 'queueUrl'",
-            )
-        if owner and not re.fullmatch(r"\d{12}", owner):
-            raise InvalidOptionError.for_option(
-                "queueOwnerAccountId", owner, "is not a 12-digit AWS account id", "fix the id"
-            )
+    check_one_region("queueUrl", {u: _region_from_url(u) for u in queue_urls})
+    return {
+        "queue_url": queue_urls[0] if queue_urls else None,
+        "queue_name": queue_names[0] if queue_names else None,
+        "queue_urls": queue_urls,
+        "queue_names": queue_names,
+    }
 
-        endpoint_url = _nonblank(raw, "endpointUrl")
-        if endpoint_url and not re.match(r"^https?://[^/\s]+", endpoint_url):
-            raise InvalidOptionError.for_option(
-                "endpointUrl",
-                endpoint_url,
-                "is not an http(s) URL",
-                "give a URL such as https://sqs.us-east-1.amazonaws.com or http://127.0.0.1:4566",
-            )
 
-        check_one_region("queueUrl", {u: _region_from_url(u) for u in queue_urls})
-        region = _nonblank(raw, "region") or _region_from_url(queue_url) or _region_from_env(env)
+def _region(check: _Check) -> dict[str, Any]:
+    """Given, else from the queue URL, else from the environment; checked like a given one."""
+    region = check.values["region"]
+    if region is None:
+        first_url = (split_queue_option("queueUrl", check.values["queueUrl"]) or (None,))[0]
+        region = _region_from_url(first_url) or _region_from_env(check.env)
         if not region:
             raise InvalidOptionError(
                 "Missing SQS source option 'region': it cannot be taken from the queue URL or "
                 "from AWS_REGION/AWS_DEFAULT_REGION. Fix: add .option('region', 'us-east-1') "
                 "(the queue's region)"
             )
-        if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d+", region):
-            raise InvalidOptionError.for_option(
-                "region", region, "is not an AWS region name", "use a name such as 'eu-west-1'"
-            )
+        region = _convert(SPECS["region"], region)
+    return {"region": region}
 
-        journal = _nonblank(raw, "journalLocation")
-        if not journal:
-            raise InvalidOptionError(
-                "Missing SQS source option 'journalLocation': the source journals every received "
-                "message durably before Spark sees it, so that a replayed micro-batch yields "
-                "exactly the same rows. Fix: add .option('journalLocation', '<dir>') with a "
-                "directory next to the query's checkpointLocation (local path or s3://bucket/"
-                "prefix), one per query"
-            )
-        check_location(journal)
 
-        num_partitions = _int(get, "numPartitions", 1, 1000)
-        max_messages = _int(get, "maxMessagesPerTrigger", 1, 1_000_000)
-        min_messages = (
-            _int(get, "minMessagesPerTrigger", 1, 1_000_000)
-            if raw.get("minMessagesPerTrigger") is not None
-            else None
+def _journal(check: _Check) -> dict[str, Any]:
+    journal = check.values["journalLocation"]
+    if not journal:
+        raise InvalidOptionError(
+            "Missing SQS source option 'journalLocation': the source journals every received "
+            "message durably before Spark sees it, so that a replayed micro-batch yields "
+            "exactly the same rows. Fix: add .option('journalLocation', '<dir>') with a "
+            "directory next to the query's checkpointLocation (local path or s3://bucket/"
+            "prefix), one per query"
         )
-        max_delay = _float(get, "maxTriggerDelay", 0.0, 86400.0)
-        max_in_flight = _int(get, "maxInFlightMessages", 1, 120_000)
-        if min_messages is not None and min_messages > max_messages:
-            raise InvalidOptionError.for_option(
-                "minMessagesPerTrigger",
-                min_messages,
-                f"is larger than maxMessagesPerTrigger={max_messages}",
-                "lower 'minMessagesPerTrigger' or raise 'maxMessagesPerTrigger'",
-            )
-        wait = _int(get, "waitTimeSeconds", 0, 20)
-        visibility = _int(get, "visibilityTimeout", 1, 43200)
-        poll = _float(get, "queuePollInterval", 0.01, 3600.0)
-        delete_on_commit = _bool(get, "deleteOnCommit")
-        delete_after_journal = _bool(get, "deleteAfterJournal")
-        if delete_after_journal and not delete_on_commit:
-            raise InvalidOptionError.for_option(
-                "deleteAfterJournal",
-                "true",
-                "conflicts with deleteOnCommit=false, which never deletes",
-                "set one of them, not both",
-            )
-        attribute_names = _attribute_names(get("messageAttributeNames") or "All")
-        envelope = _envelope_options(get, raw, delete_on_commit)
-        if envelope["extended_payloads"] and attribute_names != ("All",):
-            # The reserved attribute is how an offloaded message is recognised: always fetch it.
-            attribute_names = tuple(dict.fromkeys((*attribute_names, *EXTENDED_RESERVED)))
+    check_location(journal)
+    return {}
 
-        # A receiver stops after receive_budget_seconds but a call may then still wait
-        # waitTimeSeconds; all of that must fit in half the visibility timeout so that the rest
-        # covers journaling and acknowledgement.
-        if visibility / 4.0 + wait > visibility / 2.0:
-            raise InvalidOptionError.for_option(
-                "visibilityTimeout",
-                visibility,
-                f"is too short for waitTimeSeconds={wait}: messages received at the start of a "
-                "receive loop could become visible again before the batch is journaled",
-                f"raise 'visibilityTimeout' to at least {4 * wait} or lower 'waitTimeSeconds'",
-            )
 
-        if raw.get("heartbeatInterval") is None:
-            heartbeat = visibility / 5.0
-        else:
-            heartbeat = _float(get, "heartbeatInterval", 0.1, 43200.0)
-            if heartbeat > visibility / 4.0:
-                raise InvalidOptionError.for_option(
-                    "heartbeatInterval",
-                    heartbeat,
-                    f"is longer than a quarter of visibilityTimeout={visibility}: messages "
-                    "journaled late in a receive loop could become visible before the first "
-                    "heartbeat reaches them",
-                    f"set 'heartbeatInterval' to at most {visibility / 4.0:g}, or leave it unset",
-                )
-        dedupe_window = _float(get, "dedupeWindow", 0.0, 14 * 86400.0)
-
-        access_key = _nonblank(raw, "awsAccessKeyId")
-        secret_key = _nonblank(raw, "awsSecretAccessKey")
-        token = _nonblank(raw, "awsSessionToken")
-        credentials = None
-        if access_key or secret_key:
-            if not (access_key and secret_key):
-                missing = "awsSecretAccessKey" if access_key else "awsAccessKeyId"
-                raise InvalidOptionError(
-                    f"Missing SQS source option '{missing}': 'awsAccessKeyId' and "
-                    "'awsSecretAccessKey' must be given together. Fix: set both, or neither to "
-                    "use the default AWS credential chain"
-                )
-            credentials = AwsCredentials(access_key, secret_key, token)
-        elif token:
-            raise InvalidOptionError(
-                "Invalid SQS source option 'awsSessionToken': a session token needs "
-                "'awsAccessKeyId' and 'awsSecretAccessKey'. Fix: set all three, or none"
-            )
-
-        profile = _nonblank(raw, "profile")
-        if profile and credentials is not None:
-            raise InvalidOptionError.for_option(
-                "profile",
-                profile,
-                "conflicts with 'awsAccessKeyId'/'awsSecretAccessKey'",
-                "use either a profile or explicit keys",
-            )
-        role_arn = _nonblank(raw, "roleArn")
-        external_id = _nonblank(raw, "roleExternalId")
-        session_name = _nonblank(raw, "roleSessionName") or "spark-sqs"
-        assume_role = None
-        if role_arn:
-            if not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+", role_arn):
-                raise InvalidOptionError.for_option(
-                    "roleArn",
-                    role_arn,
-                    "is not an IAM role ARN",
-                    "use arn:aws:iam::<account>:role/<name>",
-                )
-            if not re.fullmatch(r"[\w+=,.@-]{2,64}", session_name):
-                raise InvalidOptionError.for_option(
-                    "roleSessionName",
-                    session_name,
-                    "is not a valid role session name (2-64 of letters, digits, +=,.@-_)",
-                    "choose another name",
-                )
-            assume_role = AssumeRole(role_arn, external_id, session_name)
-        elif external_id or _nonblank(raw, "roleSessionName"):
-            key = "roleExternalId" if external_id else "roleSessionName"
-            raise InvalidOptionError(
-                f"Invalid SQS source option '{key}': it only applies with 'roleArn'. Fix: set "
-                "'roleArn' or remove it"
-            )
-
-        return cls(
-            queue_url=queue_url,
-            queue_name=queue_name,
-            queue_urls=queue_urls,
-            queue_names=queue_names,
-            queue_owner_account_id=owner,
-            region=region,
-            endpoint_url=endpoint_url,
-            journal_location=journal,
-            journal_sse_kms_key_id=_nonblank(raw, "journalSseKmsKeyId"),
-            num_partitions=num_partitions,
-            max_messages_per_trigger=max_messages,
-            min_messages_per_trigger=min_messages,
-            max_trigger_delay=max_delay,
-            max_in_flight_messages=max_in_flight,
-            wait_time_seconds=wait,
-            visibility_timeout=visibility,
-            message_attribute_names=attribute_names,
-            delete_on_commit=delete_on_commit,
-            delete_after_journal=delete_after_journal,
-            queue_poll_interval=poll,
-            heartbeat_interval=heartbeat,
-            dedupe_window=dedupe_window,
-            credentials=credentials,
-            profile=profile,
-            assume_role=assume_role,
-            **envelope,
-            **_poison_options(get, raw, delete_on_commit),
+def _trigger_bounds(check: _Check) -> dict[str, Any]:
+    low, high = check.values["minMessagesPerTrigger"], check.values["maxMessagesPerTrigger"]
+    if low is not None and low > high:
+        raise InvalidOptionError.for_option(
+            "minMessagesPerTrigger",
+            low,
+            f"is larger than maxMessagesPerTrigger={high}",
+            "lower 'minMessagesPerTrigger' or raise 'maxMessagesPerTrigger'",
         )
+    return {}
+
+
+def _visibility_covers_the_long_poll(check: _Check) -> dict[str, Any]:
+    # A receiver stops after receive_budget_seconds but a call may then still wait
+    # waitTimeSeconds; all of that must fit in half the visibility timeout so that the rest
+    # covers journaling and acknowledgement.
+    visibility, wait = check.values["visibilityTimeout"], check.values["waitTimeSeconds"]
+    if visibility / 4.0 + wait > visibility / 2.0:
+        raise InvalidOptionError.for_option(
+            "visibilityTimeout",
+            visibility,
+            f"is too short for waitTimeSeconds={wait}: messages received at the start of a "
+            "receive loop could become visible again before the batch is journaled",
+            f"raise 'visibilityTimeout' to at least {4 * wait} or lower 'waitTimeSeconds'",
+        )
+    return {}
+
+
+def _heartbeat(check: _Check) -> dict[str, Any]:
+    visibility, heartbeat = check.values["visibilityTimeout"], check.values["heartbeatInterval"]
+    if heartbeat is None:
+        return {"heartbeat_interval": visibility / 5.0}
+    if heartbeat > visibility / 4.0:
+        raise InvalidOptionError.for_option(
+            "heartbeatInterval",
+            heartbeat,
+            f"is longer than a quarter of visibilityTimeout={visibility}: messages "
+            "journaled late in a receive loop could become visible before the first "
+            "heartbeat reaches them",
+            f"set 'heartbeatInterval' to at most {visibility / 4.0:g}, or leave it unset",
+        )
+    return {}
 
 
 # Message attributes with which the SQS Extended Client marks an offloaded body (current name
@@ -518,119 +758,88 @@ class SqsOptions:
 EXTENDED_RESERVED = ("ExtendedPayloadSize", "SQSLargePayloadSize")
 
 
-def _envelope_options(
-    get: Callable[[str], str | None], raw: Mapping[str, str], delete_on_commit: bool
-) -> dict[str, Any]:
-    """``messageFormat``, ``invalidEnvelope`` and the extended-payload options."""
-    message_format = (get("messageFormat") or "").strip().lower()
-    if message_format not in ("raw", "sns"):
-        raise InvalidOptionError.for_option(
-            "messageFormat",
-            get("messageFormat"),
-            "is not a message format",
-            "use 'raw' (the default) or 'sns' for queues subscribed to an SNS topic without raw "
-            "message delivery",
-        )
-    invalid = (get("invalidEnvelope") or "").strip().lower()
-    if invalid not in ("fail", "keep"):
-        raise InvalidOptionError.for_option(
-            "invalidEnvelope", get("invalidEnvelope"), "is not 'fail' or 'keep'", "use one of them"
-        )
-    if raw.get("invalidEnvelope") is not None and message_format != "sns":
-        raise InvalidOptionError.for_option(
-            "invalidEnvelope",
-            get("invalidEnvelope"),
-            f"only applies with messageFormat=sns (here {message_format})",
-            "add .option('messageFormat', 'sns') or remove 'invalidEnvelope'",
-        )
-    extended = _bool(get, "extendedPayloads")
-    delete_payloads = _bool(get, "deleteExtendedPayloads")
-    if delete_payloads and not extended:
-        raise InvalidOptionError.for_option(
-            "deleteExtendedPayloads",
-            "true",
-            "only applies with extendedPayloads=true",
-            "add .option('extendedPayloads', 'true') or remove 'deleteExtendedPayloads'",
-        )
-    if delete_payloads and not delete_on_commit:
-        raise InvalidOptionError.for_option(
-            "deleteExtendedPayloads",
-            "true",
-            "conflicts with deleteOnCommit=false: messages stay in the queue, so their payloads "
-            "must stay in S3",
-            "set one of them, not both",
-        )
-    s3_endpoint = _nonblank(raw, "s3EndpointUrl")
-    if s3_endpoint is not None:
-        if not extended:
-            raise InvalidOptionError.for_option(
-                "s3EndpointUrl",
-                s3_endpoint,
-                "only applies with extendedPayloads=true (the journal's S3 endpoint is a "
-                "parameter of journalLocation: s3://bucket/prefix?endpoint_override=...)",
-                "add .option('extendedPayloads', 'true') or remove 's3EndpointUrl'",
-            )
-        if not re.match(r"^https?://[^/\s]+", s3_endpoint):
-            raise InvalidOptionError.for_option(
-                "s3EndpointUrl",
-                s3_endpoint,
-                "is not an http(s) URL",
-                "give a URL such as https://s3.us-east-1.amazonaws.com or http://127.0.0.1:4566",
-            )
-    return {
-        "message_format": message_format,
-        "keep_invalid_envelopes": invalid == "keep",
-        "extended_payloads": extended,
-        "delete_extended_payloads": delete_payloads,
-        "s3_endpoint_url": s3_endpoint,
-    }
+def _attributes(check: _Check) -> dict[str, Any]:
+    names = _attribute_names(check.values["messageAttributeNames"])
+    if check.values["extendedPayloads"] and names != ("All",):
+        # The reserved attribute is how an offloaded message is recognised: always fetch it.
+        names = tuple(dict.fromkeys((*names, *EXTENDED_RESERVED)))
+    return {"message_attribute_names": names}
 
 
-def _poison_options(
-    get: Callable[[str], str | None], raw: Mapping[str, str], delete_on_commit: bool
-) -> dict[str, Any]:
-    """``poisonMessagePolicy``, ``maxBatchAttempts``, ``deadLetterQueueUrl``."""
-    text = (get("poisonMessagePolicy") or "").strip()
-    policy = {"fail": "fail", "deadletter": "deadLetter"}.get(text.lower())
-    if policy is None:
+def _attribute_names(text: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not names:
         raise InvalidOptionError.for_option(
-            "poisonMessagePolicy",
+            "messageAttributeNames",
             text,
-            "is not a poison message policy",
-            "use 'fail' (the default) or 'deadLetter'",
+            "names no attribute",
+            "use 'All', or a comma-separated list of attribute names",
         )
-    attempts = _int(get, "maxBatchAttempts", 1, 1000)
-    dead_letter = _nonblank(raw, "deadLetterQueueUrl")
-    if dead_letter is not None:
-        if policy != "deadLetter":
+    if any(n.lower() == "all" for n in names):
+        return ("All",)
+    for n in names:
+        if len(n) > 256 or not re.fullmatch(r"[A-Za-z0-9_.\-*]+", n):
             raise InvalidOptionError.for_option(
-                "deadLetterQueueUrl",
-                dead_letter,
-                f"only applies with poisonMessagePolicy=deadLetter (here {policy})",
-                "add .option('poisonMessagePolicy', 'deadLetter') or remove 'deadLetterQueueUrl'",
+                "messageAttributeNames",
+                text,
+                f"'{n}' is not a valid message attribute name",
+                "use letters, digits, '_', '-', '.', or a prefix ending in '.*'",
             )
-        if not re.match(r"^https?://[^/\s]+/.+", dead_letter):
-            raise InvalidOptionError.for_option(
-                "deadLetterQueueUrl",
-                dead_letter,
-                "is not a queue URL",
-                "use the dead-letter queue's URL, e.g. "
-                "https://sqs.us-east-1.amazonaws.com/123456789012/my-queue-dlq",
+    return names
+
+
+def _envelopes(check: _Check) -> dict[str, Any]:
+    return {"keep_invalid_envelopes": check.values["invalidEnvelope"] == "keep"}
+
+
+def _credentials(check: _Check) -> dict[str, Any]:
+    access_key = check.values["awsAccessKeyId"]
+    secret_key = check.values["awsSecretAccessKey"]
+    token = check.values["awsSessionToken"]
+    if access_key or secret_key:
+        if not (access_key and secret_key):
+            missing = "awsSecretAccessKey" if access_key else "awsAccessKeyId"
+            raise InvalidOptionError(
+                f"Missing SQS source option '{missing}': 'awsAccessKeyId' and "
+                "'awsSecretAccessKey' must be given together. Fix: set both, or neither to "
+                "use the default AWS credential chain"
             )
-    if policy == "deadLetter" and not delete_on_commit:
-        raise InvalidOptionError.for_option(
-            "poisonMessagePolicy",
-            policy,
-            "conflicts with deleteOnCommit=false: messages are never deleted and come back after "
-            "the visibility timeout, so the queue's own redrive policy already applies",
-            "remove one of them",
+        return {"credentials": AwsCredentials(access_key, secret_key, token)}
+    if token:
+        raise InvalidOptionError(
+            "Invalid SQS source option 'awsSessionToken': a session token needs "
+            "'awsAccessKeyId' and 'awsSecretAccessKey'. Fix: set all three, or none"
         )
+    return {"credentials": None}
+
+
+def _assume_role(check: _Check) -> dict[str, Any]:
+    role_arn = check.values["roleArn"]
+    if role_arn is None:
+        return {"assume_role": None}
     return {
-        "poison_message_policy": policy,
-        "max_batch_attempts": attempts,
-        "dead_letter_queue_url": dead_letter,
+        "assume_role": AssumeRole(
+            role_arn, check.values["roleExternalId"], check.values["roleSessionName"]
+        )
     }
 
+
+# In this order, after the generic pass: the first failing one names its option.
+_VALIDATORS: tuple[Callable[[_Check], dict[str, Any]], ...] = (
+    _queues,
+    _region,
+    _journal,
+    _trigger_bounds,
+    _attributes,
+    _envelopes,
+    _visibility_covers_the_long_poll,
+    _heartbeat,
+    _credentials,
+    _assume_role,
+)
+
+
+# -- keys ----------------------------------------------------------------------------------------
 
 # Options people give the source that belong elsewhere; Spark passes keys lower-cased. A
 # close-match suggestion would mislead here ('checkpointLocation' is near 'journalLocation').
@@ -659,110 +868,9 @@ def _normalise_keys(options: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def _nonblank(raw: Mapping[str, str], name: str) -> str | None:
-    value = raw.get(name)
-    if value is None:
-        return None
-    value = value.strip()
-    return value or None
-
-
-def _int(get: Callable[[str], str | None], name: str, low: int, high: int) -> int:
-    text = (get(name) or "").strip()
-    try:
-        value = int(text)
-    except ValueError:
-        raise InvalidOptionError.for_option(
-            name, text, "is not a whole number", f"give an integer from {low} to {high}"
-        ) from None
-    if not low <= value <= high:
-        raise InvalidOptionError.for_option(
-            name, text, f"is out of range {low}-{high}", f"give an integer from {low} to {high}"
-        )
-    return value
-
-
-def _number(value: float) -> str:
-    return f"{value:.0f}" if value == int(value) else f"{value:g}"
-
-
-def _float(get: Callable[[str], str | None], name: str, low: float, high: float) -> float:
-    text = (get(name) or "").strip()
-    try:
-        value = float(text)
-    except ValueError:
-        raise InvalidOptionError.for_option(
-            name,
-            text,
-            "is not a number of seconds",
-            f"give a number from {_number(low)} to {_number(high)}",
-        ) from None
-    if not low <= value <= high:
-        raise InvalidOptionError.for_option(
-            name,
-            text,
-            f"is out of range {_number(low)}-{_number(high)}",
-            f"give a number from {_number(low)} to {_number(high)}",
-        )
-    return value
-
-
-def _bool(get: Callable[[str], str | None], name: str) -> bool:
-    text = (get(name) or "").strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no"):
-        return False
-    raise InvalidOptionError.for_option(name, text, "is not a boolean", "use 'true' or 'false'")
-
-
-def _attribute_names(text: str) -> tuple[str, ...]:
-    names = tuple(part.strip() for part in text.split(",") if part.strip())
-    if not names:
-        raise InvalidOptionError.for_option(
-            "messageAttributeNames",
-            text,
-            "names no attribute",
-            "use 'All', or a comma-separated list of attribute names",
-        )
-    if any(n.lower() == "all" for n in names):
-        return ("All",)
-    for n in names:
-        if len(n) > 256 or not re.fullmatch(r"[A-Za-z0-9_.\-*]+", n):
-            raise InvalidOptionError.for_option(
-                "messageAttributeNames",
-                text,
-                f"'{n}' is not a valid message attribute name",
-                "use letters, digits, '_', '-', '.', or a prefix ending in '.*'",
-            )
-    return names
-
-
-def _queue_lists(
-    queue_url: str | None, queue_name: str | None
-) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The queues of queueUrl / queueName, each entry checked (several queues: queues.py)."""
-    queue_urls = split_queue_option("queueUrl", queue_url)
-    queue_names = split_queue_option("queueName", queue_name)
-    for url in queue_urls:
-        if not re.match(r"^https?://[^/\s,]+/.+", url):
-            raise InvalidOptionError.for_option(
-                "queueUrl",
-                url,
-                "is not a queue URL",
-                "use the URL shown by the SQS console or `aws sqs get-queue-url`, e.g. "
-                "https://sqs.us-east-1.amazonaws.com/123456789012/my-queue",
-            )
-    for name in queue_names:
-        if not _QUEUE_NAME.match(name):
-            raise InvalidOptionError.for_option(
-                "queueName",
-                name,
-                "is not a valid SQS queue name (1-80 letters, digits, '-' or '_', FIFO names end "
-                "in '.fifo')",
-                "give the queue's name, not its URL or ARN (use 'queueUrl' for a URL)",
-            )
-    return queue_urls, queue_names
+def _field_name(option: str) -> str:
+    """``queueOwnerAccountId`` -> ``queue_owner_account_id`` (the SqsOptions field)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", option).lower()
 
 
 def _region_from_url(url: str | None) -> str | None:
@@ -776,3 +884,83 @@ def _region_from_url(url: str | None) -> str | None:
 
 def _region_from_env(env: Mapping[str, str]) -> str | None:
     return env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
+
+
+# -- helpers the sink's options share (spark_sqs/sink/options.py) --------------------------------
+
+
+def _nonblank(raw: Mapping[str, str], name: str) -> str | None:
+    value = raw.get(name)
+    if value is None:
+        return None
+    value = value.strip()
+    return value or None
+
+
+def _int(get: Callable[[str], str | None], name: str, low: int, high: int) -> int:
+    return _to_int(name, (get(name) or "").strip(), low, high)
+
+
+def _bool(get: Callable[[str], str | None], name: str) -> bool:
+    return _to_bool(name, get(name) or "")
+
+
+# -- the docs' table -----------------------------------------------------------------------------
+
+MARKDOWN_BEGIN = "<!-- options table: generated from spark_sqs/options.py OPTIONS -->"
+MARKDOWN_END = "<!-- end of the options table -->"
+
+
+def _kind_text(spec: OptionSpec) -> str:
+    if spec.kind == "int":
+        return f"integer {_number(spec.low or 0)}-{_number(spec.high or 0)}"
+    if spec.kind == "seconds":
+        return f"seconds {_number(spec.low or 0)}-{_number(spec.high or 0)}"
+    if spec.kind == "choice":
+        return " or ".join(f"`{c}`" for c in spec.choices)
+    return {
+        "bool": "boolean",
+        "url": "URL",
+        "queueUrl": "queue URL",
+        "list": f"list of {spec.shape}",
+        "str": "string",
+    }[spec.kind]
+
+
+def _conditions(entries: tuple[str, ...]) -> str:
+    shown = []
+    for entry in entries:
+        option, value, _ = _rule(entry)
+        shown.append(f"`{option}={value}`" if value is not None else f"`{option}`")
+    return ", ".join(shown)
+
+
+def render_markdown() -> str:
+    """docs/options.md's option table, one row per entry of ``OPTIONS``."""
+    excluded_by: dict[str, list[str]] = {}
+    for spec in OPTIONS:
+        for entry in spec.excludes:
+            option, value, _ = _rule(entry)
+            if value is None:
+                excluded_by.setdefault(option, []).append(spec.name)
+    lines = ["| option | type | default | meaning |", "| --- | --- | --- | --- |"]
+    for spec in OPTIONS:
+        meaning = spec.doc
+        if spec.requires:
+            meaning += f" Only with {_conditions(spec.requires)}."
+        excludes = (*spec.excludes, *excluded_by.get(spec.name, ()))
+        if excludes:
+            meaning += f" Not with {_conditions(excludes)}."
+        default = f"`{spec.default}`" if spec.default is not None else ""
+        lines.append(f"| `{spec.name}` | {_kind_text(spec)} | {default} | {meaning} |")
+    return "\n".join(lines) + "\n"
+
+
+def rewrite_markdown(text: str) -> str:
+    """``text`` (docs/options.md) with the table between the markers replaced by the rendered
+    one. Raises ``ValueError`` if the markers are missing."""
+    head, begin, rest = text.partition(MARKDOWN_BEGIN + "\n")
+    _, end, tail = rest.partition(MARKDOWN_END)
+    if not begin or not end:
+        raise ValueError(f"markers {MARKDOWN_BEGIN!r} ... {MARKDOWN_END!r} not found")
+    return f"{head}{begin}{render_markdown()}{end}{tail}"

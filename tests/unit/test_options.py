@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from spark_sqs.errors import InvalidOptionError
-from spark_sqs.options import OPTIONS, AwsCredentials, SqsOptions
+from spark_sqs.options import OPTIONS, AwsCredentials, OptionSpec, SqsOptions
 from tests.unit.factories import QUEUE_URL
 
 URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders"
@@ -834,3 +834,127 @@ def test_journal_locations_without_create_if_absent_are_refused_at_load(
 )
 def test_local_and_s3_journal_locations_are_accepted(location: str) -> None:
     assert parse(queueUrl=URL, journalLocation=location).journal_location == location
+
+
+# -- the table drives the parse --------------------------------------------------------------
+
+
+def _specs(kind: str) -> list[Any]:
+    return [pytest.param(s, id=s.name) for s in OPTIONS if s.kind == kind]
+
+
+@pytest.mark.parametrize("spec", _specs("int") + _specs("seconds"))
+def test_every_number_option_is_refused_outside_its_range(spec: Any) -> None:
+    low = spec.low - 1 if spec.kind == "int" or spec.low == 0 else spec.low / 2
+    for value in (low, spec.high * 2):
+        with pytest.raises(InvalidOptionError) as info:
+            parse(**BASE, **{spec.name: str(value)})
+        message = str(info.value)
+        assert f"'{spec.name}' = '{value}': is out of range" in message
+        assert "Fix: give" in message
+
+
+@pytest.mark.parametrize("spec", _specs("choice"))
+def test_every_choice_is_accepted_in_any_case_and_others_are_refused(spec: Any) -> None:
+    for choice in spec.choices:
+        extra = {"messageFormat": "sns"} if spec.name == "invalidEnvelope" else {}
+        opts = parse(**BASE, **extra, **{spec.name: choice.upper()})
+        field = {"invalidEnvelope": "keep_invalid_envelopes"}.get(spec.name)
+        if field is None:
+            field = "".join(f"_{c.lower()}" if c.isupper() else c for c in spec.name)
+            assert getattr(opts, field) == choice
+        else:
+            assert getattr(opts, field) is (choice == "keep")
+    with pytest.raises(InvalidOptionError) as info:
+        parse(**BASE, **{spec.name: "other"})
+    message = str(info.value)
+    assert f"'{spec.name}' = 'other': is not " in message
+    assert all(f"'{c}'" in message for c in spec.choices)
+
+
+def test_every_option_reaches_the_options_object() -> None:
+    # An option added to the table must land in a SqsOptions field of its name, or be one a
+    # validator turns into another field.
+    built_by_validators = {
+        "invalidEnvelope",
+        "awsAccessKeyId",
+        "awsSecretAccessKey",
+        "awsSessionToken",
+        "roleArn",
+        "roleExternalId",
+        "roleSessionName",
+    }
+    fields = set(SqsOptions.__dataclass_fields__)
+    for spec in OPTIONS:
+        field = "".join(f"_{c.lower()}" if c.isupper() else c for c in spec.name)
+        assert field in fields or spec.name in built_by_validators, spec.name
+
+
+def test_an_unknown_kind_in_the_table_is_a_programming_error() -> None:
+    with pytest.raises(ValueError, match="unknown kind 'number'"):
+        OptionSpec("x", None, "x", kind="number")
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (
+            with_base(deadLetterQueueUrl=URL),
+            "'deadLetterQueueUrl' = '" + URL + "': it only applies with "
+            "poisonMessagePolicy=deadLetter (here fail). Fix: add "
+            ".option('poisonMessagePolicy', 'deadLetter') or remove 'deadLetterQueueUrl'",
+        ),
+        (
+            with_base(extendedPayloads="false", s3EndpointUrl="http://127.0.0.1:5000"),
+            "only applies with extendedPayloads=true (here false): the journal's S3 endpoint",
+        ),
+        (
+            with_base(queueOwnerAccountId="123456789012"),
+            "'queueOwnerAccountId' = '123456789012': it only applies together with 'queueName', "
+            "not with 'queueUrl'. Fix: remove it, or give 'queueName' instead of 'queueUrl'",
+        ),
+        (
+            with_base(roleSessionName="nightly"),
+            "'roleSessionName' = 'nightly': it only applies with 'roleArn'. Fix: set 'roleArn'",
+        ),
+        (
+            with_base(deleteAfterJournal="yes", deleteOnCommit="no"),
+            "'deleteAfterJournal' = 'yes': conflicts with deleteOnCommit=false",
+        ),
+        (
+            with_base(profile="nightly", awsSecretAccessKey=SECRET),
+            "'profile' = 'nightly': conflicts with 'awsSecretAccessKey'. Fix: set either "
+            "'profile' or 'awsSecretAccessKey', not both",
+        ),
+    ],
+)
+def test_requires_and_excludes_errors_name_both_options_and_the_fix(
+    options: dict[str, Any], expected: str
+) -> None:
+    with pytest.raises(InvalidOptionError) as info:
+        SqsOptions.parse(options, env={})
+    assert expected in str(info.value)
+    assert SECRET not in str(info.value)
+
+
+def test_a_secret_option_is_not_shown_in_a_requires_error() -> None:
+    with pytest.raises(InvalidOptionError) as info:
+        parse(**BASE, roleExternalId="very-secret-external-id")
+    assert "very-secret-external-id" not in str(info.value)
+    assert "'roleExternalId': it only applies with 'roleArn'" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"invalidEnvelope": "fail"},
+        {"roleSessionName": "spark-sqs"},
+        {"deleteExtendedPayloads": "false", "deleteOnCommit": "false"},
+        {"deleteAfterJournal": "false", "deleteOnCommit": "false"},
+        {"poisonMessagePolicy": "fail", "deleteOnCommit": "false"},
+        {"profile": " ", "awsAccessKeyId": ACCESS_KEY, "awsSecretAccessKey": SECRET},
+    ],
+    ids=lambda extra: ",".join(extra),
+)
+def test_an_option_given_with_its_default_or_blank_never_conflicts(extra: dict[str, str]) -> None:
+    parse(**BASE, **extra)
