@@ -38,6 +38,7 @@ def main() -> int:
         help="the producer's message number that makes every task holding it fail",
     )
     parser.add_argument("--dead-letter-url", default=None, help="with --poison-number")
+    parser.add_argument("--message-format", choices=("raw", "sns"), default="raw")
     args = parser.parse_args()
     control = Path(args.control)
     logging.basicConfig(
@@ -95,8 +96,15 @@ def main() -> int:
         numPartitions=args.receivers,
         maxMessagesPerTrigger=args.max_per_trigger,
         deleteAfterJournal=str(args.delete_after_journal).lower(),
+        messageFormat=args.message_format,
         **poison_options,
-    ).select("messageId", pass_through("messageId", "body").alias("body"), "messageGroupId")
+    )
+    if args.message_format == "sns":
+        # The harness knows the ids SNS gave its publishes, and the body is the SNS Message.
+        stream = stream.drop("messageId").withColumnRenamed("snsMessageId", "messageId")
+    stream = stream.select(
+        "messageId", pass_through("messageId", "body").alias("body"), "messageGroupId"
+    )
     if args.sink == "sqs":
         # The round trip: the sink derives each message's deduplication id from the source's
         # messageId, so a replayed batch or a retried task sends ids SQS has already seen.

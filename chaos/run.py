@@ -70,6 +70,9 @@ class Scenario:
     queues: int = 1
     # poisonMessagePolicy=deadLetter, and one message that makes its batch fail every time.
     poison: bool = False
+    # The producer publishes to an SNS topic the queue subscribes to (envelopes, not raw
+    # delivery); the query reads with messageFormat=sns.
+    sns: bool = False
 
 
 # SQS drops a FIFO copy only within 5 minutes of the first send (moto too: it compares send
@@ -92,6 +95,7 @@ SCENARIOS = {
     # One message makes every task holding it fail (a UDF raises): the policy must narrow its
     # batch, quarantine it in the dead-letter queue once, and deliver the rest exactly once.
     "standard-poison": Scenario("standard-poison", False, poison=True),
+    "standard-sns": Scenario("standard-sns", False, sns=True),
     "fifo-poison": Scenario("fifo-poison", True, poison=True),
 }
 
@@ -171,8 +175,11 @@ class Producer(threading.Thread):
         rate: float,
         total: int | None,
         until: float | None,
+        sns: tuple[Any, str] | None = None,
     ) -> None:
         super().__init__(name="chaos-producer", daemon=True)
+        # (SNS client, topic ARN): publish there instead; ``sent`` then holds SNS message ids.
+        self._sns = sns
         # Several queues (comma-separated): each batch of ten goes to the next queue.
         self._urls = queue_url.split(",")
         self._sqs, self._url, self._fifo, self._rate = sqs, self._urls[0], fifo, rate
@@ -194,7 +201,16 @@ class Producer(threading.Thread):
             group = f"g{(n // 10) % FIFO_GROUPS}" if self._fifo else None
             entries = numbered_entries(n, stop, fifo_group=group)
             url = self._urls[(n // 10) % len(self._urls)]
-            response = self._sqs.send_message_batch(QueueUrl=url, Entries=entries)
+            if self._sns is not None:
+                client, topic = self._sns
+                response = client.publish_batch(
+                    TopicArn=topic,
+                    PublishBatchRequestEntries=[
+                        {"Id": e["Id"], "Message": e["MessageBody"]} for e in entries
+                    ],
+                )
+            else:
+                response = self._sqs.send_message_batch(QueueUrl=url, Entries=entries)
             if response.get("Failed"):
                 raise RuntimeError(f"the producer's send failed: {response['Failed']}")
             for ok in response["Successful"]:
@@ -227,6 +243,7 @@ class Child:
         target_url: str | None = None,
         poison: tuple[int, str] | None = None,
     ) -> None:
+        self.sns = scenario.sns
         self.control = work / f"control-{run}"
         self.control.mkdir()
         self.log = work / f"child-{run}.log"
@@ -246,6 +263,8 @@ class Child:
             command += ["--sink", "sqs", "--target-queue-url", str(target_url)]
         if poison is not None:
             command += ["--poison-number", str(poison[0]), "--dead-letter-url", poison[1]]
+        if scenario.sns:
+            command += ["--message-format", "sns"]
         env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
         # sitecustomize in INJECT installs the faults in every Python process of the query.
         env["PYTHONPATH"] = os.pathsep.join([str(INJECT), str(REPO), env.get("PYTHONPATH", "")])
@@ -383,9 +402,18 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
             s3_rate=args.s3_fault_rate,
         )  # fmt: skip
     soak_until = started + args.soak if args.soak else None
+    sns = None
+    if scenario.sns:
+        sns_client = boto3.client("sns", region_name="us-east-1", endpoint_url=endpoint)
+        topic = sns_client.create_topic(Name=name)["TopicArn"]
+        queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])[
+            "Attributes"
+        ]["QueueArn"]
+        sns_client.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn)
+        sns = (sns_client, topic)
     producer = Producer(
         sqs, queue_url, fifo=scenario.fifo, rate=args.rate,
-        total=None if args.soak else args.messages, until=soak_until,
+        total=None if args.soak else args.messages, until=soak_until, sns=sns,
     )  # fmt: skip
     producer.start()
     say(

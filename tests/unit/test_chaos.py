@@ -519,3 +519,29 @@ def test_a_poison_scenario_passes_only_with_the_message_quarantined_once_and_not
     assert not Outcome("standard-poison", quarantined=1, poison_in_sink=1, **clean).passed
     # The other scenarios do not look at the dead-letter queue.
     assert Outcome("standard", drained=True).passed
+
+
+def test_the_sns_producer_publishes_envelopes_and_remembers_the_sns_ids(endpoint):
+    from chaos.run import Producer
+
+    plain = _client(endpoint)
+    url = plain.create_queue(QueueName="chaos-sns")["QueueUrl"]
+    arn = plain.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    sns = boto3.client(
+        "sns",
+        region_name="us-east-1",
+        endpoint_url=endpoint,
+        aws_access_key_id="k",
+        aws_secret_access_key="s",
+    )
+    topic = sns.create_topic(Name="chaos-sns")["TopicArn"]
+    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=arn)
+    producer = Producer(plain, url, fifo=False, rate=1000.0, total=12, until=None, sns=(sns, topic))
+    producer.run()
+    envelopes = [json.loads(a["body"]) for a in drain_target(plain, url, timeout=60)]
+    assert {e["MessageId"]: json.loads(e["Message"])["n"] for e in envelopes} == {
+        i: n for n, i in producer.sent.items()
+    }
+    assert all(e["Type"] == "Notification" and e["TopicArn"] == topic for e in envelopes)
