@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .driver.queues import check_one_region, split_queue_option
 from .errors import InvalidOptionError
 from .journal.stores import check_location
-from .queues import check_one_region, split_queue_option
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,12 @@ catch a message that makes every attempt of its batch fail. The source counts in
   at a narrowing step), the driver *narrows* it (``batches/<N>/_narrow-<step>.json``): the replay
   delivers the first half of the candidate messages; the other half is *carried* into a new
   journal batch ``X`` (``batches/<X>/_carry.json`` plus one entry per receiver, no plan), which
-  is in no offset log, so the next new batch adopts it as an orphan (see source.py ``_adopt``)
-  and delivers it, alone, as a *suspect* batch that narrows after a single failure. When the
-  candidate is one message and it failed, that message is quarantined: the decision is created
-  in ``quarantine/<N>-<messageId>.json`` before it is sent to the dead-letter queue, a ``.sent``
-  marker follows the send, and every later plan of the batch finishes what a crash left undone.
+  is in no offset log, so the next new batch adopts it as an orphan (see driver/coordinator.py
+  ``_adopt``) and delivers it, alone, as a *suspect* batch that narrows after a single failure.
+  When the candidate is one message and it failed, that message is quarantined: the decision is
+  created in ``quarantine/<N>-<messageId>.json`` before it is sent to the dead-letter queue, a
+  ``.sent`` marker follows the send, and every later plan of the batch finishes what a crash left
+  undone.
 
 Carrying out rather than releasing to SQS: the carried messages stay journaled (their receipt
 handles may have expired, and a message made visible again could be received under the batch's
@@ -44,8 +45,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from .driver.planning import ADOPTED_FROM
 from .errors import InvalidOptionError, JournalError, SqsSourceError
-from .planning import ADOPTED_FROM
 from .schema import RECEIPT_HANDLE
 
 logger = logging.getLogger(__name__)
@@ -475,7 +476,7 @@ class Quarantine:
         try:
             self.client.send_message(**request)
         except Exception as exc:
-            from .client import classify
+            from .sqs.client import classify
 
             err = classify(exc, "SendMessage", dead_letter)
             raise type(err)(
@@ -591,7 +592,7 @@ def resolve_dead_letter_queue(client: Any, queue_url: str, options: Any) -> str:
     """``deadLetterQueueUrl``, else the queue's RedrivePolicy target; an error if neither."""
     if options.dead_letter_queue_url:
         return options.dead_letter_queue_url
-    from .client import queue_attributes
+    from .sqs.client import queue_attributes
 
     attrs = queue_attributes(client, queue_url, ["RedrivePolicy"])
     policy = attrs.get("RedrivePolicy")
@@ -630,8 +631,8 @@ def release_batch(journal: Any, client: Any, queue_url: str, batch: int) -> dict
     4. the messages are made visible (a crash before that only leaves them invisible until
        their visibility timeout: nothing is lost).
     """
-    from .acknowledgement import BatchCaller, Entry
     from .journal import BatchPlan, ReceiverPlan
+    from .sqs.batching import BatchCaller, Entry
 
     names = _batch_names(journal, batch)
     handles: dict[str, tuple[str, str | None]] = {}

@@ -12,9 +12,9 @@ from moto import mock_aws
 
 from spark_sqs import poison
 from spark_sqs.cli import main
+from spark_sqs.driver.planning import ReceiverPartition
 from spark_sqs.errors import InvalidOptionError
 from spark_sqs.journal import BatchPlan, Journal, JournalState, ReceiverPlan
-from spark_sqs.planning import ReceiverPartition
 from spark_sqs.schema import messages_to_table
 from tests.unit.factories import QUEUE_URL, make_options, sqs_message
 
@@ -444,7 +444,7 @@ def test_read_partition_counts_the_first_attempt_in_its_entry_and_replays_in_rec
 ) -> None:
     from dataclasses import replace
 
-    from spark_sqs.receiver import read_partition
+    from spark_sqs.executor.receiver import read_partition
     from tests.fakes import FakeSqs
 
     location = str(tmp_path / "j")
@@ -493,7 +493,7 @@ def test_an_adopted_narrowed_batch_delivers_only_what_its_latest_step_keeps(
 def test_another_policy_is_refused_while_a_narrowed_batch_is_pending(
     tmp_path: Any, sqs: Any
 ) -> None:
-    from spark_sqs.source import _DriverState
+    from spark_sqs.driver.coordinator import Coordinator
 
     journal, options = _journal_with_batch(
         tmp_path, 4, [[1, 2], [3, 4]], poisonMessagePolicy="deadLetter", maxBatchAttempts="2"
@@ -503,7 +503,7 @@ def test_another_policy_is_refused_while_a_narrowed_batch_is_pending(
         _fail_once_more(journal, 4, run, [0, 1])
     assert quarantine.prepare_replay(4, [0, 1]) is not None
     failing = make_options(options.journal_location)
-    state = _DriverState(failing, sqs, QUEUE_URL, Journal(failing.journal_location, failing))
+    state = Coordinator(failing, sqs, QUEUE_URL, Journal(failing.journal_location, failing))
     with pytest.raises(InvalidOptionError) as err:
         state.start_poison_policy()
     message = str(err.value)

@@ -19,14 +19,15 @@ from typing import Any
 import pyarrow as pa
 from botocore.exceptions import ClientError
 
-from . import poison
-from .acknowledgement import BatchCaller, Entry, acknowledge_assigned
-from .client import cached_client, classify
+from .. import poison
+from ..driver.planning import ReceiverPartition
+from ..errors import JournalError, JournalOutcomeUnknown
+from ..journal import DROPPED, PENDING_DELETE, RECEIVED_AT, SEAL, BatchPlan, Journal
+from ..schema import RECEIPT_HANDLE, messages_to_table, output_batches
+from ..sqs.batching import BatchCaller, Entry
+from ..sqs.client import cached_client, classify
+from .acknowledgement import acknowledge_assigned
 from .envelopes import Prepared, merged_metadata, prepare
-from .errors import JournalError, JournalOutcomeUnknown
-from .journal import DROPPED, PENDING_DELETE, RECEIVED_AT, SEAL, BatchPlan, Journal
-from .planning import ReceiverPartition
-from .schema import RECEIPT_HANDLE, messages_to_table, output_batches
 
 logger = logging.getLogger(__name__)
 

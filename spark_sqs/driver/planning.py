@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
-from .journal import BatchPlan, ReceiverPlan
-from .options import SqsOptions
+from ..journal import BatchPlan, ReceiverPlan
+from ..options import SqsOptions
 
 # Adopted entries are numbered from here, above any receiver numPartitions can create.
 ADOPTED_FROM = 10000
