@@ -111,9 +111,9 @@ def _inspect(args: argparse.Namespace) -> int:
             "unacknowledgedMessages": sum(pending.values()),
             "recentBatches": journal.read_metrics()[-5:],
         }
-        # Poison batches (poison.py): batches read by attempts that did not complete, their
+        # Poison batches (driver/poison.py): batches read by attempts that did not complete, their
         # narrowing, and every message quarantined to the dead-letter queue.
-        from . import poison
+        from .driver import poison
 
         reports = {b: poison.batch_report(journal, b) for b in pending}
         report["journal"]["batchesWithFailedAttempts"] = {
@@ -132,7 +132,7 @@ def _inspect(args: argparse.Namespace) -> int:
 def _release(args: argparse.Namespace) -> int:
     import uuid
 
-    from . import poison
+    from .driver import poison
     from .journal import Journal, open_store
     from .journal.lease import Lease
     from .sqs.client import make_client

@@ -20,14 +20,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from .. import poison
 from ..errors import SqsSourceError
 from ..journal import BatchPlan, Journal, JournalState
 from ..journal.lease import Lease
+from ..journal.poison import DEAD_LETTER, latest_narrowing
 from ..options import SqsOptions
 from ..sqs.batching import BatchCaller
 from ..sqs.client import check_permissions, make_client, queue_attributes
-from . import offsets
+from . import offsets, poison
 from .acknowledger import Acknowledger, driver_parallelism
 from .flow_control import AvailableNow, FlowControl
 from .heartbeat import Heartbeat
@@ -128,7 +128,7 @@ class Coordinator:
         self._poll_due = True
         self._visible = 0
         self.backlog: dict[str, int] = {}
-        # Names this run in the attempt records of its receivers (poison.py): the lease's
+        # Names this run in the attempt records of its receivers (journal/poison.py): the lease's
         # owner, which is unique per run (and chosen by the simulation, so seeds replay).
         self.run_id = lease.owner[:12] if lease is not None else uuid.uuid4().hex[:12]
         # poisonMessagePolicy=deadLetter: narrows and quarantines replays (poison.py).
@@ -431,7 +431,7 @@ class Coordinator:
         copied = 0
         # An orphan narrowed by poisonMessagePolicy=deadLetter delivers only what its latest
         # step keeps: the rest is in its carry batch (adopted as well) or quarantined.
-        narrowed = {o: n for o in orphans if (n := poison.latest_narrowing(self.journal, o))}
+        narrowed = {o: n for o in orphans if (n := latest_narrowing(self.journal, o))}
         for orphan, narrowing in narrowed.items():
             if self.quarantine is None:
                 raise poison.narrowed_without_policy(self.options, orphan)
@@ -515,12 +515,12 @@ class Coordinator:
 
     def start_poison_policy(self) -> None:
         """``poisonMessagePolicy=deadLetter``: resolve each queue's dead-letter queue (an error
-        at start when one has none) and narrow replays from now on (poison.py)."""
-        if self.options.poison_message_policy != poison.DEAD_LETTER:
+        at start when one has none) and narrow replays from now on (driver/poison.py)."""
+        if self.options.poison_message_policy != DEAD_LETTER:
             # A batch narrowed under deadLetter holds messages carried out or being quarantined:
             # only that policy finishes them (a replay under `fail` would deliver them twice).
             for batch in self.acknowledger.pending:
-                if poison.latest_narrowing(self.journal, batch) is not None:
+                if latest_narrowing(self.journal, batch) is not None:
                     raise poison.narrowed_without_policy(self.options, batch)
             return
         dead_letters = {
