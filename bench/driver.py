@@ -173,7 +173,7 @@ def _init_worker(reader_bytes: bytes) -> None:
 
 
 def _warm(_: int) -> int:
-    import spark_sqs.receiver  # noqa: F401 - imports before the clock runs
+    import spark_sqs.executor.receiver  # noqa: F401 - imports before the clock runs
 
     return os.getpid()
 

@@ -23,7 +23,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from spark_sqs.client import queue_counts
+from spark_sqs.sqs.client import queue_counts
 
 REGION = "us-east-1"
 

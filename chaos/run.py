@@ -44,7 +44,7 @@ from chaos.faults import (
     faults_by_role_and_service,
 )
 from chaos.sink import committed_batches
-from spark_sqs.client import queue_counts
+from spark_sqs.sqs.client import queue_counts
 
 REPO = Path(__file__).resolve().parent.parent
 INJECT = Path(__file__).resolve().parent / "inject"

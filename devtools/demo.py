@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spark_sqs.client import queue_counts
 from spark_sqs.console import say
 from spark_sqs.producer import numbered_entries
+from spark_sqs.sqs.client import queue_counts
 
 from .spark import local_session, sqs_stream
 

@@ -18,13 +18,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import spark_sqs.receiver as receiver
+import spark_sqs.executor.receiver as receiver
 from sim.spark import Config, run_seed
-from spark_sqs import offsets
+from spark_sqs.driver import offsets
+from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.errors import JournalError, JournalOutcomeUnknown
 from spark_sqs.journal import Journal
 from spark_sqs.journal.lease import Lease
-from spark_sqs.source import _DriverState
 
 
 @contextlib.contextmanager
@@ -39,14 +39,14 @@ def patched(target: Any, name: str, value: Any) -> Iterator[None]:
 
 def _replan_every_time() -> contextlib.AbstractContextManager[None]:
     """Hole 1: a replay is planned from the current options, not from the stored plan."""
-    original = _DriverState.plan
+    original = Coordinator.plan
 
-    def plan(self: _DriverState, start: Any, end: Any) -> Any:
+    def plan(self: Coordinator, start: Any, end: Any) -> Any:
         batch = offsets.batch_of(end)
         self.journal.store.delete(f"{Journal.batch_dir(batch)}/_plan.json")
         return original(self, start, end)
 
-    return patched(_DriverState, "plan", plan)
+    return patched(Coordinator, "plan", plan)
 
 
 def _loser_releases_everything() -> contextlib.AbstractContextManager[None]:

@@ -4,9 +4,10 @@ One *seed* is one history: a queue (standard or FIFO) gets messages, and a strea
 run, crashed, failed, stopped and restarted (with other ``numPartitions``,
 ``maxMessagesPerTrigger`` and ``deleteAfterJournal``) over the same journal and queue, the way
 Spark 4.0/4.1 or 4.2+ would call the source, until a final run drains everything. The driver
-object (``spark_sqs.source._DriverState``), the receivers (``spark_sqs.receiver.read_partition``),
-the acknowledger, heartbeat, lease and journal are the real code; only SQS, the journal store
-and the clock are simulated (sim/sqs.py, sim/store.py, sim/clock.py).
+object (``spark_sqs.driver.coordinator.Coordinator``), the receivers
+(``spark_sqs.executor.receiver.read_partition``), the acknowledger, heartbeat, lease and journal
+are the real code; only SQS, the journal store and the clock are simulated (sim/sqs.py,
+sim/store.py, sim/clock.py).
 
 What Spark does, as modelled here (PLATFORM.md has the measurements behind it):
 
@@ -47,17 +48,17 @@ from sim.clock import SimClock
 from sim.sched import Actor, Crash, Deadlock, HookedSqs, HookedStore, Scheduler, SimLock
 from sim.sqs import DATA_OPERATIONS, FaultRates, SimSqs
 from sim.store import SimJournalStore, StoreFaultRates
-from spark_sqs import offsets
+from spark_sqs.driver import offsets
+from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.errors import JournalInUseError
+from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import Journal
 from spark_sqs.journal import entries as journal_entries
 from spark_sqs.journal.lease import Lease
 from spark_sqs.options import SqsOptions
-from spark_sqs.receiver import read_partition
-from spark_sqs.source import _DriverState
 
 try:  # Spark 4.2+ read limits
-    from spark_sqs.flow_control import default_read_limit
+    from spark_sqs.driver.flow_control import default_read_limit
 except ImportError:  # pragma: no cover
     default_read_limit = None  # type: ignore[assignment]
 
@@ -491,7 +492,7 @@ class SparkSim:
                 self.sched.kill(actor)
         self.current_run = None
 
-    def _start_driver(self, group: str, opts: RunOptions) -> _DriverState:
+    def _start_driver(self, group: str, opts: RunOptions) -> Coordinator:
         urls = self.urls if opts.queues is None else [self.urls[i] for i in opts.queues]
         if len(urls) < len(self.urls):
             self.stats["runs_without_a_queue"] = self.stats.get("runs_without_a_queue", 0) + 1
@@ -509,7 +510,7 @@ class SparkSim:
             sleep=self.sched.sleep,
         )
         lease.acquire()
-        driver = _DriverState(
+        driver = Coordinator(
             options,
             self.client,
             urls[0],
@@ -589,7 +590,7 @@ class SparkSim:
             driver.lease.release()
         self.event("stopped")
 
-    def _start_of(self, driver: _DriverState, batch_id: int) -> str:
+    def _start_of(self, driver: Coordinator, batch_id: int) -> str:
         if batch_id == 0:
             first = json.dumps(offsets.make(driver.fresh_start()))
             again = json.dumps(offsets.make(driver.fresh_start()))
@@ -600,7 +601,7 @@ class SparkSim:
         return self.offset_log[batch_id - 1][1]
 
     def _run_batch(
-        self, driver: _DriverState, group: str, batch_id: int, start: str, end: str
+        self, driver: Coordinator, group: str, batch_id: int, start: str, end: str
     ) -> None:
         sched = self.sched
         self.stats["batches"] += 1

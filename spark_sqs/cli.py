@@ -59,7 +59,7 @@ def _queue_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _client(args: argparse.Namespace) -> tuple[Any, SqsOptions]:
-    from .client import make_client
+    from .sqs.client import make_client
 
     raw = {"queueUrl": args.queue_url, "journalLocation": getattr(args, "journal", None) or "-"}
     if args.endpoint_url:
@@ -84,8 +84,8 @@ def _send(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from .client import queue_attributes
     from .journal import Journal
+    from .sqs.client import queue_attributes
 
     client, options = _client(args)
     attrs = queue_attributes(client, args.queue_url, ["All"])
@@ -111,9 +111,9 @@ def _inspect(args: argparse.Namespace) -> int:
             "unacknowledgedMessages": sum(pending.values()),
             "recentBatches": journal.read_metrics()[-5:],
         }
-        # Poison batches (poison.py): batches read by attempts that did not complete, their
+        # Poison batches (driver/poison.py): batches read by attempts that did not complete, their
         # narrowing, and every message quarantined to the dead-letter queue.
-        from . import poison
+        from .driver import poison
 
         reports = {b: poison.batch_report(journal, b) for b in pending}
         report["journal"]["batchesWithFailedAttempts"] = {
@@ -132,10 +132,10 @@ def _inspect(args: argparse.Namespace) -> int:
 def _release(args: argparse.Namespace) -> int:
     import uuid
 
-    from . import poison
-    from .client import make_client
+    from .driver import poison
     from .journal import Journal, open_store
     from .journal.lease import Lease
+    from .sqs.client import make_client
 
     meta = open_store(args.journal).read("_meta.json")
     queue_url = args.queue_url or (json.loads(meta)["queueUrl"] if meta else None)

@@ -25,9 +25,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from .driver.queues import check_one_region, split_queue_option
 from .errors import InvalidOptionError
 from .journal.stores import check_location
-from .queues import check_one_region, split_queue_option
 
 # How a value is read. "list" values stay text for their validator to split.
 KINDS = ("str", "int", "seconds", "bool", "choice", "url", "queueUrl", "list")

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from spark_sqs.client import queue_counts
+from spark_sqs.sqs.client import queue_counts
 
 
 def wait_until(

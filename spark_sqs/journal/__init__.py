@@ -2,7 +2,8 @@
 
 ``entries`` holds the record types and the ``Journal`` (entries, plans, drop sets, state
 markers); ``stores`` the create-if-absent stores (local files, S3) it writes through;
-``lease`` the single-owner lease of a journal.
+``lease`` the single-owner lease of a journal; ``poison`` the records of poison batches
+(attempts, narrowing steps, carries) that the driver and the executors both read.
 """
 
 from .entries import (

@@ -68,7 +68,8 @@ class EntryReceipts:
     receipt_handles: tuple[str, ...] = field(repr=False)
     rows: int = 0  # rows in the entry (with deleteAfterJournal, also those already deleted)
     dropped: int = 0  # redeliveries the receiver dropped
-    # The entry's schema metadata (lag, extended payload pointers: see lag.py, envelopes.py).
+    # The entry's schema metadata (lag, extended payload pointers: see lag.py and
+    # executor/envelopes.py).
     metadata: dict[bytes, bytes] = field(default_factory=dict, repr=False, compare=False)
     # The queue of each message (its row's queueUrl), where its receipt handle belongs.
     queue_urls: tuple[str, ...] = field(default=(), compare=False)
@@ -98,8 +99,8 @@ class ReceiverPlan:
     receiver: int
     limit: int
     adopt_from: tuple[int, int] | None = None  # (orphan batch, orphan receiver)
-    # The queue it receives from, fixed with the plan (several queues, queues.py). None: a plan
-    # written before queues were recorded, whose queue is the journal's (``Journal.owner``).
+    # The queue it receives from, fixed with the plan (several queues, driver/queues.py). None: a
+    # plan written before queues were recorded, whose queue is the journal's (``Journal.owner``).
     queue: str | None = None
 
 
@@ -623,7 +624,7 @@ class Journal:
     def check_owner(self, queue_url: str, *more: str) -> str:
         """Bind the journal to its queues; refuse a journal that belongs to others.
 
-        With several queues (queues.py) queues may be added or removed between runs: the
+        With several queues (driver/queues.py) queues may be added or removed between runs: the
         journal is refused only when none of the queues it was used with is named now. Returns
         the journal's first queue, the queue of plans that record none per receiver."""
         queues = (queue_url, *more)

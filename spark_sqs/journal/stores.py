@@ -399,7 +399,7 @@ class _S3ClientFactory:
         import boto3
         from botocore.config import Config
 
-        from ..client import make_session
+        from ..sqs.client import make_session
 
         config = Config(
             region_name=self.region,

@@ -5,7 +5,7 @@
 pickled into every write task. The connection options (queue, region, endpoint, credentials,
 role) are the source's: they are validated by ``SqsOptions.parse`` itself, so both directions
 accept and reject exactly the same values, and the resulting ``SqsOptions`` is what
-``spark_sqs.client`` builds clients from.
+``spark_sqs.sqs.client`` builds clients from.
 
 ``SINK_OPTIONS`` is the table of sink-only options; docs/sink.md's table is checked against it
 (plus the connection options) by a test.

@@ -31,7 +31,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..client import classify, error_code
+from ..sqs.client import classify, error_code
 from .errors import SinkSendError
 from .rows import Entry
 
@@ -118,7 +118,7 @@ class Sender:
 
     def send(self, entries: Iterable[Entry]) -> SendCounters:
         """Send every entry; returns the counters or raises (``SinkSendError`` and the errors
-        of ``spark_sqs.client.classify``)."""
+        of ``spark_sqs.sqs.client.classify``)."""
         source: Iterator[Entry] = iter(entries)
         exhausted = False
         in_flight: dict[Future[Any], list[Entry]] = {}

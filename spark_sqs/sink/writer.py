@@ -23,8 +23,8 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from ..client import classify, make_client, queue_attributes, resolve_queue_url
 from ..options import SqsOptions
+from ..sqs.client import classify, make_client, queue_attributes, resolve_queue_url
 from .errors import OversizeRowError, SinkInputError
 from .options import SinkOptions
 from .rows import DedupeIds, Entry, Layout, RowConverter

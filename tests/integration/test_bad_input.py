@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_sqs.client import queue_counts
+from spark_sqs.sqs.client import queue_counts
 from tests.helpers import send_numbered, start_and_fail
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from devtools.local_sqs import RECEIVE_GATE
-from spark_sqs.client import queue_counts
+from spark_sqs.sqs.client import queue_counts
 from tests.helpers import send_numbered, wait_until
 
 pytestmark = pytest.mark.integration

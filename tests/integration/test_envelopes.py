@@ -12,8 +12,8 @@ from typing import Any
 import boto3
 import pytest
 
-from spark_sqs.client import queue_counts
 from spark_sqs.journal import Journal
+from spark_sqs.sqs.client import queue_counts
 from tests.conftest import REGION
 from tests.helpers import (
     drain_and_stop,

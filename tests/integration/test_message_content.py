@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from spark_sqs.client import queue_counts
+from spark_sqs.sqs.client import queue_counts
 from tests.helpers import drain_and_stop, sqs_stream
 
 pytestmark = pytest.mark.integration

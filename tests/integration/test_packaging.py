@@ -116,7 +116,7 @@ def test_wheel_holds_the_source_only(wheel: Path) -> None:
     assert {n: m for n, m in importing.items() if m} == {}
     # The check sees imports at all: the source imports pyspark and boto3.
     assert {"pyspark", "boto3"} <= _imported_modules(sources["spark_sqs/source.py"]) | (
-        _imported_modules(sources["spark_sqs/client.py"])
+        _imported_modules(sources["spark_sqs/sqs/client.py"])
     )
 
     # PySpark only through extras: `pip install spark-sqs` keeps a cluster's own PySpark.

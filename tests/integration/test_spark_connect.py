@@ -49,7 +49,7 @@ spark.stop()
 
 
 def test_streaming_from_a_spark_connect_client(moto_endpoint, sqs, queue_url, tmp_path: Path):
-    from spark_sqs.client import queue_counts
+    from spark_sqs.sqs.client import queue_counts
     from tests.helpers import send_numbered
 
     send_numbered(sqs, queue_url, 30)

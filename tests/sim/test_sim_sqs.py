@@ -18,9 +18,9 @@ from sim.sqs import (
     SimSqsClient,
     md5_of_message_attributes,
 )
-from spark_sqs.acknowledgement import PERMANENT_ENTRY_CODES
-from spark_sqs.client import classify
 from spark_sqs.errors import TransientSqsError
+from spark_sqs.sqs.batching import PERMANENT_ENTRY_CODES
+from spark_sqs.sqs.client import classify
 
 
 def make(fifo: bool = False, seed: int = 0, content_dedup: bool = True, **kwargs: Any):

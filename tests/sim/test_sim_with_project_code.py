@@ -4,10 +4,10 @@ as the simulation will (a check that the sim quacks like the boto3 client where 
 from __future__ import annotations
 
 from sim import Fault, SimSqs
-from spark_sqs.acknowledgement import BatchCaller, Entry
+from spark_sqs.driver.planning import ReceiverPartition
+from spark_sqs.executor.receiver import receive_messages
 from spark_sqs.options import SqsOptions
-from spark_sqs.planning import ReceiverPartition
-from spark_sqs.receiver import receive_messages
+from spark_sqs.sqs.batching import BatchCaller, Entry
 
 
 def fifo_queue(sim: SimSqs) -> str:

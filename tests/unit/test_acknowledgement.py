@@ -10,10 +10,11 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from spark_sqs.acknowledgement import Acknowledger, BatchCaller, BatchResult, Entry, chunks
+from spark_sqs.driver.acknowledger import Acknowledger
+from spark_sqs.driver.heartbeat import BatchVisibility
 from spark_sqs.errors import QueueNotFoundError, SqsAccessError, SqsSourceError, TransientSqsError
-from spark_sqs.heartbeat import BatchVisibility
 from spark_sqs.journal import EntryReceipts
+from spark_sqs.sqs.batching import BatchCaller, BatchResult, Entry, chunks
 from tests.unit.factories import QUEUE_URL
 
 
@@ -839,7 +840,7 @@ def test_heartbeat_extensions_keep_old_handles_valid() -> None:
 
 
 def test_driver_parallelism_grows_with_receivers_within_bounds() -> None:
-    from spark_sqs.acknowledgement import driver_parallelism
+    from spark_sqs.driver.acknowledger import driver_parallelism
 
     assert driver_parallelism(1) == 8
     assert driver_parallelism(4) == 16

@@ -15,13 +15,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from spark_sqs.driver.coordinator import Coordinator
+from spark_sqs.driver.planning import ReceiverPartition
 from spark_sqs.errors import JournalError, JournalOutcomeUnknown
+from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import BatchPlan, Journal, JournalState, ReceiverPlan, open_store
 from spark_sqs.options import SqsOptions
-from spark_sqs.planning import ReceiverPartition
-from spark_sqs.receiver import read_partition
 from spark_sqs.schema import messages_to_table
-from spark_sqs.source import _DriverState
 from tests.fakes import FakeSqs, HookedStore
 from tests.unit.factories import QUEUE_URL, make_options, sqs_message
 
@@ -423,7 +423,7 @@ def test_two_orphan_adoptions_with_a_crash_between_deliver_each_entry_once(
         if (method, key) == crash_at:
             raise Crash
 
-    first = _DriverState(
+    first = Coordinator(
         options, NoCallsSqs(), QUEUE_URL, journal_with(location, options, after=crash)
     )
     try:
@@ -433,7 +433,7 @@ def test_two_orphan_adoptions_with_a_crash_between_deliver_each_entry_once(
         first.close()
 
     for _ in range(2):  # the restart, and any later replay of batch 7
-        state = _DriverState(options, NoCallsSqs(), QUEUE_URL, Journal(location, options))
+        state = Coordinator(options, NoCallsSqs(), QUEUE_URL, Journal(location, options))
         try:
             parts = state.plan({"batch": 4}, {"batch": 7})
         finally:
@@ -506,14 +506,14 @@ def test_a_replay_after_a_restart_with_other_options_uses_the_stored_plan(locati
     the first run's receivers and limits: new receivers would receive fresh messages that a
     write-then-skip sink drops (and the acknowledgement then deletes)."""
     first = options_for(location, numPartitions="2", maxMessagesPerTrigger="10")
-    state = _DriverState(first, NoCallsSqs(), QUEUE_URL, Journal(location, first))
+    state = Coordinator(first, NoCallsSqs(), QUEUE_URL, Journal(location, first))
     try:
         planned_first = state.plan({"batch": 0}, {"batch": 1})
     finally:
         state.close()
 
     later = options_for(location, numPartitions="4", maxMessagesPerTrigger="100")
-    restarted = _DriverState(later, NoCallsSqs(), QUEUE_URL, Journal(location, later))
+    restarted = Coordinator(later, NoCallsSqs(), QUEUE_URL, Journal(location, later))
     try:
         replayed = restarted.plan({"batch": 0}, {"batch": 1})
         # New options apply from the next new batch.

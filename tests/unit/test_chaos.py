@@ -30,8 +30,8 @@ from chaos.run import (
     sink_counters,
 )
 from chaos.sink import committed_batches, committed_files
-from spark_sqs.client import classify, queue_counts
 from spark_sqs.errors import TransientSqsError
+from spark_sqs.sqs.client import classify, queue_counts
 
 
 @pytest.fixture(scope="module")

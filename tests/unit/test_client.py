@@ -7,8 +7,8 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 from botocore.stub import Stubber
 
-from spark_sqs.client import classify, error_code, queue_counts
 from spark_sqs.errors import QueueNotFoundError, SqsAccessError, SqsSourceError, TransientSqsError
+from spark_sqs.sqs.client import classify, error_code, queue_counts
 
 HANDLE = "AQEB" + "x7Yz" * 60
 
@@ -66,7 +66,7 @@ def test_assumed_role_credentials_are_used_and_refreshable(monkeypatch) -> None:
     import boto3
     from moto import mock_aws
 
-    from spark_sqs.client import make_client, make_session
+    from spark_sqs.sqs.client import make_client, make_session
     from tests.unit.factories import make_options
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
@@ -88,7 +88,7 @@ def test_assumed_role_credentials_are_used_and_refreshable(monkeypatch) -> None:
 
 
 def test_unknown_profile_says_where_to_define_it(monkeypatch, tmp_path) -> None:
-    from spark_sqs.client import make_client
+    from spark_sqs.sqs.client import make_client
     from tests.unit.factories import make_options
 
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
@@ -121,7 +121,7 @@ class _ProbeClient:
 
 
 def test_permission_check_passes_when_sqs_only_rejects_the_probe_handle() -> None:
-    from spark_sqs.client import check_permissions
+    from spark_sqs.sqs.client import check_permissions
 
     client = _ProbeClient()
     check_permissions(client, "https://sqs/q", delete=True)
@@ -135,7 +135,7 @@ def test_permission_check_passes_when_sqs_only_rejects_the_probe_handle() -> Non
 def test_permission_check_names_the_denied_permission() -> None:
     import pytest
 
-    from spark_sqs.client import check_permissions
+    from spark_sqs.sqs.client import check_permissions
 
     for action in ("ChangeMessageVisibility", "DeleteMessage"):
         client = _ProbeClient({action: client_error("AccessDenied", status=403)})
@@ -144,7 +144,7 @@ def test_permission_check_names_the_denied_permission() -> None:
 
 
 def test_permission_check_skips_delete_when_the_source_never_deletes() -> None:
-    from spark_sqs.client import check_permissions
+    from spark_sqs.sqs.client import check_permissions
 
     client = _ProbeClient({"DeleteMessage": client_error("AccessDenied", status=403)})
     check_permissions(client, "https://sqs/q", delete=False)
@@ -152,7 +152,7 @@ def test_permission_check_skips_delete_when_the_source_never_deletes() -> None:
 
 
 def test_permission_check_ignores_transient_and_unexpected_answers() -> None:
-    from spark_sqs.client import check_permissions
+    from spark_sqs.sqs.client import check_permissions
 
     client = _ProbeClient(
         {

@@ -17,7 +17,8 @@ import pyarrow as pa
 import pytest
 from moto import mock_aws
 
-from spark_sqs.envelopes import (
+from spark_sqs.errors import ExtendedPayloadError, InvalidEnvelopeError, TransientSqsError
+from spark_sqs.executor.envelopes import (
     EXTENDED_PAYLOADS,
     POINTER_KEY,
     S3Pointer,
@@ -28,10 +29,9 @@ from spark_sqs.envelopes import (
     read_payload_pointers,
     transform,
 )
-from spark_sqs.errors import ExtendedPayloadError, InvalidEnvelopeError, TransientSqsError
+from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import Journal
 from spark_sqs.lag import LAG, read_lag
-from spark_sqs.receiver import read_partition
 from spark_sqs.schema import SNS_KEY, arrow_output_schema, messages_to_table, output_batches
 from tests.helpers import extended_sqs_client
 from tests.unit.factories import QUEUE_URL, SENT_MS, make_options, sqs_message

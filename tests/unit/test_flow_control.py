@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from spark_sqs import flow_control
-from spark_sqs.flow_control import AvailableNow, FlowControl, default_read_limit
+from spark_sqs.driver import flow_control
+from spark_sqs.driver.flow_control import AvailableNow, FlowControl, default_read_limit
 from spark_sqs.options import SqsOptions
 from tests.unit.factories import make_options
 

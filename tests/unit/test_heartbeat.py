@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from spark_sqs.acknowledgement import BatchCaller
+from spark_sqs.driver.heartbeat import Heartbeat
 from spark_sqs.errors import SqsAccessError
-from spark_sqs.heartbeat import Heartbeat
 from spark_sqs.journal import EntryReceipts
+from spark_sqs.sqs.batching import BatchCaller
 from tests.unit.factories import QUEUE_URL
 
 VISIBILITY = 120
@@ -389,7 +389,7 @@ def test_a_message_whose_visibility_already_passed_is_lost_not_extended(
     [gone] = world.receive(1, 1, receiver=0, ago=ago)
     [kept] = world.receive(1, 1, receiver=1, ago=100.0)
 
-    with caplog.at_level(logging.WARNING, logger="spark_sqs.heartbeat"):
+    with caplog.at_level(logging.WARNING, logger="spark_sqs.driver.heartbeat"):
         hb.tick()
 
     assert world.sqs.handles_sent() == [handle_of(kept)]
@@ -491,7 +491,7 @@ def test_extensions_stop_at_twelve_hours_from_the_receive(
     wall_ceiling = NOW - 0.25 + TWELVE_HOURS
 
     warned_at: list[float] = []
-    with caplog.at_level(logging.WARNING, logger="spark_sqs.heartbeat"):
+    with caplog.at_level(logging.WARNING, logger="spark_sqs.driver.heartbeat"):
         hb.tick()
         while world.mono.now < ceiling + 600:
             world.advance(60.0)
@@ -576,7 +576,7 @@ def test_the_ceiling_warning_is_logged_once_per_batch(caplog: pytest.LogCaptureF
     def warnings() -> list[str]:
         return [r.getMessage() for r in caplog.records if "ceiling" in r.getMessage()]
 
-    with caplog.at_level(logging.WARNING, logger="spark_sqs.heartbeat"):
+    with caplog.at_level(logging.WARNING, logger="spark_sqs.driver.heartbeat"):
         hb.tick()
         assert len(warnings()) == 1
         assert warnings()[0].startswith("batch 7:")
@@ -999,7 +999,7 @@ def test_the_thread_survives_a_failing_tick_and_stops(caplog: pytest.LogCaptureF
     hb.watch(1)
     hb.stop()  # before start: nothing to stop
 
-    with caplog.at_level(logging.ERROR, logger="spark_sqs.heartbeat"):
+    with caplog.at_level(logging.ERROR, logger="spark_sqs.driver.heartbeat"):
         hb.start()
         hb.start()  # a second start does not start a second thread
         try:

@@ -513,8 +513,8 @@ def test_journal_sse_kms_key_reaches_the_s3_store() -> None:
 def test_drop_sets_of_batches_before_the_oldest_pending_one_are_collected(
     journal: Journal,
 ) -> None:
+    from spark_sqs.driver.planning import new_plan
     from spark_sqs.journal import entries
-    from spark_sqs.planning import new_plan
 
     done = journal.write_drops(frozenset({"a", "b"}), 1)
     replayed = journal.write_drops(frozenset({"c"}), 2)  # a replay's, named by no plan

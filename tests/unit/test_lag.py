@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from spark_sqs.acknowledgement import Acknowledger
+from spark_sqs.driver.acknowledger import Acknowledger
 from spark_sqs.lag import (
     LAG,
     batch_lag,
@@ -95,7 +95,7 @@ class _Journal:
 
 class _Caller:
     def delete(self, entries: list) -> object:  # type: ignore[type-arg]
-        from spark_sqs.acknowledgement import BatchResult
+        from spark_sqs.sqs.batching import BatchResult
 
         return BatchResult(succeeded=[e.message_id for e in entries])
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from spark_sqs import offsets
+from spark_sqs.driver import offsets
 from spark_sqs.errors import SqsSourceError
 
 

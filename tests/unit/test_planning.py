@@ -7,9 +7,9 @@ import pickle
 import pytest
 from pyspark.sql.datasource import InputPartition
 
+from spark_sqs.driver.planning import ADOPTED_FROM, ReceiverPartition, new_plan, partitions_of
 from spark_sqs.journal import BatchPlan, ReceiverPlan
 from spark_sqs.options import SqsOptions
-from spark_sqs.planning import ADOPTED_FROM, ReceiverPartition, new_plan, partitions_of
 
 URL = "https://sqs.us-east-1.amazonaws.com/123456789012/orders"
 SECRET = "wJalrXUtnFEMI-K7MDENG-PLANNING-SECRET"

@@ -1,5 +1,6 @@
-"""Poison batches (spark_sqs/poison.py): attempt counting, narrowing, idempotent quarantine,
-release. Journal on a tmp dir; SQS in-process (moto's mock_aws)."""
+"""Poison batches (spark_sqs/journal/, driver/ and executor/poison.py): attempt counting,
+narrowing, idempotent quarantine, release. Journal on a tmp dir; SQS in-process (moto's
+mock_aws)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from spark_sqs import poison
 from spark_sqs.cli import main
+from spark_sqs.driver import poison as driver_poison
+from spark_sqs.driver.planning import ReceiverPartition
 from spark_sqs.errors import InvalidOptionError
+from spark_sqs.executor import poison as executor_poison
 from spark_sqs.journal import BatchPlan, Journal, JournalState, ReceiverPlan
-from spark_sqs.planning import ReceiverPartition
+from spark_sqs.journal import poison as records
 from spark_sqs.schema import messages_to_table
 from tests.unit.factories import QUEUE_URL, make_options, sqs_message
 
@@ -49,8 +52,8 @@ def _mid(n: int) -> str:
 
 def test_a_batch_is_replayed_whole_until_it_failed_max_batch_attempts_times() -> None:
     entries = {0: ["a", "b", "c"], 1: ["d", "e"]}
-    assert poison.decide(None, {0: 2}, entries, threshold=3).kind == "replay"
-    decision = poison.decide(None, {0: 3}, entries, threshold=3)
+    assert driver_poison.decide(None, {0: 2}, entries, threshold=3).kind == "replay"
+    decision = driver_poison.decide(None, {0: 3}, entries, threshold=3)
     assert decision.kind == "narrow"
     assert decision.keep == {0: ["a", "b", "c"], 1: []}
     assert decision.carried == {1: ["d", "e"]}
@@ -61,23 +64,23 @@ def test_each_failed_step_halves_the_candidates_until_one_is_quarantined() -> No
     narrowing = None
     sizes = []
     for step in range(10):
-        decision = poison.decide(narrowing, {step: 3}, entries, threshold=3)
+        decision = driver_poison.decide(narrowing, {step: 3}, entries, threshold=3)
         if decision.kind == "quarantine":
             break
         sizes.append(sum(len(v) for v in decision.keep.values()))
-        narrowing = poison.Narrowing(step + 1, decision.keep, decision.carried)
+        narrowing = records.Narrowing(step + 1, decision.keep, decision.carried)
     assert sizes == [3, 2, 1]
     assert decision.quarantined == (0, "a")
     assert decision.keep == {0: []}
     # A step that has not failed yet (a run that died before reading) is replayed as it is.
-    assert poison.decide(narrowing, {0: 3}, entries, threshold=3).kind == "replay"
+    assert driver_poison.decide(narrowing, {0: 3}, entries, threshold=3).kind == "replay"
 
 
 def test_receivers_the_narrowing_does_not_cover_join_the_candidates() -> None:
-    narrowing = poison.Narrowing(1, {0: ["a"]}, {0: ["b"]})
+    narrowing = records.Narrowing(1, {0: ["a"]}, {0: ["b"]})
     entries = {0: ["a", "b"], 1: ["x", "y", "z"]}
-    assert poison.candidates(narrowing, entries) == [(0, "a"), (1, "x"), (1, "y"), (1, "z")]
-    decision = poison.decide(narrowing, {1: 1}, entries, threshold=3)
+    assert driver_poison.candidates(narrowing, entries) == [(0, "a"), (1, "x"), (1, "y"), (1, "z")]
+    decision = driver_poison.decide(narrowing, {1: 1}, entries, threshold=3)
     assert decision.keep == {0: ["a"], 1: ["x"]} and decision.carried == {1: ["y", "z"]}
 
 
@@ -86,13 +89,13 @@ def test_a_suspect_batch_first_keeps_exactly_the_newest_carry() -> None:
     # then failed without it) and the newest carry (taken out of a replay that succeeded).
     entries = {0: [], 10000: ["a", "b", "c"], 10001: ["p", "q"]}
     suspect = frozenset({"p", "q"})
-    decision = poison.decide(None, {0: 1}, entries, threshold=1, suspect=suspect)
+    decision = driver_poison.decide(None, {0: 1}, entries, threshold=1, suspect=suspect)
     assert decision.kind == "narrow"
     assert decision.keep == {0: [], 10000: [], 10001: ["p", "q"]}
     assert decision.carried == {10000: ["a", "b", "c"]}
     # Later steps halve as usual.
-    step = poison.Narrowing(1, decision.keep, decision.carried)
-    later = poison.decide(step, {0: 1, 1: 1}, entries, threshold=1, suspect=suspect)
+    step = records.Narrowing(1, decision.keep, decision.carried)
+    later = driver_poison.decide(step, {0: 1, 1: 1}, entries, threshold=1, suspect=suspect)
     assert later.keep == {0: [], 10000: [], 10001: ["p"]} and later.carried == {10001: ["q"]}
 
 
@@ -101,14 +104,14 @@ def test_a_suspect_batch_first_keeps_exactly_the_newest_carry() -> None:
 
 def test_a_retried_record_of_one_attempt_is_one_record(tmp_path: Any) -> None:
     journal, _ = _journal_with_batch(tmp_path, 5, [[1, 2]])
-    poison.record_attempt(journal, 5, 0, "run1-s0-t0", 0)
-    poison.record_attempt(journal, 5, 0, "run1-s0-t0", 0)  # the same attempt, again
-    poison.record_attempt(journal, 5, 1, "run1-s0-t0", 0)  # another receiver, same attempt
-    poison.record_attempt(journal, 5, 0, "run1-s0-t1", 0)  # a retried task
-    poison.record_attempt(journal, 5, 0, "run2-s0-t0", 1)  # a new run, narrowed
-    attempts = poison.read_attempts(journal, 5)
+    executor_poison.record_attempt(journal, 5, 0, "run1-s0-t0", 0)
+    executor_poison.record_attempt(journal, 5, 0, "run1-s0-t0", 0)  # the same attempt, again
+    executor_poison.record_attempt(journal, 5, 1, "run1-s0-t0", 0)  # another receiver, same attempt
+    executor_poison.record_attempt(journal, 5, 0, "run1-s0-t1", 0)  # a retried task
+    executor_poison.record_attempt(journal, 5, 0, "run2-s0-t0", 1)  # a new run, narrowed
+    attempts = records.read_attempts(journal, 5)
     assert len(attempts) == 4
-    assert poison.attempts_by_step(attempts) == {0: 2, 1: 1}
+    assert records.attempts_by_step(attempts) == {0: 2, 1: 1}
 
 
 def _partition(options: Any, batch: int, receiver: int, run: str) -> ReceiverPartition:
@@ -121,14 +124,16 @@ def test_policy_fail_refuses_a_replay_after_max_batch_attempts_naming_the_releas
     journal, options = _journal_with_batch(tmp_path, 7, [[1, 2, 3]], maxBatchAttempts="2")
     # The first attempt (run r1) is named in the entry it journaled, not in a record.
     table = journal.read_entry(7, 0)
-    metadata = {**(table.schema.metadata or {}), poison.FIRST_ATTEMPT: b"r1-s0-t0"}
+    metadata = {**(table.schema.metadata or {}), records.FIRST_ATTEMPT: b"r1-s0-t0"}
     table = table.replace_schema_metadata(metadata)
     # The same run reading again (another Spark job of one foreachBatch) is the same attempt.
-    assert _ids(poison.on_replay(journal, _partition(options, 7, 0, "r1"), table)) == _ids(table)
-    assert poison.on_replay(journal, _partition(options, 7, 0, "r2"), table).num_rows == 3
-    assert poison.on_replay(journal, _partition(options, 7, 0, "r2"), table).num_rows == 3
-    with pytest.raises(poison.PoisonBatchError) as raised:
-        poison.on_replay(journal, _partition(options, 7, 0, "r3"), table)
+    assert _ids(executor_poison.on_replay(journal, _partition(options, 7, 0, "r1"), table)) == _ids(
+        table
+    )
+    assert executor_poison.on_replay(journal, _partition(options, 7, 0, "r2"), table).num_rows == 3
+    assert executor_poison.on_replay(journal, _partition(options, 7, 0, "r2"), table).num_rows == 3
+    with pytest.raises(executor_poison.PoisonBatchError) as raised:
+        executor_poison.on_replay(journal, _partition(options, 7, 0, "r3"), table)
     message = str(raised.value)
     assert "batch 7 has been read by 3 attempts" in message
     assert f"spark-sqs release --journal {journal.location} --batch 7" in message
@@ -139,13 +144,17 @@ def test_policy_dead_letter_replays_only_what_the_narrowing_keeps(tmp_path: Any)
     journal, options = _journal_with_batch(
         tmp_path, 7, [[1, 2, 3], [4]], poisonMessagePolicy="deadLetter", deadLetterQueueUrl=DLQ_URL
     )
-    narrowing = poison.Narrowing(1, {0: [_mid(2)]}, {0: [_mid(1), _mid(3)]})
+    narrowing = records.Narrowing(1, {0: [_mid(2)]}, {0: [_mid(1), _mid(3)]})
     journal.store.create("batches/000000000007/_narrow-0001.json", narrowing.to_json())
-    kept = poison.on_replay(journal, _partition(options, 7, 0, "r9"), journal.read_entry(7, 0))
+    kept = executor_poison.on_replay(
+        journal, _partition(options, 7, 0, "r9"), journal.read_entry(7, 0)
+    )
     assert _ids(kept) == [_mid(2)]
-    untouched = poison.on_replay(journal, _partition(options, 7, 1, "r9"), journal.read_entry(7, 1))
+    untouched = executor_poison.on_replay(
+        journal, _partition(options, 7, 1, "r9"), journal.read_entry(7, 1)
+    )
     assert _ids(untouched) == [_mid(4)]
-    assert poison.attempts_by_step(poison.read_attempts(journal, 7)) == {1: 1}
+    assert records.attempts_by_step(records.read_attempts(journal, 7)) == {1: 1}
 
 
 # -- narrowing and quarantine on the driver --
@@ -177,7 +186,7 @@ class _Driver:
 
 
 def _quarantine(journal: Any, options: Any, client: Any, driver: _Driver, dlq: str = DLQ_URL):
-    return poison.Quarantine(
+    return driver_poison.Quarantine(
         journal,
         client,
         QUEUE_URL,
@@ -201,9 +210,9 @@ def _dlq_messages(client: Any, url: str = DLQ_URL) -> list[dict[str, Any]]:
 
 def _fail_once_more(journal: Any, batch: int, run: str, receivers: list[int]) -> None:
     """A run that replayed the batch (under its latest step) and failed."""
-    latest = poison.latest_narrowing(journal, batch)
+    latest = records.latest_narrowing(journal, batch)
     for receiver in receivers:
-        poison.record_attempt(
+        executor_poison.record_attempt(
             journal, batch, receiver, f"{run}-s0-t0", latest.step if latest else 0
         )
 
@@ -224,7 +233,7 @@ def test_narrowing_carries_the_rest_out_and_quarantines_the_last_message_once(
     assert step.keep == {0: [_mid(1), _mid(2)], 1: []}
     assert driver.tracked == [5]
     assert _ids(journal.read_entry(5, 1)) == [_mid(3), _mid(4)]
-    assert poison.carry_batches(journal, [4, 5]) == [5]
+    assert driver_poison.carry_batches(journal, [4, 5]) == [5]
     # Planning again without a new failure changes nothing (a run that died before reading).
     assert quarantine.prepare_replay(4, [0, 1]) == step
     _fail_once_more(journal, 4, "r3", [0, 1])
@@ -236,7 +245,9 @@ def test_narrowing_carries_the_rest_out_and_quarantines_the_last_message_once(
     assert step.step == 3 and step.quarantined == (_mid(1),) and step.keep == {0: [], 1: []}
     sent = _dlq_messages(sqs)
     assert len(sent) == 1
-    info = json.loads(sent[0]["MessageAttributes"][poison.QUARANTINE_ATTRIBUTE]["StringValue"])
+    info = json.loads(
+        sent[0]["MessageAttributes"][driver_poison.QUARANTINE_ATTRIBUTE]["StringValue"]
+    )
     assert info["sourceQueue"] == QUEUE_URL and info["messageId"] == _mid(1)
     assert info["batch"] == 4 and info["batchAttempts"] == 4
     assert info["approximateReceiveCount"] == 1
@@ -245,8 +256,8 @@ def test_narrowing_carries_the_rest_out_and_quarantines_the_last_message_once(
     for _ in range(2):
         assert quarantine.prepare_replay(4, [0, 1]).step == 3
     assert _dlq_messages(sqs) == []
-    assert [q["messageId"] for q in poison.quarantined(journal)] == [_mid(1)]
-    assert poison.quarantined(journal)[0]["sent"] is True
+    assert [q["messageId"] for q in driver_poison.quarantined(journal)] == [_mid(1)]
+    assert driver_poison.quarantined(journal)[0]["sent"] is True
 
 
 def test_a_crash_between_decision_and_send_sends_once_on_the_next_plan(
@@ -260,8 +271,8 @@ def test_a_crash_between_decision_and_send_sends_once_on_the_next_plan(
     with pytest.raises(Exception, match="deadLetterQueueUrl"):
         _quarantine(journal, options, failing, _Driver(4)).prepare_replay(4, [0])
     # The decision was recorded before the send; the batch delivers nothing of the message.
-    assert poison.latest_narrowing(journal, 4).quarantined == (_mid(1),)
-    assert poison.quarantined(journal)[0]["sent"] is False
+    assert records.latest_narrowing(journal, 4).quarantined == (_mid(1),)
+    assert driver_poison.quarantined(journal)[0]["sent"] is False
     assert _dlq_messages(sqs) == []
     _quarantine(journal, options, sqs, _Driver(4)).prepare_replay(4, [0])
     _quarantine(journal, options, sqs, _Driver(4)).prepare_replay(4, [0])
@@ -301,18 +312,19 @@ def test_a_message_with_ten_attributes_has_its_body_wrapped_instead() -> None:
     table = messages_to_table([sqs_message(1, attributes=attributes)], QUEUE_URL)
     row = table.to_pylist()[0]
     info = {"messageId": "m", "quarantineId": "q"}
-    request = poison.dead_letter_request(DLQ_URL, row, info)
+    request = driver_poison.dead_letter_request(DLQ_URL, row, info)
     assert len(request["MessageAttributes"]) == 10
-    assert poison.QUARANTINE_ATTRIBUTE not in request["MessageAttributes"]
+    assert driver_poison.QUARANTINE_ATTRIBUTE not in request["MessageAttributes"]
     envelope = json.loads(request["MessageBody"])
     assert envelope["body"] == sqs_message(1)["Body"]
-    assert envelope[poison.QUARANTINE_ATTRIBUTE] == info
-    fewer = poison.dead_letter_request(
+    assert envelope[driver_poison.QUARANTINE_ATTRIBUTE] == info
+    fewer = driver_poison.dead_letter_request(
         DLQ_URL, messages_to_table([sqs_message(1)], QUEUE_URL).to_pylist()[0], info
     )
     assert fewer["MessageBody"] == sqs_message(1)["Body"]
     assert (
-        json.loads(fewer["MessageAttributes"][poison.QUARANTINE_ATTRIBUTE]["StringValue"]) == info
+        json.loads(fewer["MessageAttributes"][driver_poison.QUARANTINE_ATTRIBUTE]["StringValue"])
+        == info
     )
 
 
@@ -353,19 +365,19 @@ def test_release_makes_messages_visible_and_the_replay_receives_nothing(
     journal.write_plan(BatchPlan(3, (ReceiverPlan(0, 10), ReceiverPlan(1, 10))))
     journal.write_entry(3, 0, messages_to_table(got, QUEUE_URL))
     journal.write_state(JournalState(planned_batch=3, acked_batch=2, initial_batch=0))
-    poison.record_attempt(journal, 3, 0, "r1-s0-t0", 0)
+    executor_poison.record_attempt(journal, 3, 0, "r1-s0-t0", 0)
 
     assert main(["release", "--journal", location, "--batch", "3", "--yes"]) == 0
     out = capsys.readouterr().out
     assert json.loads(out[out.index("{") :])["madeVisible"] == 3
     visible = sqs.receive_message(QueueUrl=QUEUE_URL, MaxNumberOfMessages=10)["Messages"]
     assert sorted(m["Body"] for m in visible) == ["m0", "m1", "m2"]
-    assert journal.receivers(3) == [] and poison.read_attempts(journal, 3) == []
+    assert journal.receivers(3) == [] and records.read_attempts(journal, 3) == []
     plan = journal.read_plan(3)
     assert [(r.receiver, r.limit) for r in plan.receivers] == [(0, 0), (1, 0)]
     # A crash that left no plan: the driver takes the marker's zero plan.
     journal.store.delete("batches/000000000003/_plan.json")
-    assert poison.released_plan(journal, 3) == plan
+    assert driver_poison.released_plan(journal, 3) == plan
 
 
 def test_release_asks_before_it_acts(tmp_path: Any, sqs: Any, monkeypatch: Any) -> None:
@@ -401,7 +413,7 @@ def test_poison_options_are_validated_at_load() -> None:
 def test_the_dead_letter_queue_is_the_redrive_target_or_an_error(sqs: Any) -> None:
     options = make_options(poisonMessagePolicy="deadLetter")
     with pytest.raises(InvalidOptionError, match="no RedrivePolicy.*Fix: set 'deadLetterQueueUrl'"):
-        poison.resolve_dead_letter_queue(sqs, QUEUE_URL, options)
+        driver_poison.resolve_dead_letter_queue(sqs, QUEUE_URL, options)
     arn = sqs.get_queue_attributes(QueueUrl=DLQ_URL, AttributeNames=["QueueArn"])["Attributes"][
         "QueueArn"
     ]
@@ -411,9 +423,9 @@ def test_the_dead_letter_queue_is_the_redrive_target_or_an_error(sqs: Any) -> No
             "RedrivePolicy": json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": 5})
         },
     )
-    assert poison.resolve_dead_letter_queue(sqs, QUEUE_URL, options) == DLQ_URL
+    assert driver_poison.resolve_dead_letter_queue(sqs, QUEUE_URL, options) == DLQ_URL
     explicit = make_options(poisonMessagePolicy="deadLetter", deadLetterQueueUrl=DLQ_URL + "2")
-    assert poison.resolve_dead_letter_queue(sqs, QUEUE_URL, explicit) == DLQ_URL + "2"
+    assert driver_poison.resolve_dead_letter_queue(sqs, QUEUE_URL, explicit) == DLQ_URL + "2"
 
 
 def test_inspect_lists_failed_batches_and_quarantined_messages(
@@ -444,7 +456,7 @@ def test_read_partition_counts_the_first_attempt_in_its_entry_and_replays_in_rec
 ) -> None:
     from dataclasses import replace
 
-    from spark_sqs.receiver import read_partition
+    from spark_sqs.executor.receiver import read_partition
     from tests.fakes import FakeSqs
 
     location = str(tmp_path / "j")
@@ -455,16 +467,16 @@ def test_read_partition_counts_the_first_attempt_in_its_entry_and_replays_in_rec
     sqs = FakeSqs(available=5)
     assert sum(b.num_rows for b in read_partition(part, client_factory=lambda: sqs)) == 5
     entry = journal.read_entry(3, 0)
-    assert poison.first_attempt(entry) == "run1-s0-t0"
-    assert poison.read_attempts(journal, 3) == [], "no extra write for the first attempt"
+    assert records.first_attempt(entry) == "run1-s0-t0"
+    assert records.read_attempts(journal, 3) == [], "no extra write for the first attempt"
 
     def never() -> Any:
         raise AssertionError("a replay calls no SQS")
 
     rows = [b.num_rows for b in read_partition(replace(part, run="run2"), client_factory=never)]
     assert sum(rows) == 5
-    assert [a.key for a in poison.read_attempts(journal, 3)] == ["run2-s0-t0"]
-    with pytest.raises(poison.PoisonBatchError, match="read by 3 attempts"):
+    assert [a.key for a in records.read_attempts(journal, 3)] == ["run2-s0-t0"]
+    with pytest.raises(executor_poison.PoisonBatchError, match="read by 3 attempts"):
         list(read_partition(replace(part, run="run3"), client_factory=never))
 
 
@@ -493,7 +505,7 @@ def test_an_adopted_narrowed_batch_delivers_only_what_its_latest_step_keeps(
 def test_another_policy_is_refused_while_a_narrowed_batch_is_pending(
     tmp_path: Any, sqs: Any
 ) -> None:
-    from spark_sqs.source import _DriverState
+    from spark_sqs.driver.coordinator import Coordinator
 
     journal, options = _journal_with_batch(
         tmp_path, 4, [[1, 2], [3, 4]], poisonMessagePolicy="deadLetter", maxBatchAttempts="2"
@@ -503,7 +515,7 @@ def test_another_policy_is_refused_while_a_narrowed_batch_is_pending(
         _fail_once_more(journal, 4, run, [0, 1])
     assert quarantine.prepare_replay(4, [0, 1]) is not None
     failing = make_options(options.journal_location)
-    state = _DriverState(failing, sqs, QUEUE_URL, Journal(failing.journal_location, failing))
+    state = Coordinator(failing, sqs, QUEUE_URL, Journal(failing.journal_location, failing))
     with pytest.raises(InvalidOptionError) as err:
         state.start_poison_policy()
     message = str(err.value)

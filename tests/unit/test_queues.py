@@ -9,16 +9,18 @@ from typing import Any
 
 import pytest
 
-from spark_sqs.acknowledgement import Acknowledger, BatchCaller, Entry, acknowledge_assigned
+from spark_sqs.driver.acknowledger import Acknowledger
+from spark_sqs.driver.coordinator import Coordinator
+from spark_sqs.driver.heartbeat import Heartbeat
+from spark_sqs.driver.planning import new_plan, partitions_of
+from spark_sqs.driver.queues import assign_queues, receivers_per_queue, with_queues
 from spark_sqs.errors import InvalidOptionError, JournalError
-from spark_sqs.heartbeat import Heartbeat
+from spark_sqs.executor.acknowledgement import acknowledge_assigned
 from spark_sqs.journal import RECEIVED_AT, AckAssignment, BatchPlan, Journal, ReceiverPlan
 from spark_sqs.options import SqsOptions
-from spark_sqs.planning import new_plan, partitions_of
-from spark_sqs.queues import assign_queues, receivers_per_queue, with_queues
 from spark_sqs.schema import messages_to_table
 from spark_sqs.sink.options import SinkOptions
-from spark_sqs.source import _DriverState
+from spark_sqs.sqs.batching import BatchCaller, Entry
 from tests.fakes import FakeSqs
 from tests.unit.factories import QUEUE_URL, make_options, sqs_message
 
@@ -350,7 +352,7 @@ def test_the_driver_plans_receivers_by_backlog_and_reports_each_queue(tmp_path: 
         env={},
     )
     sqs = _BacklogSqs({QUEUE_URL: 30, OTHER: 10, THIRD: 0})
-    state = _DriverState(
+    state = Coordinator(
         options,
         sqs,
         QUEUE_URL,

@@ -13,6 +13,7 @@ import pytest
 from botocore.exceptions import EndpointConnectionError
 from botocore.stub import Stubber
 
+from spark_sqs.driver.planning import ReceiverPartition
 from spark_sqs.errors import (
     JournalError,
     QueueNotFoundError,
@@ -20,14 +21,13 @@ from spark_sqs.errors import (
     SqsSourceError,
     TransientSqsError,
 )
-from spark_sqs.journal import BatchPlan, Journal, JournalState, ReceiverPlan
-from spark_sqs.planning import ReceiverPartition
-from spark_sqs.receiver import (
+from spark_sqs.executor.receiver import (
     CAUGHT_UP_AFTER,
     RECEIVE_BATCH,
     read_partition,
     receive_messages,
 )
+from spark_sqs.journal import BatchPlan, Journal, JournalState, ReceiverPlan
 from spark_sqs.schema import arrow_output_schema, messages_to_table
 from tests.fakes import FakeSqs, client_error
 from tests.unit.factories import QUEUE_URL, make_options, sqs_message

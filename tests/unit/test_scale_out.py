@@ -10,12 +10,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from spark_sqs.acknowledgement import acknowledge_assigned
+from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.errors import TransientSqsError
+from spark_sqs.executor.acknowledgement import acknowledge_assigned
+from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import AckAssignment, Journal, LocalStore
-from spark_sqs.receiver import read_partition
 from spark_sqs.schema import messages_to_table
-from spark_sqs.source import _DriverState
 from tests.fakes import FakeSqs, HookedStore, client_error
 from tests.unit.factories import QUEUE_URL, make_options, sqs_message
 
@@ -48,7 +48,7 @@ def world(tmp_path: Path) -> Any:
     )
     store = HookedStore(LocalStore(location))
     sqs = QueueSqs(available=18)
-    state = _DriverState(options, sqs, QUEUE_URL, Journal(location, options, store=store))
+    state = Coordinator(options, sqs, QUEUE_URL, Journal(location, options, store=store))
     yield state, sqs, store, Journal(location, options)
     state.close()
 
@@ -119,9 +119,7 @@ def test_a_replayed_next_batch_acknowledges_again_harmlessly(world: Any) -> None
     run(parts, sqs, journal)
     # The driver dies before Spark's commit log has batch 2; the restart replays it from the
     # journal: the receivers delete batch 1 again (its entries still exist) and replay.
-    restarted = _DriverState(
-        state.options, sqs, QUEUE_URL, Journal(journal.location, state.options)
-    )
+    restarted = Coordinator(state.options, sqs, QUEUE_URL, Journal(journal.location, state.options))
     try:
         calls = len(sqs.batch_calls)
         replay = run(restarted.plan({"batch": 1}, end), sqs, journal)
@@ -224,7 +222,7 @@ def test_a_committed_batch_that_fills_the_in_flight_limit_is_deleted_by_the_driv
     )
     journal = Journal(location, options)
     sqs = QueueSqs(available=12)
-    state = _DriverState(options, sqs, QUEUE_URL, journal)
+    state = Coordinator(options, sqs, QUEUE_URL, journal)
     try:
         run(state.plan({"batch": 0}, state.latest_offset({"batch": 0})), sqs, journal)
         calls = len(sqs.batch_calls)

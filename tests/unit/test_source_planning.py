@@ -1,4 +1,4 @@
-"""The driver's planning of a batch that is replayed after a crash (``_DriverState.plan``), on a
+"""The driver's planning of a batch that is replayed after a crash (``Coordinator.plan``), on a
 real journal and a fake SQS client."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.journal import Journal
 from spark_sqs.schema import messages_to_table
-from spark_sqs.source import _DriverState
 from tests.unit.factories import QUEUE_URL, make_options, sqs_message
 
 
@@ -27,7 +27,7 @@ class NoCallsSqs:
 def driver(tmp_path: Path) -> Any:
     options = make_options(str(tmp_path / "journal"), numPartitions="2", deleteAfterJournal="true")
     journal = Journal(options.journal_location, options)
-    state = _DriverState(options, NoCallsSqs(), QUEUE_URL, journal)
+    state = Coordinator(options, NoCallsSqs(), QUEUE_URL, journal)
     yield state, journal
     state.close()
 

@@ -1,34 +1,10 @@
-"""Poison batches: counting attempts, narrowing a batch that keeps failing, quarantining the one
-message left, and the manual release. Runs on: executors (recording attempts, applying the
-narrowing to a replay) and the driver (deciding the narrowing, carrying messages out,
-quarantining, ``spark-sqs release``).
+"""Poison batches on the driver: deciding a replay's narrowing, carrying messages out into a new
+journal batch, quarantining the one message left to the dead-letter queue, and the manual
+release (``spark-sqs release``). Runs on: driver (and the ``spark-sqs`` command, for release and
+``inspect``).
 
-SQS never sees a replayed batch (the journal replays it), so the queue's redrive policy cannot
-catch a message that makes every attempt of its batch fail. The source counts instead:
-
-- The attempt that journals an entry is named in the entry's schema metadata (no extra write
-  in steady state); every later read of the entry (a retried task, a new run that replays it)
-  creates ``batches/<N>/attempts/<receiver>-<run>-s<stage attempt>-t<task attempt>-n<step>.json``
-  (create-if-absent: a retried record of one attempt is one record). An attempt is one
-  (run, stage attempt, task attempt): several Spark jobs of one ``foreachBatch`` call read the
-  batch again but count once.
-- ``poisonMessagePolicy=fail``: once ``maxBatchAttempts`` attempts read a batch that is still not
-  acknowledged, every further read raises ``PoisonBatchError`` saying how to release it.
-- ``deadLetter``: when a run replays a batch that failed ``maxBatchAttempts`` times (or once,
-  at a narrowing step), the driver *narrows* it (``batches/<N>/_narrow-<step>.json``): the replay
-  delivers the first half of the candidate messages; the other half is *carried* into a new
-  journal batch ``X`` (``batches/<X>/_carry.json`` plus one entry per receiver, no plan), which
-  is in no offset log, so the next new batch adopts it as an orphan (see source.py ``_adopt``)
-  and delivers it, alone, as a *suspect* batch that narrows after a single failure. When the
-  candidate is one message and it failed, that message is quarantined: the decision is created
-  in ``quarantine/<N>-<messageId>.json`` before it is sent to the dead-letter queue, a ``.sent``
-  marker follows the send, and every later plan of the batch finishes what a crash left undone.
-
-Carrying out rather than releasing to SQS: the carried messages stay journaled (their receipt
-handles may have expired, and a message made visible again could be received under the batch's
-own drop set), and batch N's acknowledgement may delete them from SQS as for every other message
-of N, because the journal, not the queue, holds them from then on (as with
-``deleteAfterJournal``).
+The records and the whole mechanism are described in ``spark_sqs.journal.poison``; the
+executors' side (attempt counting, applying a narrowing) is ``spark_sqs.executor.poison``.
 """
 
 from __future__ import annotations
@@ -36,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -44,209 +19,32 @@ from typing import Any
 
 import pyarrow as pa
 
-from .errors import InvalidOptionError, JournalError, SqsSourceError
+from ..errors import InvalidOptionError, JournalError
+from ..journal.poison import (
+    CARRY,
+    DEAD_LETTER,
+    FIRST_ATTEMPT,
+    NARROW_RECORD,
+    RELEASED,
+    SUSPECT,
+    Attempt,
+    Narrowing,
+    attempts_by_step,
+    batch_dir,
+    batch_names,
+    first_attempt,
+    keep_only,
+    latest_narrowing,
+    read_attempts,
+)
+from ..schema import RECEIPT_HANDLE
 from .planning import ADOPTED_FROM
-from .schema import RECEIPT_HANDLE
 
 logger = logging.getLogger(__name__)
 
-FAIL = "fail"
-DEAD_LETTER = "deadLetter"
-
-_ATTEMPT = re.compile(r"^attempts/(\d{5,})-(.+)-n(\d+)\.json$")
-_NARROW = re.compile(r"^_narrow-(\d{4})\.json$")
-CARRY = "_carry.json"
-SUSPECT = "_suspect.json"
-RELEASED = "_released.json"
-# Schema metadata of an entry: the attempt that journaled it (its first read, counted without a
-# record of its own).
-FIRST_ATTEMPT = b"spark_sqs.firstAttempt"
-# Adopted entries (numbered from ADOPTED_FROM) carry the first attempt of another batch.
-_ADOPTED_FROM = ADOPTED_FROM
 # The message attribute that tells a dead-letter consumer where a message came from.
 QUARANTINE_ATTRIBUTE = "SparkSqsQuarantine"
 MAX_ATTRIBUTES = 10
-
-
-class PoisonBatchError(SqsSourceError):
-    """A batch was read by ``maxBatchAttempts`` attempts that did not complete."""
-
-
-# -- records --
-
-
-@dataclass(frozen=True)
-class Attempt:
-    receiver: int
-    key: str  # run, stage attempt, task attempt: one attempt of the batch
-    step: int  # the narrowing step the attempt read under (0: not narrowed)
-
-
-@dataclass(frozen=True)
-class Narrowing:
-    """One narrowing step of a batch: what its replays deliver from now on."""
-
-    step: int
-    keep: dict[int, list[str]]  # receiver -> the message ids it delivers (receivers covered)
-    carried: dict[int, list[str]] = field(default_factory=dict)  # receiver -> ids carried out
-    carry_batch: int | None = None  # the journal batch the carried messages went to
-    quarantined: tuple[str, ...] = ()
-    attempts: int = 0  # attempts of the batch when the step was decided
-
-    def to_json(self) -> bytes:
-        doc = {
-            "step": self.step,
-            "keep": {str(r): ids for r, ids in sorted(self.keep.items())},
-            "carried": {str(r): ids for r, ids in sorted(self.carried.items())},
-            "carryBatch": self.carry_batch,
-            "quarantined": list(self.quarantined),
-            "attempts": self.attempts,
-        }
-        return json.dumps(doc, sort_keys=True).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes) -> Narrowing:
-        doc = json.loads(data)
-        return cls(
-            step=int(doc["step"]),
-            keep={int(r): list(ids) for r, ids in doc["keep"].items()},
-            carried={int(r): list(ids) for r, ids in doc.get("carried", {}).items()},
-            carry_batch=doc.get("carryBatch"),
-            quarantined=tuple(doc.get("quarantined", ())),
-            attempts=int(doc.get("attempts", 0)),
-        )
-
-
-def _dir(batch: int) -> str:
-    return f"batches/{batch:012d}"
-
-
-def _batch_names(journal: Any, batch: int) -> list[str]:
-    prefix = _dir(batch) + "/"
-    return [k[len(prefix) :] for k in journal.store.list(_dir(batch))]
-
-
-def attempt_key(run: str) -> str:
-    """This task attempt's key: the driver run that planned it, and Spark's stage and task
-    attempt numbers (not the stage id: each Spark job of one foreachBatch call is a new stage
-    with attempt 0, and counts as the same attempt)."""
-    try:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-    except Exception:  # pragma: no cover - pyspark is always importable where this runs
-        context = None
-    if context is None:
-        return f"{run or 'norun'}-s0-t0"
-    # PySpark's TaskContext has no stage attempt number (Scala's has): a stage retry whose task
-    # attempt numbers restart at 0 counts with the earlier attempt of its run.
-    stage_attempt = getattr(context, "stageAttemptNumber", None)
-    stage = stage_attempt() if callable(stage_attempt) else 0
-    return f"{run or 'norun'}-s{stage}-t{context.attemptNumber()}"
-
-
-def record_attempt(journal: Any, batch: int, receiver: int, key: str, step: int) -> None:
-    """Create this attempt's record; a record that cannot be written only undercounts.
-
-    A straggler may read the entry just before the batch is acknowledged and its files
-    removed: its record would outlive the batch. The acknowledgement marks the batch finished
-    before it removes the files, so a record created before that marker is removed with them,
-    and one created after it sees the marker here and removes itself."""
-    name = f"{_dir(batch)}/attempts/{receiver:05d}-{key}-n{step}.json"
-    doc = {"receiver": receiver, "attempt": key, "step": step, "at": time.time()}
-    try:
-        journal.store.create(name, json.dumps(doc, sort_keys=True).encode())
-        if journal.read_state().finished(batch):
-            journal.store.delete(name)
-    except JournalError as exc:
-        logger.warning(
-            "batch %d receiver %d: could not record the attempt: %s", batch, receiver, exc
-        )
-
-
-def read_attempts(journal: Any, batch: int, names: list[str] | None = None) -> list[Attempt]:
-    """The attempts recorded for ``batch``, from the names alone (one LIST)."""
-    out = []
-    for name in names if names is not None else _batch_names(journal, batch):
-        match = _ATTEMPT.match(name)
-        if match:
-            out.append(Attempt(int(match.group(1)), match.group(2), int(match.group(3))))
-    return out
-
-
-def attempts_by_step(attempts: list[Attempt]) -> dict[int, int]:
-    """Distinct attempts per narrowing step; an attempt seen under two steps (a straggler)
-    counts under the earlier one."""
-    first: dict[str, int] = {}
-    for a in attempts:
-        first[a.key] = min(a.step, first.get(a.key, a.step))
-    out: dict[int, int] = {}
-    for step in first.values():
-        out[step] = out.get(step, 0) + 1
-    return out
-
-
-def latest_narrowing(journal: Any, batch: int, names: list[str] | None = None) -> Narrowing | None:
-    names = names if names is not None else _batch_names(journal, batch)
-    steps = sorted(int(m.group(1)) for n in names if (m := _NARROW.match(n)))
-    if not steps:
-        return None
-    data = journal.store.read(f"{_dir(batch)}/_narrow-{steps[-1]:04d}.json")
-    return None if data is None else Narrowing.from_json(data)
-
-
-# -- executors: the hooks of read_partition --
-
-
-def on_replay(journal: Any, partition: Any, table: pa.Table) -> pa.Table:
-    """A receiver found its entry (a retried task, a replay): record the attempt, then either
-    refuse (``fail``, too many attempts) or deliver what the batch's narrowing keeps."""
-    options = partition.options
-    names = _batch_names(journal, partition.batch)
-    narrowing = latest_narrowing(journal, partition.batch, names)
-    step = narrowing.step if narrowing is not None else 0
-    key = attempt_key(getattr(partition, "run", ""))
-    record_attempt(journal, partition.batch, partition.receiver, key, step)
-    if options.poison_message_policy == FAIL:
-        earlier = {a.key for a in read_attempts(journal, partition.batch, names)}
-        first = first_attempt(table)
-        if first is not None and partition.receiver < _ADOPTED_FROM:
-            earlier.add(first)
-        earlier.discard(key)
-        if len(earlier) >= options.max_batch_attempts:
-            raise PoisonBatchError(fail_message(options, partition.batch, len(earlier) + 1))
-    if narrowing is None or partition.receiver not in narrowing.keep:
-        return table
-    return keep_only(table, set(narrowing.keep[partition.receiver]))
-
-
-def first_attempt(table: pa.Table) -> str | None:
-    """The attempt that journaled an entry (None for entries of older versions)."""
-    value = (table.schema.metadata or {}).get(FIRST_ATTEMPT)
-    return value.decode() if value else None
-
-
-def keep_only(table: pa.Table, ids: set[str]) -> pa.Table:
-    mask = [i in ids for i in table.column("messageId").to_pylist()]
-    return table.filter(pa.array(mask, pa.bool_()))
-
-
-def fail_message(options: Any, batch: int, attempts: int) -> str:
-    return (
-        f"batch {batch} has been read by {attempts} attempts and none completed "
-        f"(poisonMessagePolicy=fail, maxBatchAttempts={options.max_batch_attempts}): a message "
-        "in it probably makes the query fail every time. Its messages are held in the journal; "
-        "nothing was deleted. Fix: stop the query, find the message (`spark-sqs inspect "
-        f"--queue-url URL --journal {options.journal_location}`), then run `spark-sqs release "
-        f"--journal {options.journal_location} --batch {batch}` to make the batch's messages "
-        "visible in the queue again (its redrive policy then applies), or restart with "
-        "poisonMessagePolicy=deadLetter to quarantine the message automatically. If the "
-        "attempts were runs that were killed rather than failing (the sink may have committed "
-        "the batch), do not release it: raise maxBatchAttempts and restart"
-    )
-
-
-# -- driver: deciding a replay's narrowing --
 
 
 @dataclass(frozen=True)
@@ -344,7 +142,7 @@ class Quarantine:
     def prepare_replay(self, batch: int, receivers: list[int]) -> Narrowing | None:
         """Finish what a crash left of the latest step, then take the next one if the batch's
         attempts call for it. Returns the step the replay runs under."""
-        names = _batch_names(self.journal, batch)
+        names = batch_names(self.journal, batch)
         narrowing = latest_narrowing(self.journal, batch, names)
         if narrowing is not None:
             self.complete(batch, narrowing)
@@ -353,13 +151,13 @@ class Quarantine:
         threshold = 1 if suspect else self.options.max_batch_attempts
         suspect_ids: frozenset[str] = frozenset()
         if suspect:
-            data = self.journal.store.read(f"{_dir(batch)}/{SUSPECT}")
+            data = self.journal.store.read(f"{batch_dir(batch)}/{SUSPECT}")
             suspect_ids = frozenset(json.loads(data).get("ids", ())) if data else frozenset()
         tables = {r: t for r in receivers if (t := self.journal.read_entry(batch, r)) is not None}
         attempts += [
             Attempt(r, first, 0)
             for r, t in tables.items()
-            if r < _ADOPTED_FROM and (first := first_attempt(t)) is not None
+            if r < ADOPTED_FROM and (first := first_attempt(t)) is not None
         ]
         by_step = attempts_by_step(attempts)
         entries = {r: t.column("messageId").to_pylist() for r, t in tables.items()}
@@ -377,7 +175,7 @@ class Quarantine:
             quarantined=(decision.quarantined[1],) if decision.quarantined else (),
             attempts=total,
         )
-        key = f"{_dir(batch)}/_narrow-{step:04d}.json"
+        key = f"{batch_dir(batch)}/_narrow-{step:04d}.json"
         if not self.journal.store.create(key, new.to_json()):
             data = self.journal.store.read(key)
             if data is None:
@@ -422,7 +220,7 @@ class Quarantine:
         store = self.journal.store
         # The marker first: it is what makes the adopting batch a suspect one.
         marker = {"from": batch, "step": narrowing.step}
-        store.create(f"{_dir(carry)}/{CARRY}", json.dumps(marker, sort_keys=True).encode())
+        store.create(f"{batch_dir(carry)}/{CARRY}", json.dumps(marker, sort_keys=True).encode())
         for receiver, ids in sorted(narrowing.carried.items()):
             table = tables.get(receiver)
             if table is None:
@@ -475,7 +273,7 @@ class Quarantine:
         try:
             self.client.send_message(**request)
         except Exception as exc:
-            from .client import classify
+            from ..sqs.client import classify
 
             err = classify(exc, "SendMessage", dead_letter)
             raise type(err)(
@@ -531,7 +329,7 @@ class Quarantine:
             for i in t.column("messageId").to_pylist()
         ]
         doc = {"carriedFrom": newest, "ids": ids}
-        self.journal.store.create(f"{_dir(batch)}/{SUSPECT}", json.dumps(doc).encode())
+        self.journal.store.create(f"{batch_dir(batch)}/{SUSPECT}", json.dumps(doc).encode())
 
 
 def narrowed_without_policy(options: Any, batch: int) -> InvalidOptionError:
@@ -549,7 +347,7 @@ def narrowed_without_policy(options: Any, batch: int) -> InvalidOptionError:
 
 def carry_batches(journal: Any, batches: list[int]) -> list[int]:
     """Those of ``batches`` that hold messages carried out of a narrowed batch."""
-    return [b for b in batches if journal.store.read(f"{_dir(b)}/{CARRY}") is not None]
+    return [b for b in batches if journal.store.read(f"{batch_dir(b)}/{CARRY}") is not None]
 
 
 def quarantine_id(journal_location: str, queue_url: str, message_id: str) -> str:
@@ -591,7 +389,7 @@ def resolve_dead_letter_queue(client: Any, queue_url: str, options: Any) -> str:
     """``deadLetterQueueUrl``, else the queue's RedrivePolicy target; an error if neither."""
     if options.dead_letter_queue_url:
         return options.dead_letter_queue_url
-    from .client import queue_attributes
+    from ..sqs.client import queue_attributes
 
     attrs = queue_attributes(client, queue_url, ["RedrivePolicy"])
     policy = attrs.get("RedrivePolicy")
@@ -630,10 +428,10 @@ def release_batch(journal: Any, client: Any, queue_url: str, batch: int) -> dict
     4. the messages are made visible (a crash before that only leaves them invisible until
        their visibility timeout: nothing is lost).
     """
-    from .acknowledgement import BatchCaller, Entry
-    from .journal import BatchPlan, ReceiverPlan
+    from ..journal import BatchPlan, ReceiverPlan
+    from ..sqs.batching import BatchCaller, Entry
 
-    names = _batch_names(journal, batch)
+    names = batch_names(journal, batch)
     handles: dict[str, tuple[str, str | None]] = {}
     tables = [
         t for r in journal.receivers(batch) if (t := journal.read_entry(batch, r)) is not None
@@ -658,7 +456,7 @@ def release_batch(journal: Any, client: Any, queue_url: str, batch: int) -> dict
     carries = sorted(
         {s.carry_batch for s in _steps(journal, batch, names) if s.carry_batch is not None}
     )
-    marker_key = f"{_dir(batch)}/{RELEASED}"
+    marker_key = f"{batch_dir(batch)}/{RELEASED}"
     plan = journal.read_plan(batch)
     zero = None
     if plan is not None:
@@ -679,12 +477,12 @@ def release_batch(journal: Any, client: Any, queue_url: str, batch: int) -> dict
         journal.remove_batch(carry)
     for name in names:
         if name not in ("_plan.json", RELEASED):
-            journal.store.delete(f"{_dir(batch)}/{name}")
+            journal.store.delete(f"{batch_dir(batch)}/{name}")
     if "plan" in doc:
         stored = journal.read_plan(batch)
         if stored is None or any(r.limit or r.adopt_from for r in stored.receivers):
-            journal.store.delete(f"{_dir(batch)}/_plan.json")
-            journal.store.create(f"{_dir(batch)}/_plan.json", json.dumps(doc["plan"]).encode())
+            journal.store.delete(f"{batch_dir(batch)}/_plan.json")
+            journal.store.create(f"{batch_dir(batch)}/_plan.json", json.dumps(doc["plan"]).encode())
     result = BatchCaller(client, queue_url).change_visibility(
         [Entry(i, h, q) for i, (h, q) in sorted(handles.items())], 0
     )
@@ -699,10 +497,10 @@ def release_batch(journal: Any, client: Any, queue_url: str, batch: int) -> dict
 
 def released_plan(journal: Any, batch: int) -> Any:
     """The zero plan of a released batch whose plan a crashed release left missing."""
-    data = journal.store.read(f"{_dir(batch)}/{RELEASED}")
+    data = journal.store.read(f"{batch_dir(batch)}/{RELEASED}")
     if data is None or "plan" not in json.loads(data):
         return None
-    from .journal import BatchPlan
+    from ..journal import BatchPlan
 
     return journal.write_plan(BatchPlan.from_json(json.dumps(json.loads(data)["plan"]).encode()))
 
@@ -710,8 +508,8 @@ def released_plan(journal: Any, batch: int) -> Any:
 def _steps(journal: Any, batch: int, names: list[str]) -> list[Narrowing]:
     out = []
     for name in names:
-        if _NARROW.match(name):
-            data = journal.store.read(f"{_dir(batch)}/{name}")
+        if NARROW_RECORD.match(name):
+            data = journal.store.read(f"{batch_dir(batch)}/{name}")
             if data is not None:
                 out.append(Narrowing.from_json(data))
     return out
@@ -719,10 +517,10 @@ def _steps(journal: Any, batch: int, names: list[str]) -> list[Narrowing]:
 
 def batch_report(journal: Any, batch: int) -> dict[str, Any]:
     """What ``spark-sqs inspect`` shows of a batch's attempts and narrowing."""
-    names = _batch_names(journal, batch)
+    names = batch_names(journal, batch)
     attempts = read_attempts(journal, batch, names)
     for receiver in journal.receivers(batch):
-        table = journal.read_entry(batch, receiver) if receiver < _ADOPTED_FROM else None
+        table = journal.read_entry(batch, receiver) if receiver < ADOPTED_FROM else None
         first = first_attempt(table) if table is not None else None
         if first is not None:
             attempts.append(Attempt(receiver, first, 0))
@@ -742,7 +540,7 @@ def batch_report(journal: Any, batch: int) -> dict[str, Any]:
 def _carried_from(journal: Any, batch: int, names: list[str]) -> int | None:
     if CARRY not in names:
         return None
-    data = journal.store.read(f"{_dir(batch)}/{CARRY}")
+    data = journal.store.read(f"{batch_dir(batch)}/{CARRY}")
     return None if data is None else int(json.loads(data)["from"])
 
 

@@ -47,17 +47,17 @@ from typing import Any
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from .client import error_code, make_session
-from .errors import (
+from ..errors import (
     ExtendedPayloadError,
     InvalidEnvelopeError,
     SqsAccessError,
     SqsSourceError,
     TransientSqsError,
 )
-from .lag import entry_lag_metadata, merged_lag_metadata
-from .options import EXTENDED_RESERVED, SqsOptions
-from .schema import SNS_KEY
+from ..lag import entry_lag_metadata, merged_lag_metadata
+from ..options import EXTENDED_RESERVED, SqsOptions
+from ..schema import SNS_KEY
+from ..sqs.client import error_code, make_session
 
 logger = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .acknowledgement import BatchCaller, Entry, entries_of
-from .errors import JournalInUseError, QueueNotFoundError, SqsAccessError, SqsSourceError
-from .journal import EntryReceipts
+from ..errors import JournalInUseError, QueueNotFoundError, SqsAccessError, SqsSourceError
+from ..journal import EntryReceipts
+from ..sqs.batching import BatchCaller, Entry, entries_of
 
 logger = logging.getLogger(__name__)
 

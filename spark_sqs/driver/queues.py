@@ -12,7 +12,7 @@ per-queue that the rest of the source needs lives here, as small pure functions:
 
 Where a receipt handle goes back to: each journaled row names its queue (the ``queueUrl``
 column), and every delete and visibility change is sent to the queue of its row
-(``acknowledgement.entries_of``), never to a queue of the current options. A batch's plan
+(``spark_sqs.sqs.batching.entries_of``), never to a queue of the current options. A batch's plan
 records each receiver's queue, so a replay receives from the queues of its first attempt even
 after a queue was removed from the options.
 """
@@ -23,7 +23,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .errors import InvalidOptionError, SqsSourceError
+from ..errors import InvalidOptionError, SqsSourceError
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ def assign_queues(
 def poll_backlog(client: Any, queue_urls: Sequence[str]) -> dict[str, dict[str, int]]:
     """Each queue's ``BACKLOG_ATTRIBUTES``. A queue whose poll fails transiently is left out
     (logged); a failure a person must fix raises."""
-    from .client import queue_attributes  # options.py imports this module; client imports it
+    from ..sqs.client import queue_attributes  # options.py imports this module; client imports it
 
     out: dict[str, dict[str, int]] = {}
     for url in queue_urls:
@@ -180,7 +180,7 @@ def summed(per_queue: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
 
 def resolve_queue_urls(client: Any, options: Any) -> list[str]:
     """Every queue of the options as a URL (``GetQueueUrl`` for names)."""
-    from .client import classify
+    from ..sqs.client import classify
 
     if options.queue_urls:
         return list(options.queue_urls)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import SqsSourceError
+from ..errors import SqsSourceError
 
 KEY = "batch"
 

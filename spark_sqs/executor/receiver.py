@@ -19,14 +19,16 @@ from typing import Any
 import pyarrow as pa
 from botocore.exceptions import ClientError
 
+from ..driver.planning import ReceiverPartition
+from ..errors import JournalError, JournalOutcomeUnknown
+from ..journal import DROPPED, PENDING_DELETE, RECEIVED_AT, SEAL, BatchPlan, Journal
+from ..journal.poison import FIRST_ATTEMPT
+from ..schema import RECEIPT_HANDLE, messages_to_table, output_batches
+from ..sqs.batching import BatchCaller, Entry
+from ..sqs.client import cached_client, classify
 from . import poison
-from .acknowledgement import BatchCaller, Entry, acknowledge_assigned
-from .client import cached_client, classify
+from .acknowledgement import acknowledge_assigned
 from .envelopes import Prepared, merged_metadata, prepare
-from .errors import JournalError, JournalOutcomeUnknown
-from .journal import DROPPED, PENDING_DELETE, RECEIVED_AT, SEAL, BatchPlan, Journal
-from .planning import ReceiverPartition
-from .schema import RECEIPT_HANDLE, messages_to_table, output_batches
 
 logger = logging.getLogger(__name__)
 
@@ -272,7 +274,7 @@ def read_partition(
             RECEIVED_AT: repr(received_at),
             DROPPED: str(len(dropped)),
             # The first attempt is counted by its entry, at no extra write (poison.py).
-            poison.FIRST_ATTEMPT: poison.attempt_key(partition.run),
+            FIRST_ATTEMPT: poison.attempt_key(partition.run),
             **prepared.metadata,
         }
     )
@@ -531,7 +533,7 @@ def _seal(
         {
             RECEIVED_AT: repr(first_receive),
             PENDING_DELETE: json.dumps(sorted(ids)),
-            poison.FIRST_ATTEMPT: poison.attempt_key(partition.run),
+            FIRST_ATTEMPT: poison.attempt_key(partition.run),
             **merged_metadata(t.schema.metadata for t in below),
         }
     )

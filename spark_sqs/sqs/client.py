@@ -27,8 +27,8 @@ from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
 
-from .errors import QueueNotFoundError, SqsAccessError, SqsSourceError, TransientSqsError
-from .options import SqsOptions
+from ..errors import QueueNotFoundError, SqsAccessError, SqsSourceError, TransientSqsError
+from ..options import SqsOptions
 
 logger = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
-from .journal import BatchPlan, ReceiverPlan
-from .options import SqsOptions
+from ..journal import BatchPlan, ReceiverPlan
+from ..options import SqsOptions
 
 # Adopted entries are numbered from here, above any receiver numPartitions can create.
 ADOPTED_FROM = 10000
@@ -37,7 +37,7 @@ class ReceiverPartition(InputPartition):
     replay: bool = False
     # With a replay: the drop set of the driver serving it (its inherited batches), by digest.
     replay_drops: str | None = None
-    # The driver run that planned this partition: part of the attempt key (poison.py).
+    # The driver run that planned this partition: part of the attempt key (executor/poison.py).
     run: str = ""
 
     def __repr__(self) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .options import SqsOptions
+from ..options import SqsOptions
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,605 @@
+"""The coordinator: the driver's side of the per-batch protocol. Runs on: driver.
+
+``spark_sqs.source.SqsStreamReader`` forwards Spark's driver calls here (``initialOffset``,
+``latestOffset``, ``partitions``, ``commit``, ``reportLatestOffset``, ``stop``). The coordinator
+is created lazily on the first call and never pickled; it owns the journal's lease and state, and
+drives the parts that live beside it in this package: queue polling (``queues``), flow control
+(``flow_control``), planning (``planning``), the visibility heartbeat (``heartbeat``) and the
+acknowledger (``acknowledger``). The protocol it runs, per micro-batch, is described in
+``spark_sqs/source.py`` and docs/design.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from ..errors import SqsSourceError
+from ..journal import BatchPlan, Journal, JournalState
+from ..journal.lease import Lease
+from ..journal.poison import DEAD_LETTER, latest_narrowing
+from ..options import SqsOptions
+from ..sqs.batching import BatchCaller
+from ..sqs.client import check_permissions, make_client, queue_attributes
+from . import offsets, poison
+from .acknowledger import Acknowledger, driver_parallelism
+from .flow_control import AvailableNow, FlowControl
+from .heartbeat import Heartbeat
+from .planning import ReceiverPartition, new_plan, partitions_of
+from .queues import poll_backlog, resolve_queue_urls, summed, with_queues
+
+logger = logging.getLogger(__name__)
+
+
+class Coordinator:
+    """Everything the driver-side reader keeps between calls."""
+
+    def __init__(
+        self,
+        options: SqsOptions,
+        client: Any,
+        queue_url: str,
+        journal: Journal,
+        lease: Lease | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        run_heartbeat: bool = True,
+        parallelism: int | None = None,
+        queue_urls: Sequence[str] | None = None,
+        default_queue: str | None = None,
+    ) -> None:
+        # clock, wall_clock, sleep, run_heartbeat (False: the owner calls heartbeat.tick_safely)
+        # and parallelism (of batch calls) are seams for the deterministic simulation (sim/).
+        self.options = options
+        self._clock = clock
+        self._wall = wall_clock
+        self.client = client
+        self.queue_url = queue_url
+        # Several queues (queues.py): every one is polled and planned for; a plan that records
+        # no queue per receiver (written before) belongs to the journal's first queue.
+        self.queue_urls = list(queue_urls or [queue_url])
+        self.default_queue = default_queue or queue_url
+        self.queue_backlog: dict[str, dict[str, int]] = {}
+        self.journal = journal
+        self.lease = lease
+        self.journal_state = journal.read_state()
+        self.lock = threading.Lock()
+        caller = BatchCaller(
+            client,
+            queue_url,
+            parallelism=driver_parallelism(options.num_partitions)
+            if parallelism is None
+            else parallelism,
+            sleep=sleep,
+        )
+        self.heartbeat = Heartbeat(
+            journal,
+            caller,
+            visibility_timeout=options.visibility_timeout,
+            interval=options.heartbeat_interval,
+            clock=clock,
+            wall_clock=wall_clock,
+            on_tick=lease.renew if lease is not None else None,
+        )
+        self.acknowledger = Acknowledger(
+            journal,
+            caller,
+            delete=options.delete_on_commit,
+            on_acked=self._record_acked,
+            visibility_timeout=options.visibility_timeout,
+            dedupe_window=options.dedupe_window,
+            heartbeat=self.heartbeat,
+            on_deleted=self._payload_deleter() if options.delete_extended_payloads else None,
+            clock=clock,
+            wall_clock=wall_clock,
+        )
+        journaled = journal.batches()
+        # Files under acknowledged batches are leftovers of attempts that ran after their batch
+        # was acknowledged (or of a crash during the removal): none of them holds a message
+        # that must still be delivered (see executor/receiver.py), so they are removed, never
+        # adopted.
+        for leftover in [b for b in journaled if b <= self.journal_state.acked_batch]:
+            logger.info("removing leftover journal files of acknowledged batch %d", leftover)
+            journal.remove_batch(leftover)
+        pending = [b for b in journaled if b > self.journal_state.acked_batch]
+        plans = {b: p for b in pending if (p := journal.read_plan(b)) is not None}
+        self.acknowledger.start(self.journal_state.acked_batch, pending, plans)
+        if self.journal_state.initial_batch is None:
+            # Fixed before any batch is numbered: Spark 4.0/4.1 ask for latestOffset first.
+            self._write_state(initial=self.journal_state.planned_batch)
+        if run_heartbeat:
+            self.heartbeat.start()
+        self._last_end: int | None = None
+        self.flow = FlowControl(options, clock=clock)
+        # Message limit of each batch handed to Spark but not planned yet.
+        self._limits: dict[int, int] = {}
+        # Receivers that replayed from the journal, by batch, for the batch counters.
+        self._replayed: dict[int, int] = {}
+        self._heartbeat_seen = (0, 0)
+        self._last_poll = float("-inf")
+        self._poll_due = True
+        self._visible = 0
+        self.backlog: dict[str, int] = {}
+        # Names this run in the attempt records of its receivers (journal/poison.py): the lease's
+        # owner, which is unique per run (and chosen by the simulation, so seeds replay).
+        self.run_id = lease.owner[:12] if lease is not None else uuid.uuid4().hex[:12]
+        # poisonMessagePolicy=deadLetter: narrows and quarantines replays (poison.py).
+        self.quarantine: poison.Quarantine | None = None
+
+    @classmethod
+    def start(cls, options: SqsOptions) -> Coordinator:
+        """Connect and check everything a person might have to fix, at query start."""
+        # One connection per concurrent batch call, plus the queue poll and GetQueueUrl.
+        pool = driver_parallelism(options.num_partitions) + 4
+        client = make_client(options, max_pool_connections=max(32, pool))
+        queue_urls = resolve_queue_urls(client, options)
+        queue_url = queue_urls[0]
+        for url in queue_urls:
+            # Proves the queue exists and the credentials may read it before any batch runs.
+            queue_attributes(client, url, ["QueueArn"])
+            check_permissions(client, url, delete=options.delete_on_commit)
+        journal = Journal(options.journal_location, options)
+        journal.probe_writable()
+        default_queue = journal.check_owner(*queue_urls)
+        lease = Lease(
+            journal.store,
+            options.journal_location,
+            owner=uuid.uuid4().hex,
+            interval=options.heartbeat_interval,
+        )
+        lease.acquire()
+        _release_on_sigterm(lease)
+        state = cls(
+            options,
+            client,
+            queue_url,
+            journal,
+            lease,
+            queue_urls=queue_urls,
+            default_queue=default_queue,
+        )
+        state.start_poison_policy()
+        logger.info(
+            "SQS source started on %s: journal %s, planned batch %d, acknowledged batch %d, "
+            "%d batches awaiting acknowledgement",
+            ", ".join(queue_urls),
+            options.journal_location,
+            state.journal_state.planned_batch,
+            state.journal_state.acked_batch,
+            len(state.acknowledger.pending),
+        )
+        return state
+
+    def _payload_deleter(self) -> Any:
+        """deleteExtendedPayloads: S3 payloads go once their messages are deleted, never
+        before, and never those of messages whose deletion may not have taken effect."""
+        from ..executor.envelopes import delete_payloads, s3_client
+
+        s3 = s3_client(self.options)
+
+        def delete(receipts: list[Any], uncertain: set[str]) -> None:
+            delete_payloads(receipts, s3, exclude=uncertain)
+
+        return delete
+
+    def close(self) -> None:
+        self.heartbeat.stop()
+        if self.lease is not None:
+            self.lease.release()
+
+    # -- offsets --------------------------------------------------------------------------------
+
+    def fresh_start(self) -> int:
+        """The initial offset: only asked for a new checkpoint, or when Spark restarts a query
+        whose first batch never committed (and then replays it from this offset)."""
+        with self.lock:
+            assert self.journal_state.initial_batch is not None
+            return self.journal_state.initial_batch
+
+    def latest_offset(self, start: Mapping[str, Any] | None, limit: Any = None) -> dict:
+        with self.lock:
+            planned = self.journal_state.planned_batch
+            # Spark calls latestOffset only once every batch up to `start` is in its commit
+            # log. Spark 4.0/4.1 pass no start: then the last batch planned in this run is it,
+            # and before the first one nothing is known to be committed.
+            committed = offsets.batch_of(start) if start is not None else self._last_end
+            if committed is not None:
+                # Settle what the receivers of committed batches acknowledged; the rest waits
+                # to see whether a next batch's receivers will delete it.
+                self._acknowledge(committed, next_batch_follows=True)
+            if self.heartbeat.fatal is not None:
+                # Raised only now: the heartbeat's thread cannot raise into Spark, and what
+                # Spark committed is acknowledged first (no next batch will do it).
+                if committed is not None:
+                    self._acknowledge(committed)
+                raise self.heartbeat.fatal
+            # Journaled batches beyond what Spark has committed, outside any replay (the
+            # journal outlived its checkpoint, or this is the first call of a 4.0 run): a batch
+            # is needed to deliver or settle them, queue empty or not.
+            unsettled = [b for b in self.acknowledger.pending if committed is None or b > committed]
+            batch_limit = self.flow.batch_limit(limit, self.acknowledger.pending_messages())
+            if batch_limit == 0 and committed is not None and self.acknowledger.pending:
+                # The committed batches alone fill maxInFlightMessages: the next batch, whose
+                # receivers would delete them, cannot start. The driver deletes them itself.
+                self._acknowledge(committed)
+                batch_limit = self.flow.batch_limit(limit, self.acknowledger.pending_messages())
+            remaining = self.flow.remaining_available_now(self.acknowledger.totals.messages)
+            if remaining is not None:
+                batch_limit = min(batch_limit, remaining)
+            start_batch = bool(unsettled) or (
+                batch_limit > 0
+                and self._queue_has_messages()
+                and not self.flow.wait_for_more(self._visible)
+            )
+            if not start_batch or self.flow.available_now is not None:
+                # No next batch (an idle queue), or Trigger.AvailableNow, which counts what it
+                # delivered by what is acknowledged: the driver deletes the rest itself.
+                if committed is not None:
+                    self._acknowledge(committed)
+            if not start_batch:
+                return offsets.make(committed if committed is not None else planned)
+            new_batch = max(planned, committed or 0) + 1
+            self._write_state(planned=new_batch)
+            self._limits[new_batch] = batch_limit
+            self.flow.started_batch()
+            return offsets.make(new_batch)
+
+    def prepare_available_now(self) -> None:
+        """Trigger.AvailableNow: deliver the messages visible now, then report no more data."""
+        with self.lock:
+            self._poll_due = True
+            self._queue_has_messages()
+            self.flow.available_now = AvailableNow(
+                target=self._visible, delivered_at_start=self.acknowledger.totals.messages
+            )
+            logger.info("Trigger.AvailableNow: delivering the %d visible messages", self._visible)
+
+    def report(self) -> dict:
+        """reportLatestOffset: the newest batch and the queue's backlog, for query progress."""
+        with self.lock:
+            report: dict[str, Any] = {
+                "batch": self.journal_state.planned_batch,
+                "visibleMessages": self.backlog.get("ApproximateNumberOfMessages", 0),
+                "inFlightMessages": self.backlog.get("ApproximateNumberOfMessagesNotVisible", 0),
+                "delayedMessages": self.backlog.get("ApproximateNumberOfMessagesDelayed", 0),
+            }
+            if len(self.queue_urls) > 1:
+                report["queues"] = self._queue_report()
+            return report
+
+    def _queue_report(self) -> dict[str, dict[str, int]]:
+        """Several queues: each queue's backlog (the totals above are their sums)."""
+        return {
+            url: {
+                "visibleMessages": counts.get("ApproximateNumberOfMessages", 0),
+                "inFlightMessages": counts.get("ApproximateNumberOfMessagesNotVisible", 0),
+                "delayedMessages": counts.get("ApproximateNumberOfMessagesDelayed", 0),
+            }
+            for url, counts in self.queue_backlog.items()
+        }
+
+    def plan(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> list[ReceiverPartition]:
+        with self.lock:
+            batch = offsets.batch_of(end)
+            first = offsets.batch_of(start)
+            if batch <= first:
+                return []
+            if batch > self.journal_state.planned_batch:
+                self._write_state(planned=batch)
+            self._last_end = batch
+            stored = self.journal.read_plan(batch)
+            replay = stored is not None
+            if stored is None:
+                # `spark-sqs release` replaced the plan (poison.py); else plan it now.
+                stored = poison.released_plan(self.journal, batch) or self.journal.write_plan(
+                    self._new_plan(batch, first)
+                )
+            self._adopt(stored)
+            if replay and self.quarantine is not None:
+                # A batch that keeps failing is narrowed, its last message quarantined.
+                self.quarantine.prepare_replay(batch, [r.receiver for r in stored.receivers])
+            self.acknowledger.track(batch, limit=sum(r.limit for r in stored.receivers))
+            if any(r.adopt_from is not None for r in stored.receivers):
+                self.acknowledger.inherit(batch)
+            self.acknowledger.assign(stored)
+            # The queue is asked again after every batch, rather than after queuePollInterval.
+            self._poll_due = True
+            journaled = len(self.journal.receivers(batch))
+            self._replayed[batch] = journaled
+            logger.info(
+                "batch %d: %d receivers (%s plan, %d with journal entries), %d ids to drop, "
+                "acknowledging %d entries of batches %s",
+                batch,
+                len(stored.receivers),
+                "stored" if replay else "new",
+                journaled,
+                stored.drop_count,
+                len(stored.acks),
+                stored.acknowledges,
+            )
+            replay_drops = None
+            if replay:
+                # The stored drop set was made by a driver whose heartbeat kept the pending
+                # batches invisible; if it died, their messages may be visible again now.
+                replay_drops = self.journal.write_drops(
+                    self.acknowledger.drop_ids(batch, receive_window=self._receive_window()),
+                    batch,
+                )
+            return [
+                replace(p, run=self.run_id)
+                for p in partitions_of(
+                    stored,
+                    self.default_queue,
+                    self.options,
+                    replay=replay,
+                    replay_drops=replay_drops,
+                )
+            ]
+
+    def _new_plan(self, batch: int, first: int) -> BatchPlan:
+        """The plan of a batch planned for the first time, from the current options."""
+        # Pending batches Spark's offset log does not know (it replays every logged,
+        # uncommitted batch before it plans a new one): their journaled messages never reached
+        # this query's sink, so this batch delivers them.
+        orphans = [b for b in self.acknowledger.pending if b > first and b != batch]
+        for orphan in orphans:
+            # Before their entries are listed: a task of a dead driver still running one of
+            # them must stop before it deletes messages this plan would not deliver.
+            self.journal.retire(orphan)
+        adopted = self._adoptable(orphans)
+        self.acknowledger.track(batch)
+        # The receivers of this batch receive for up to receive_budget_seconds (plus a last
+        # long poll): any pending message whose handle may expire by then is dropped.
+        drop_ids = self.acknowledger.drop_ids(batch, receive_window=self._receive_window())
+        # A replay after a crash mid-loop (deleteAfterJournal): messages journaled in parts
+        # but not yet deleted reappear when their visibility times out, and must not be
+        # journaled a second time by any receiver of this batch.
+        unfinished = self.journal.unfinished_parts(batch)
+        if unfinished:
+            drop_ids = drop_ids.union(*unfinished.values())
+        journaled = self.journal.receivers(batch)
+        limit = self._limits.pop(batch, self.options.max_messages_per_trigger)
+        if poison.carry_batches(self.journal, orphans):
+            # Messages carried out of a narrowed batch are delivered alone, so that the batch
+            # that adopts them narrows them further without mixing in new ones (poison.py).
+            limit = 0
+        plan = new_plan(
+            batch,
+            limit,
+            self.options.num_partitions,
+            journaled=journaled,
+            resuming=sorted(unfinished),
+            adopted=adopted,
+            drops=self.journal.write_drops(drop_ids, batch),
+            drop_count=len(drop_ids),
+            delete_after_journal=self.options.delete_after_journal,
+        )
+        plan = with_queues(plan, self._visible_by_queue(), rotate=batch)
+        # The receivers that will receive (not replay) delete the committed batches' messages
+        # first: acknowledgement runs on the executors, spread over every receiver.
+        fresh = [
+            r.receiver
+            for r in plan.receivers
+            if r.adopt_from is None and r.receiver not in journaled and r.receiver not in unfinished
+        ]
+        return replace(
+            plan,
+            acks=self.acknowledger.assignments(first, fresh),
+            pending=tuple(b for b in self.acknowledger.pending if b <= batch),
+        )
+
+    def _receive_window(self) -> float:
+        """How long a batch's receivers receive: a pending message whose handle may expire
+        by then must be dropped by them."""
+        return self.options.receive_budget_seconds + self.options.wait_time_seconds
+
+    def _adoptable(self, orphans: list[int]) -> list[tuple[int, int]]:
+        """One location per journaled entry among the orphans. An orphan whose own plan adopted
+        entries of an earlier orphan (a run that died while adopting) holds copies of them:
+        each origin is delivered once, from the original when it still exists."""
+        origin_of: dict[tuple[int, int], tuple[int, int]] = {}
+        chosen: dict[tuple[int, int], tuple[int, int]] = {}
+        for orphan in sorted(orphans):
+            plan = self.journal.read_plan(orphan)
+            for receiver in sorted(
+                {*self.journal.receivers(orphan), *self.journal.part_receivers(orphan)}
+            ):
+                here = (orphan, receiver)
+                planned = plan.receiver(receiver) if plan is not None else None
+                source = planned.adopt_from if planned is not None else None
+                origin = origin_of.get(source, source) if source is not None else here
+                origin_of[here] = origin
+                if origin not in chosen or here == origin:
+                    chosen[origin] = here
+        return sorted(chosen.values())
+
+    def _adopt(self, plan: BatchPlan) -> None:
+        """Copy the orphaned entries the plan delivers, then remove the orphans. Idempotent:
+        the plan fixes the receiver numbers, copies are create-if-absent, and an orphan is
+        removed only once every copy exists, so a crash anywhere is finished by the next call."""
+        orphans = sorted({r.adopt_from[0] for r in plan.receivers if r.adopt_from is not None})
+        if not orphans:
+            return
+        copied = 0
+        # An orphan narrowed by poisonMessagePolicy=deadLetter delivers only what its latest
+        # step keeps: the rest is in its carry batch (adopted as well) or quarantined.
+        narrowed = {o: n for o in orphans if (n := latest_narrowing(self.journal, o))}
+        for orphan, narrowing in narrowed.items():
+            if self.quarantine is None:
+                raise poison.narrowed_without_policy(self.options, orphan)
+            self.quarantine.complete(orphan, narrowing)
+        for receiver in plan.receivers:
+            if receiver.adopt_from is not None:
+                orphan, source = receiver.adopt_from
+                step = narrowed.get(orphan)
+                keep = step.keep.get(source) if step is not None else None
+                copied += self.journal.adopt_entry(
+                    orphan, source, plan.batch, receiver.receiver, keep=keep
+                )
+        if self.quarantine is not None:
+            # Before the orphans go: a batch adopting carried messages becomes suspect.
+            self.quarantine.inherit(plan.batch, orphans)
+        for orphan in orphans:
+            self.journal.remove_batch(orphan)
+            self.acknowledger.forget(orphan)
+        logger.warning(
+            "batch %d: delivers %d journal entries (%d copied now) of batches %s, which this "
+            "checkpoint never committed",
+            plan.batch,
+            sum(r.adopt_from is not None for r in plan.receivers),
+            copied,
+            orphans,
+        )
+
+    def acknowledge(self, batch: int) -> None:
+        """Spark's ``commit(end)``: called only while the next batch is being constructed,
+        whose receivers will acknowledge ``batch``; what earlier receivers acknowledged is
+        settled now."""
+        with self.lock:
+            self._acknowledge(batch, next_batch_follows=True)
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _acknowledge(self, batch: int, next_batch_follows: bool = False) -> None:
+        # Transient failures are retried inside; what escapes (access denied, queue deleted,
+        # journal unreadable) needs a person, and stopping beats redelivering everything.
+        stats = self.acknowledger.acknowledge_through(batch, next_batch_follows=next_batch_follows)
+        for counters in stats.per_batch:
+            self._report_batch(counters)
+
+    def _report_batch(self, counters: dict[str, Any]) -> None:
+        """One INFO line and one metrics file per acknowledged batch."""
+        hb = self.heartbeat.stats
+        extended, failed = hb.extended, hb.failed_permanent + hb.failed_transient
+        counters = {
+            **counters,
+            "replayedReceivers": self._replayed.pop(counters["batch"], 0),
+            "received": counters["journaled"] + counters["duplicatesDropped"],
+            # Heartbeat work since the previous acknowledged batch.
+            "visibilityExtensions": extended - self._heartbeat_seen[0],
+            "visibilityExtensionFailures": failed - self._heartbeat_seen[1],
+            # As last polled: the queue's ApproximateNumberOfMessagesNotVisible.
+            "inFlightMessages": self.backlog.get("ApproximateNumberOfMessagesNotVisible"),
+            "acknowledgedAt": self._wall(),
+        }
+        self._heartbeat_seen = (extended, failed)
+        logger.info(
+            "batch %d: received %d, journaled %d, replayed receivers %d, deleted %d, delete "
+            "failures %d, visibility extensions %d (failed %d), duplicates dropped %d, oldest "
+            "message age %s ms (median %s ms), in flight %s",
+            counters["batch"],
+            counters["received"],
+            counters["journaled"],
+            counters["replayedReceivers"],
+            counters["deleted"],
+            counters["deleteFailures"],
+            counters["visibilityExtensions"],
+            counters["visibilityExtensionFailures"],
+            counters["duplicatesDropped"],
+            counters.get("oldestMessageAgeMs"),
+            counters.get("medianMessageAgeMs"),
+            counters["inFlightMessages"],
+        )
+        try:
+            self.journal.write_metrics(counters["batch"], counters)
+        except SqsSourceError as exc:
+            logger.warning("could not write the metrics of batch %d: %s", counters["batch"], exc)
+
+    def start_poison_policy(self) -> None:
+        """``poisonMessagePolicy=deadLetter``: resolve each queue's dead-letter queue (an error
+        at start when one has none) and narrow replays from now on (driver/poison.py)."""
+        if self.options.poison_message_policy != DEAD_LETTER:
+            # A batch narrowed under deadLetter holds messages carried out or being quarantined:
+            # only that policy finishes them (a replay under `fail` would deliver them twice).
+            for batch in self.acknowledger.pending:
+                if latest_narrowing(self.journal, batch) is not None:
+                    raise poison.narrowed_without_policy(self.options, batch)
+            return
+        dead_letters = {
+            url: poison.resolve_dead_letter_queue(self.client, url, self.options)
+            for url in self.queue_urls
+        }
+        self.quarantine = poison.Quarantine(
+            self.journal,
+            self.client,
+            self.queue_url,
+            dead_letters,
+            self.options,
+            reserve_batch=self._reserve_batch,
+            track=self.acknowledger.track,
+        )
+
+    def _reserve_batch(self) -> int:
+        """A journal batch number for messages carried out of a narrowed batch: never in
+        Spark's offset log, so the next new plan adopts it as an orphan."""
+        new = self.journal_state.planned_batch + 1
+        self._write_state(planned=new)
+        return new
+
+    def _record_acked(self, batch: int) -> None:
+        self._write_state(acked=batch)
+
+    def _write_state(
+        self, *, planned: int | None = None, acked: int | None = None, initial: int | None = None
+    ) -> None:
+        state = JournalState(
+            planned_batch=self.journal_state.planned_batch if planned is None else planned,
+            acked_batch=self.journal_state.acked_batch if acked is None else acked,
+            initial_batch=self.journal_state.initial_batch if initial is None else initial,
+        )
+        self.journal.write_state(state, known=self.journal_state)
+        self.journal_state = state
+
+    def _queue_has_messages(self) -> bool:
+        now = self._clock()
+        if self._poll_due or now - self._last_poll >= self.options.queue_poll_interval:
+            self._last_poll = now
+            self._poll_due = False
+            # Every queue (queues.py); one that failed transiently is left out of this poll.
+            polled = poll_backlog(self.client, self.queue_urls)
+            if not polled:
+                return False
+            self.queue_backlog = polled
+            self.backlog = summed(polled)
+            self._visible = self.backlog.get("ApproximateNumberOfMessages", 0)
+        return self._visible > 0
+
+    def _visible_by_queue(self) -> dict[str, int]:
+        """Visible messages of each queue as last polled, for spreading receivers over them."""
+        return {
+            url: self.queue_backlog.get(url, {}).get("ApproximateNumberOfMessages", 0)
+            for url in self.queue_urls
+        }
+
+
+def _release_on_sigterm(lease: Lease) -> None:
+    """``query.stop()`` ends this process with SIGTERM and calls no ``stop()``: release the
+    journal's lease first, so that a restart takes it over at once instead of waiting for it to
+    lapse. Only possible from the main thread, where Spark's runner calls us."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def handler(signum: int, frame: Any) -> None:
+        try:
+            lease.release()
+        except Exception:
+            logger.warning("could not release the journal lease", exc_info=True)
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.raise_signal(signal.SIGTERM)
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:
+        pass

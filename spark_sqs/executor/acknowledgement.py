@@ -1,0 +1,101 @@
+"""Acknowledgement on executors: deleting the committed entries a batch's plan assigns to a
+receiver. Runs on: executors.
+
+Normally the driver does no per-message work to acknowledge a batch: the next batch's plan
+spreads the committed entries over its receivers (``AckAssignment``), each deletes its share
+with the 10-entry batch calls (``spark_sqs.sqs.batching``) and writes a report that the driver's
+``Acknowledger`` (``spark_sqs.driver.acknowledger``) settles the batch from.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from ..errors import TransientSqsError
+from ..journal import AckAssignment, receipts_of
+from ..lag import LAG
+from ..sqs.batching import BatchCaller, entries_of, handle_margin
+
+logger = logging.getLogger(__name__)
+
+
+def uncertain_ids(
+    message_ids: Sequence[str], valid_until: float, lost: Iterable[str], now: float, margin: float
+) -> set[str]:
+    """Messages whose delete may not take effect: their handle may have expired (a stale
+    delete "succeeds" on standard queues and deletes nothing), or the heartbeat lost them."""
+    if valid_until < now + margin:
+        return set(message_ids)
+    lost = set(lost)
+    return {i for i in message_ids if i in lost}
+
+
+def acknowledge_assigned(
+    journal: Any,
+    client: Any,
+    queue_url: str,
+    batch: int,
+    receiver: int,
+    assignments: Sequence[AckAssignment],
+    *,
+    visibility_timeout: int,
+    on_deleted: Callable[[list[Any], set[str]], None] | None = None,
+    wall_clock: Callable[[], float] = time.time,
+) -> dict[str, Any]:
+    """Runs on executors: delete the messages of the committed entries assigned to receiver
+    ``receiver`` of ``batch`` (spread over all of its receivers by the batch's plan), then
+    record what was done. Idempotent: a retried or concurrent attempt deletes again (harmless)
+    and an entry already removed was acknowledged before. Transient failures that outlast the
+    retries fail the task, so that Spark retries it: the batch only commits once every
+    assigned delete was made."""
+    caller = BatchCaller(client, queue_url)
+    margin = handle_margin(visibility_timeout)
+    entries: list[dict[str, Any]] = []
+    uncertain: set[str] = set()
+    for assignment in assignments:
+        table = journal.read_entry(assignment.batch, assignment.receiver)
+        if table is None:
+            continue
+        receipts = receipts_of(assignment.batch, assignment.receiver, table)
+        doubtful = uncertain_ids(
+            receipts.message_ids, assignment.valid_until, assignment.lost, wall_clock(), margin
+        )
+        result = caller.delete(entries_of(receipts))
+        if result.transient:
+            raise TransientSqsError(
+                f"batch {batch} receiver {receiver}: {len(result.transient)} deletes of batch "
+                f"{assignment.batch} failed transiently ({sorted(set(result.transient.values()))})"
+            )
+        doubtful.update(result.permanent)
+        if on_deleted is not None:
+            on_deleted([receipts], doubtful)
+        uncertain |= doubtful
+        entries.append(
+            {
+                "uncertain": sorted(doubtful),
+                "batch": assignment.batch,
+                "receiver": assignment.receiver,
+                "rows": receipts.rows,
+                "dropped": receipts.dropped,
+                "deleted": len(result.succeeded),
+                "deleteFailures": len(result.permanent),
+                "lag": (receipts.metadata.get(LAG, b"").decode() or None),
+            }
+        )
+    report = {"entries": entries}
+    journal.write_ack_report(batch, receiver, report)
+    if entries:
+        logger.info(
+            "batch %d receiver %d: acknowledged %d entries of batches %s (%d messages deleted, "
+            "%d uncertain)",
+            batch,
+            receiver,
+            len(entries),
+            sorted({e["batch"] for e in entries}),
+            sum(e["deleted"] for e in entries),
+            len(uncertain),
+        )
+    return report

@@ -1,0 +1,109 @@
+"""Poison batches on executors: counting the attempts that read a batch, refusing a batch that
+failed too often (``poisonMessagePolicy=fail``) and delivering only what a narrowed batch keeps.
+Runs on: executors (the hooks of ``read_partition``).
+
+The records and the whole mechanism are described in ``spark_sqs.journal.poison``; the driver's
+side (narrowing, quarantine, release) is ``spark_sqs.driver.poison``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+import pyarrow as pa
+
+from ..driver.planning import ADOPTED_FROM
+from ..errors import JournalError, SqsSourceError
+from ..journal.poison import (
+    FAIL,
+    batch_dir,
+    batch_names,
+    first_attempt,
+    keep_only,
+    latest_narrowing,
+    read_attempts,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class PoisonBatchError(SqsSourceError):
+    """A batch was read by ``maxBatchAttempts`` attempts that did not complete."""
+
+
+def attempt_key(run: str) -> str:
+    """This task attempt's key: the driver run that planned it, and Spark's stage and task
+    attempt numbers (not the stage id: each Spark job of one foreachBatch call is a new stage
+    with attempt 0, and counts as the same attempt)."""
+    try:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+    except Exception:  # pragma: no cover - pyspark is always importable where this runs
+        context = None
+    if context is None:
+        return f"{run or 'norun'}-s0-t0"
+    # PySpark's TaskContext has no stage attempt number (Scala's has): a stage retry whose task
+    # attempt numbers restart at 0 counts with the earlier attempt of its run.
+    stage_attempt = getattr(context, "stageAttemptNumber", None)
+    stage = stage_attempt() if callable(stage_attempt) else 0
+    return f"{run or 'norun'}-s{stage}-t{context.attemptNumber()}"
+
+
+def record_attempt(journal: Any, batch: int, receiver: int, key: str, step: int) -> None:
+    """Create this attempt's record; a record that cannot be written only undercounts.
+
+    A straggler may read the entry just before the batch is acknowledged and its files
+    removed: its record would outlive the batch. The acknowledgement marks the batch finished
+    before it removes the files, so a record created before that marker is removed with them,
+    and one created after it sees the marker here and removes itself."""
+    name = f"{batch_dir(batch)}/attempts/{receiver:05d}-{key}-n{step}.json"
+    doc = {"receiver": receiver, "attempt": key, "step": step, "at": time.time()}
+    try:
+        journal.store.create(name, json.dumps(doc, sort_keys=True).encode())
+        if journal.read_state().finished(batch):
+            journal.store.delete(name)
+    except JournalError as exc:
+        logger.warning(
+            "batch %d receiver %d: could not record the attempt: %s", batch, receiver, exc
+        )
+
+
+def on_replay(journal: Any, partition: Any, table: pa.Table) -> pa.Table:
+    """A receiver found its entry (a retried task, a replay): record the attempt, then either
+    refuse (``fail``, too many attempts) or deliver what the batch's narrowing keeps."""
+    options = partition.options
+    names = batch_names(journal, partition.batch)
+    narrowing = latest_narrowing(journal, partition.batch, names)
+    step = narrowing.step if narrowing is not None else 0
+    key = attempt_key(getattr(partition, "run", ""))
+    record_attempt(journal, partition.batch, partition.receiver, key, step)
+    if options.poison_message_policy == FAIL:
+        earlier = {a.key for a in read_attempts(journal, partition.batch, names)}
+        first = first_attempt(table)
+        if first is not None and partition.receiver < ADOPTED_FROM:
+            earlier.add(first)
+        earlier.discard(key)
+        if len(earlier) >= options.max_batch_attempts:
+            raise PoisonBatchError(fail_message(options, partition.batch, len(earlier) + 1))
+    if narrowing is None or partition.receiver not in narrowing.keep:
+        return table
+    return keep_only(table, set(narrowing.keep[partition.receiver]))
+
+
+def fail_message(options: Any, batch: int, attempts: int) -> str:
+    return (
+        f"batch {batch} has been read by {attempts} attempts and none completed "
+        f"(poisonMessagePolicy=fail, maxBatchAttempts={options.max_batch_attempts}): a message "
+        "in it probably makes the query fail every time. Its messages are held in the journal; "
+        "nothing was deleted. Fix: stop the query, find the message (`spark-sqs inspect "
+        f"--queue-url URL --journal {options.journal_location}`), then run `spark-sqs release "
+        f"--journal {options.journal_location} --batch {batch}` to make the batch's messages "
+        "visible in the queue again (its redrive policy then applies), or restart with "
+        "poisonMessagePolicy=deadLetter to quarantine the message automatically. If the "
+        "attempts were runs that were killed rather than failing (the sink may have committed "
+        "the batch), do not release it: raise maxBatchAttempts and restart"
+    )
