@@ -642,7 +642,7 @@ class _Check:
 
 
 def _queues(check: _Check) -> dict[str, Any]:
-    """The queues of queueUrl / queueName, each entry checked (several queues: queues.py)."""
+    """The queues of queueUrl / queueName, each entry checked (several queues: driver/queues.py)."""
     queue_url, queue_name = check.values["queueUrl"], check.values["queueName"]
     if not queue_url and not queue_name:
         raise InvalidOptionError(
