@@ -30,7 +30,7 @@ from ..sqs.client import check_permissions, make_client, queue_attributes
 from . import offsets, poison
 from .acknowledger import Acknowledger, driver_parallelism
 from .flow_control import AvailableNow, FlowControl
-from .heartbeat import Heartbeat
+from .heartbeat import EXTENSION_FLOOR_SECONDS, Heartbeat
 from .planning import ReceiverPartition, new_plan, partitions_of
 from .queues import poll_backlog, resolve_queue_urls, summed, with_queues
 
@@ -88,6 +88,13 @@ class Coordinator:
             clock=clock,
             wall_clock=wall_clock,
             on_tick=lease.renew if lease is not None else None,
+            # With deleteOnCommit=false a committed batch's messages must come back after about
+            # visibilityTimeout (the queue's redrive applies to them): extend by no more.
+            extend_by=(
+                max(options.visibility_timeout, EXTENSION_FLOOR_SECONDS)
+                if options.delete_on_commit
+                else options.visibility_timeout
+            ),
         )
         self.acknowledger = Acknowledger(
             journal,

@@ -169,7 +169,12 @@ class World:
     """A heartbeat wired to fake clocks, a fake journal and a fake SQS behind a BatchCaller."""
 
     def __init__(
-        self, *, visibility: int = VISIBILITY, interval: float = INTERVAL, attempts: int = 5
+        self,
+        *,
+        visibility: int = VISIBILITY,
+        interval: float = INTERVAL,
+        attempts: int = 5,
+        extend_by: int | None = None,
     ) -> None:
         self.visibility = visibility
         self.interval = interval
@@ -188,6 +193,7 @@ class World:
             interval=interval,
             clock=self.mono,
             wall_clock=self.wall,
+            extend_by=extend_by,
         )
 
     def receive(self, batch: int, count: int, *, receiver: int = 0, ago: float = 0.0) -> list[str]:
@@ -1048,3 +1054,40 @@ def test_failures_a_retry_may_fix_are_never_fatal(monkeypatch: pytest.MonkeyPatc
 
     assert world.heartbeat.fatal is None
     assert world.heartbeat.stats.tick_errors == 1
+
+
+def test_extending_further_than_the_timeout_extends_each_message_that_much_less_often() -> None:
+    """The driver's work for a batch that outlives visibilityTimeout: with extensions of 900 s
+    instead of 30 s, a message is extended about 30 times less often, and never expires."""
+    calls = {}
+    for extend_by in (None, 900):
+        world = World(visibility=30, interval=6.0, extend_by=extend_by)
+        world.heartbeat.watch(1)
+        handles = [handle_of(m) for m in world.receive(1, 20)]
+        for _ in range(int(1800 / 6.0)):
+            world.step()
+            world.assert_all_invisible(handles)
+        assert all(c.timeouts == {extend_by or 30} for c in world.sqs.calls)
+        calls[extend_by] = sum(len(c.handles) for c in world.sqs.calls)
+    # 30 minutes: every 17 s against every 887 s (each extension is due two ticks and a second
+    # before it runs out).
+    assert calls[None] >= 20 * 100 and calls[900] <= 20 * 3
+
+
+@pytest.mark.parametrize(("delete_on_commit", "expected"), [("true", 900), ("false", 30)])
+def test_the_driver_extends_by_the_floor_unless_messages_must_come_back(
+    tmp_path: Any, delete_on_commit: str, expected: int
+) -> None:
+    """With deleteOnCommit=false a committed batch's messages must reappear after about
+    visibilityTimeout, for the queue's redrive policy: no longer extensions there."""
+    from spark_sqs.driver.coordinator import Coordinator
+    from spark_sqs.journal import Journal
+    from tests.unit.factories import make_options
+
+    options = make_options(
+        str(tmp_path / "j"), visibilityTimeout="30", deleteOnCommit=delete_on_commit
+    )
+    state = Coordinator(
+        options, FakeSqs(Clock(MONO)), QUEUE_URL, Journal(options.journal_location, options)
+    )
+    assert state.heartbeat.extend_by == expected
