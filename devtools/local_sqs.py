@@ -70,7 +70,7 @@ def serialise_moto_sqs() -> None:
 
 
 def _make_receipt_handles_strict() -> None:
-    """Make moto treat receipt handles as SQS does (PLATFORM.md): only the newest handle of a
+    """Make moto treat receipt handles as SQS does: only the newest handle of a
     message counts. Deleting with an older one "succeeds" on a standard queue but leaves the
     message in place, and fails on a FIFO queue; changing visibility with it fails."""
     from moto.sqs.exceptions import ReceiptHandleIsInvalid
@@ -154,7 +154,7 @@ def _locked(fn: Any) -> Any:
 
 
 def _speed_up_per_message_work() -> None:
-    """moto's SQS slows down with queue depth (PLATFORM.md): every message check reads the
+    """moto's SQS slows down with queue depth: every message check reads the
     clock through datetime arithmetic, and every received message recomputes all queue
     attributes (which scans every message) to learn the retention period. Same semantics,
     without the quadratic cost."""

@@ -21,9 +21,9 @@ The protocol, per micro-batch N (docs/design.md has the whole story):
 3. ``read`` on executors (``executor/receiver.py``): replay the journal entry, or receive,
    journal, then yield; and delete the committed entries assigned to the receiver
    (``executor/acknowledgement.py``).
-4. ``commit(end)``: acknowledges too, but Spark calls it late or never (PLATFORM.md), so step 1
-   is what guarantees progress. Meanwhile ``driver/heartbeat.py`` keeps unacknowledged messages
-   invisible.
+4. ``commit(end)``: acknowledges too, but Spark calls it late or never (docs/design.md, "Facts
+   the design rests on"), so step 1 is what guarantees progress. Meanwhile
+   ``driver/heartbeat.py`` keeps unacknowledged messages invisible.
 """
 
 from __future__ import annotations
