@@ -834,31 +834,30 @@ class SparkSim:
         if self.clock.elapsed > deadline:
             self.violation("the final drain took longer than expected")
 
-    def _poison_quarantined(self) -> bool:
+    def _dead_letter_copies(self) -> tuple[int, list[str]]:
+        """Copies of the poison message in the dead-letter queue, and the other bodies there."""
+        if self.dead_letter is None:
+            return 0, []
         body = f"m{self._poison_n:04d}"
-        return self.dead_letter is not None and any(
-            m.body == body for m in self.sqs.live(self.dead_letter)
-        )
+        bodies = [m.body for m in self.sqs.live(self.dead_letter)]
+        return bodies.count(body), sorted(b for b in bodies if b != body)
+
+    def _poison_quarantined(self) -> bool:
+        return self._dead_letter_copies()[0] > 0
 
     def _check_poison(self, counts: dict[str, int]) -> None:
         """The poison message: never committed by the sink, in the dead-letter queue once."""
         assert self.dead_letter is not None
         if counts.get(self.poison_id or ""):
             self.violation(f"the poison message {self.poison_id} reached the sink")
-        body = f"m{self._poison_n:04d}"
-        copies = [m for m in self.sqs.live(self.dead_letter) if m.body == body]
-        others = [m for m in self.sqs.live(self.dead_letter) if m.body != body]
-        if len(copies) != 1:
+        copies, others = self._dead_letter_copies()
+        if copies != 1:
             self.violation(
-                f"the poison message {self.poison_id} is in the dead-letter queue "
-                f"{len(copies)} times"
+                f"the poison message {self.poison_id} is in the dead-letter queue {copies} times"
             )
         if others:
-            self.violation(
-                f"{len(others)} other messages in the dead-letter queue: "
-                f"{sorted(m.body for m in others)[:8]}"
-            )
-        self.stats["quarantined"] = len(copies)
+            self.violation(f"{len(others)} other messages in the dead-letter queue: {others[:8]}")
+        self.stats["quarantined"] = copies
 
     def _check_end(self) -> None:
         sent = set(self.sent)

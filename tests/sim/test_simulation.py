@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from sim.__main__ import replay_command
-from sim.spark import Config, run_seed
+from sim.spark import Config, Result, run_seed
 from sim.sweep import Variant, sweep
 
 # 1,000 seeds per queue type over two worker processes (sim/sweep.py, SIM_JOBS): about 30-60
@@ -23,37 +23,32 @@ def _fixed_mode(config: Config) -> None:
     config.change_delete_after_journal = False
 
 
+def _failures(results: list[Result], fifo: bool, queues: int = 1, poison: bool = False) -> str:
+    """Each failing seed's first violations and the one command that replays it."""
+    return "\n".join(
+        f"seed {r.config.seed}: "
+        + " | ".join(r.violations[:4])
+        + f"\n  replay: {replay_command(r.config.seed, fifo, queues=queues, poison=poison)}"
+        for r in results
+        if not r.ok
+    )
+
+
 @pytest.mark.parametrize("fifo", [False, True], ids=["standard", "fifo"])
 def test_every_seed_delivers_each_message_exactly_once(fifo: bool) -> None:
-    failures = []
     # Restarts may also switch deleteAfterJournal (a stored plan keeps a batch's mode).
-    for result in sweep(range(SEEDS), fifo=fifo):
-        seed = result.config.seed
-        if result.ok:
-            continue
-        failures.append(
-            f"seed {seed}: "
-            + " | ".join(result.violations[:4])
-            + f"\n  replay: {replay_command(seed, fifo, fixed_mode=False)}"
-        )
-    assert not failures, "\n".join(failures)
+    failures = _failures(list(sweep(range(SEEDS), fifo=fifo)), fifo)
+    assert not failures, failures
 
 
 @pytest.mark.parametrize("fifo", [False, True], ids=["standard", "fifo"])
 def test_two_queues_with_one_removed_and_added_back_between_runs(fifo: bool) -> None:
     """Messages go to either of two queues; a restart may name one of them only. Besides the
     usual checks, a receipt handle sent to another queue than its own is a violation."""
-    failures, without = [], 0
-    for result in sweep(range(SEEDS // 4), fifo=fifo, queues=2):
-        without += result.stats.get("runs_without_a_queue", 0)
-        if result.ok:
-            continue
-        failures.append(
-            f"seed {result.config.seed}: "
-            + " | ".join(result.violations[:4])
-            + f"\n  replay: {replay_command(result.config.seed, fifo, queues=2)}"
-        )
-    assert not failures, "\n".join(failures)
+    results = list(sweep(range(SEEDS // 4), fifo=fifo, queues=2))
+    failures = _failures(results, fifo, queues=2)
+    assert not failures, failures
+    without = sum(r.stats.get("runs_without_a_queue", 0) for r in results)
     assert without > SEEDS // 8, "runs that removed a queue are part of the sweep"
 
 
@@ -63,18 +58,10 @@ def test_a_poison_message_ends_in_the_dead_letter_queue_once(fifo: bool) -> None
     fail every batch holding it, among every other fault of the seed: it ends in the
     dead-letter queue exactly once and never in the sink, every other message in the sink
     exactly once, within the bounded number of failing runs the docs state."""
-    failures, quarantined = [], 0
-    for result in sweep(range(SEEDS // 4), fifo=fifo, poison=True):
-        quarantined += result.stats.get("quarantined", 0)
-        if result.ok:
-            continue
-        failures.append(
-            f"seed {result.config.seed}: "
-            + " | ".join(result.violations[:4])
-            + f"\n  replay: {replay_command(result.config.seed, fifo, poison=True)}"
-        )
-    assert not failures, "\n".join(failures)
-    assert quarantined == SEEDS // 4
+    results = list(sweep(range(SEEDS // 4), fifo=fifo, poison=True))
+    failures = _failures(results, fifo, poison=True)
+    assert not failures, failures
+    assert sum(r.stats.get("quarantined", 0) for r in results) == SEEDS // 4
 
 
 def test_a_narrowed_batch_adopted_by_a_new_checkpoint_delivers_what_it_keeps() -> None:
