@@ -6,7 +6,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 LINTED := spark_sqs devtools tests notebooks chaos bench sim
 
-.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick chaos-sink chaos-poison soak bench conformance bench-sink bench-driver sim mutations
+.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick chaos-sink chaos-poison soak bench conformance bench-sink bench-driver bench-window sim mutations
 
 venv:
 	@scripts/bootstrap.sh $(VENV) $(LOCK)
@@ -80,6 +80,11 @@ bench-sink: venv
 bench-driver: venv
 	$(PY) -m pip install -q -r requirements/bench.txt
 	$(PY) -m bench.driver $(BENCH_ARGS)
+
+# The duplicate window's memory and CPU in one executor worker, up to 15 million ids
+# (bench/results/window.md), projected to 50,000 msg/s for duplicateWindow's 600 s.
+bench-window: venv
+	$(PY) -m bench.window $(BENCH_ARGS)
 
 # The deterministic simulation (docs/simulation.md): SEEDS seeds, standard and FIFO queues as
 # each seed picks; a failing seed prints the command that replays it. SIM_ARGS passes options,

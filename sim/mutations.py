@@ -23,6 +23,7 @@ from sim.spark import Config, run_seed
 from spark_sqs.driver import offsets
 from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.errors import JournalError, JournalOutcomeUnknown
+from spark_sqs.executor import duplicates
 from spark_sqs.journal import Journal
 from spark_sqs.journal.lease import Lease
 
@@ -111,6 +112,11 @@ def _no_lease() -> contextlib.AbstractContextManager[None]:
     return patched(Lease, "acquire", acquire)
 
 
+def _no_duplicate_window() -> contextlib.AbstractContextManager[None]:
+    """Hole 7: receivers do not look copies up in the duplicate window."""
+    return patched(duplicates, "copies", lambda *args, **kwargs: set())
+
+
 @dataclass(frozen=True)
 class Mutation:
     name: str
@@ -126,6 +132,7 @@ MUTATIONS = [
     Mutation("deleteAfterJournal retry ignores own parts", "4", _parts_not_filtered),
     Mutation("adoption renumbers", "5", _adoption_renumbers),
     Mutation("no journal lease", "6", _no_lease),
+    Mutation("no duplicate window", "7", _no_duplicate_window),
 ]
 
 

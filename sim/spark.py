@@ -51,6 +51,7 @@ from sim.store import SimJournalStore, StoreFaultRates
 from spark_sqs.driver import offsets
 from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.errors import JournalInUseError
+from spark_sqs.executor import duplicates
 from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import Journal
 from spark_sqs.journal import entries as journal_entries
@@ -98,6 +99,9 @@ class Config:
     # sink fail every batch holding it (not drawn either). It must end in the dead-letter queue
     # once, never in the sink, and every other message in the sink exactly once.
     poison: bool = False
+    # Standard queues: the chance that a deleted message is handed out once more, within a
+    # minute of its delete (sim/sqs.py ``ghost_probability``); duplicateWindow must drop it.
+    ghosts: float = 0.0
 
     @classmethod
     def from_seed(cls, seed: int, fifo: bool | None = None) -> Config:
@@ -119,6 +123,8 @@ class Config:
             second_query=rng.choice([0.0, 0.2]),
             delete_after_journal=rng.random() < 0.4,
             new_checkpoint=rng.choice([0.0, 0.0, 0.3]),
+            # Its own stream: the draws above, and so the seeds recorded before it, are unchanged.
+            ghosts=random.Random(f"ghosts:{seed}").choice([0.0, 0.0, 0.1, 0.3]),
         )
 
 
@@ -204,9 +210,12 @@ class SparkSim:
         self.lines: list[str] = []
         self._trace_on = trace
         c = config
+        # Each seed's executors start fresh: no window read from another seed's journal.
+        duplicates.forget_all()
         self.sqs = SimSqs(
             c.seed,
             clock=self.clock,
+            ghost_probability=c.ghosts,
             fault_rates=FaultRates(
                 throttle=c.sqs_faults / 2,
                 server_error=c.sqs_faults / 4,
@@ -924,10 +933,11 @@ class SparkSim:
         # Drop sets, acknowledgement reports and probes of dead drivers must have gone.
         # quarantine/: the record of each message sent to the dead-letter queue (spark-sqs
         # inspect lists them), one pair per poison message; queues/: every queue the journal
-        # was used with (several queues in one stream), like _meta.json.
+        # was used with (several queues in one stream), like _meta.json; window/: the duplicate
+        # window's segments, until the acknowledgement after their expiry collects them.
         kept = (
             *("_meta.json", "state/", "lease/", "metrics/", "dedupe/", "batches/"),
-            *("quarantine/", "queues/"),
+            *("quarantine/", "queues/", "window/"),
         )
         extra = [k for k in keys if not k.startswith(kept)]
         if extra:

@@ -26,7 +26,9 @@ Modelled (docs/simulation.md has the full list and the conformance table):
   nothing.
 - Standard queues: approximate order (a seeded shuffle within a window of twice the batch),
   rare duplicate deliveries (``duplicate_probability``: a message in flight is handed out again,
-  with a new handle), and optionally short polls that miss messages (``short_poll_miss``).
+  with a new handle; ``ghost_probability``: a deleted message is handed out once more within
+  ``ghost_delay`` seconds of its delete, which the source's ``duplicateWindow`` must drop), and
+  optionally short polls that miss messages (``short_poll_miss``).
 - Long polling reduced to "what is visible now": when nothing is, a receive with
   ``WaitTimeSeconds > 0`` advances the simulated clock to the moment something becomes visible
   (or by the whole wait) and tries once more, unless ``long_poll_advances_clock=False``, when it
@@ -246,7 +248,9 @@ class Delivery:
     at: float
     message_id: str
     receipt: int
-    kind: str  # "receive", "duplicate" (standard queue), "replay" (ReceiveRequestAttemptId)
+    # "receive", "duplicate" (standard queue), "ghost" (a copy after the delete; standard),
+    # "replay" (ReceiveRequestAttemptId)
+    kind: str
 
 
 @dataclass(frozen=True)
@@ -302,6 +306,9 @@ class _Queue:
         self.stale_deletes: list[tuple[float, str]] = []
         self.dedup_hits: list[tuple[float, str]] = []
         self.forced_duplicates: list[str] = []
+        # Copies of deleted messages still to hand out (``ghost_probability``): (time, message).
+        self.ghosts: list[tuple[float, SimMessage]] = []
+        self.ghosted: set[str] = set()
         self.last_purge: float | None = None
         self.created_at = now
 
@@ -330,6 +337,8 @@ class SimSqs:
         account_id: str = "123456789012",
         inflight_limit: int = DEFAULT_INFLIGHT_LIMIT,
         duplicate_probability: float = 0.0,
+        ghost_probability: float = 0.0,
+        ghost_delay: float = 60.0,
         short_poll_miss: float = 0.0,
         long_poll_advances_clock: bool = True,
         fault_rates: FaultRates | None = None,
@@ -341,6 +350,9 @@ class SimSqs:
         self.account_id = account_id
         self.inflight_limit = inflight_limit
         self.duplicate_probability = duplicate_probability
+        self.ghost_probability = ghost_probability
+        self.ghost_delay = ghost_delay
+        self._ghost_rng = random.Random(f"sqs-ghosts:{seed}")
         self.short_poll_miss = short_poll_miss
         self.long_poll_advances_clock = long_poll_advances_clock
         self.fault_rates = fault_rates or FaultRates()
@@ -994,7 +1006,7 @@ class SimSqs:
             now = self._now()
             upcoming = [
                 t for m in queue.live.values() for t in (m.available_at, m.visible_at) if t > now
-            ]
+            ] + [t for t, _ in queue.ghosts if t > now]
             soonest = min(upcoming, default=None)
             if soonest is not None and soonest <= now + wait:
                 self.clock.advance_to(soonest)
@@ -1022,7 +1034,7 @@ class SimSqs:
             chosen = [(m, "receive") for m in self._pick_fifo(queue, count, now)]
         else:
             chosen = self._pick_standard(queue, count, now, wait)
-        return [(m, kind) for m, kind in chosen if not self._redrive(queue, m)]
+        return [(m, kind) for m, kind in chosen if kind == "ghost" or not self._redrive(queue, m)]
 
     def _pick_standard(
         self, queue: _Queue, count: int, now: float, wait: int
@@ -1050,6 +1062,10 @@ class SimSqs:
                 (message, "duplicate" if message.state(now) == "in_flight" else "receive")
             )
             taken.add(message.message_id)
+        ripe = [g for g in queue.ghosts if g[0] <= now]
+        for ghost in ripe[: max(0, count - len(chosen))]:
+            queue.ghosts.remove(ghost)
+            chosen.append((ghost[1], "ghost"))
         if self.duplicate_probability and len(chosen) < count:
             if self._rng.random() < self.duplicate_probability:
                 flying = [
@@ -1208,6 +1224,19 @@ class SimSqs:
             queue.stale_deletes.append((now, message.message_id))
             return f"del={_label(message)}(stale,kept)"
         self._remove(queue, message, "delete")
+        if (
+            not queue.fifo
+            and self.ghost_probability
+            and message.message_id not in queue.ghosted
+            and self._ghost_rng.random() < self.ghost_probability
+        ):
+            # A copy on another server outlives the delete and is handed out later, once.
+            queue.ghosted.add(message.message_id)
+            # Half of them at once: the receivers still receiving beside the deleting one.
+            delay = self._ghost_rng.uniform(0, min(1.0, self.ghost_delay))
+            if self._ghost_rng.random() < 0.5:
+                delay = self._ghost_rng.uniform(0, self.ghost_delay)
+            queue.ghosts.append((now + delay, message))
         return f"del={_label(message)}"
 
     def _change(self, queue: _Queue, handle: str, timeout: int) -> str:

@@ -305,6 +305,16 @@ OPTIONS: tuple[OptionSpec, ...] = (
         14 * 86400,
     ),
     OptionSpec(
+        "duplicateWindow",
+        "600",
+        "Seconds during which a copy that a standard queue delivers after its message was "
+        "acknowledged cleanly is dropped (and deleted); 0 turns the window off. FIFO queues "
+        "deliver no such copies and never use it.",
+        "seconds",
+        0,
+        86400,
+    ),
+    OptionSpec(
         "queuePollInterval",
         "1",
         "Seconds between `GetQueueAttributes` calls that check an idle queue for new messages.",
@@ -404,6 +414,7 @@ class SqsOptions:
     queue_poll_interval: float
     heartbeat_interval: float
     dedupe_window: float
+    duplicate_window: float = 600.0
     credentials: AwsCredentials | None = field(default=None, repr=False)
     profile: str | None = None
     assume_role: AssumeRole | None = None

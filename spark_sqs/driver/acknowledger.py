@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SqsSourceError
-from ..journal import AckAssignment, BatchPlan
+from ..journal import AckAssignment, BatchPlan, window
 from ..lag import LAG, batch_lag
 from ..sqs.batching import BatchCaller, entries_of, handle_margin
 
@@ -88,8 +88,10 @@ class Acknowledger:
         wall_clock: Callable[[], float] = time.time,
         retry_after: float = 5.0,
         on_deleted: Callable[[list[Any], set[str]], None] | None = None,
+        duplicate_window: float = 0.0,
     ) -> None:
         self._journal = journal
+        self._duplicate_window = duplicate_window
         # Called with a batch's entries and its uncertain ids once its messages are deleted,
         # before its entries are removed (extended payloads are deleted there).
         self._on_deleted = on_deleted
@@ -151,6 +153,7 @@ class Acknowledger:
         self._journal.collect_drops(oldest)
         reading = {by for b, by in self._assigned.items() if b in self._pending}
         self._journal.collect_ack_reports(oldest, reading)
+        self._journal.collect_window(self._wall())
 
     def track(self, batch: int, limit: int | None = None) -> None:
         """A batch was planned: it will need acknowledging once Spark commits it."""
@@ -304,6 +307,7 @@ class Acknowledger:
                 "receivers": len(mine),
                 "journaled": rows,
                 "duplicatesDropped": sum(e["dropped"] for e in mine),
+                "duplicateWindowDropped": sum(e.get("windowDropped", 0) for e in mine),
                 "deleted": deleted,
                 "deleteFailures": sum(e["deleteFailures"] for e in mine),
                 "uncertainAcknowledgements": len(uncertain),
@@ -355,6 +359,19 @@ class Acknowledger:
         if self._heartbeat is not None:
             # From here on the batch is being deleted: extending it would only race.
             self._heartbeat.forget(batch)
+        if self._delete and entries and self._duplicate_window > 0:
+            # Before the deletes: a copy SQS hands out after one must find its id here.
+            self._journal.write_window(
+                [
+                    i
+                    for r in receipts
+                    for i, q in r.journaled
+                    if not window.is_fifo(q or self._caller.queue_url)
+                ],
+                batch=batch,
+                who="driver",
+                expires_at=self._wall() + self._duplicate_window,
+            )
         if self._delete and entries:
             try:
                 result = self._caller.delete(entries)
@@ -401,6 +418,7 @@ class Acknowledger:
                 "receivers": len(receipts),
                 "journaled": rows,
                 "duplicatesDropped": sum(r.dropped for r in receipts),
+                "duplicateWindowDropped": sum(r.window_dropped for r in receipts),
                 "deleted": stats.deleted - deleted_before,
                 "deleteFailures": stats.delete_failed - failed_before,
                 "uncertainAcknowledgements": len(uncertain),

@@ -107,6 +107,7 @@ class Coordinator:
             on_deleted=self._payload_deleter() if options.delete_extended_payloads else None,
             clock=clock,
             wall_clock=wall_clock,
+            duplicate_window=options.duplicate_window,
         )
         journaled = journal.batches()
         # Files under acknowledged batches are leftovers of attempts that ran after their batch
@@ -542,6 +543,7 @@ class Coordinator:
             self.options,
             reserve_batch=self._reserve_batch,
             track=self.acknowledger.track,
+            wall_clock=self._wall,
         )
 
     def _reserve_batch(self) -> int:

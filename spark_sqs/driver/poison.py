@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import InvalidOptionError, JournalError
+from ..journal import window
 from ..journal.poison import (
     CARRY,
     DEAD_LETTER,
@@ -123,8 +124,10 @@ class Quarantine:
         *,
         reserve_batch: Callable[[], int],
         track: Callable[[int], None],
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.journal = journal
+        self._wall = wall_clock
         self.client = client
         self.queue_url = queue_url
         # One dead-letter queue, or one per source queue (several queues in one stream: each
@@ -289,6 +292,15 @@ class Quarantine:
             message_id,
             dead_letter,
         )
+        if self.options.duplicate_window > 0 and not window.is_fifo(source):
+            # Before the delete, like every acknowledgement: a copy SQS hands out afterwards
+            # must not reach the sink (the message is in the dead-letter queue).
+            self.journal.write_window(
+                [message_id],
+                batch=batch,
+                who="q-" + hashlib.sha256(message_id.encode()).hexdigest()[:12],
+                expires_at=self._wall() + self.options.duplicate_window,
+            )
         try:
             # Prompt; the batch's acknowledgement deletes it again (and records an uncertain
             # delete for redelivery dedupe), so a failure here loses nothing.

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..errors import TransientSqsError
-from ..journal import AckAssignment, receipts_of
+from ..journal import AckAssignment, Journal, receipts_of, window
 from ..lag import LAG
 from ..sqs.batching import BatchCaller, entries_of, handle_margin
 
@@ -33,6 +33,25 @@ def uncertain_ids(
     return {i for i in message_ids if i in lost}
 
 
+def record_window(
+    journal: Journal,
+    seconds: float,
+    message_ids: Sequence[tuple[str, str | None]],
+    *,
+    queue_url: str,
+    batch: int,
+    who: str,
+    now: float,
+) -> None:
+    """Write the duplicate window's segment of ``message_ids`` (journal/window.py) before they
+    are deleted: (id, queue) pairs, a queue of None meaning ``queue_url``. Ids of FIFO queues
+    are left out (they never come back); nothing is written with the window off (0 s)."""
+    if seconds <= 0:
+        return
+    ids = [i for i, q in message_ids if not window.is_fifo(q or queue_url)]
+    journal.write_window(ids, batch=batch, who=who, expires_at=now + seconds)
+
+
 def acknowledge_assigned(
     journal: Any,
     client: Any,
@@ -44,6 +63,7 @@ def acknowledge_assigned(
     visibility_timeout: int,
     on_deleted: Callable[[list[Any], set[str]], None] | None = None,
     wall_clock: Callable[[], float] = time.time,
+    duplicate_window: float = 0.0,
 ) -> dict[str, Any]:
     """Runs on executors: delete the messages of the committed entries assigned to receiver
     ``receiver`` of ``batch`` (spread over all of its receivers by the batch's plan), then
@@ -55,11 +75,24 @@ def acknowledge_assigned(
     margin = handle_margin(visibility_timeout)
     entries: list[dict[str, Any]] = []
     uncertain: set[str] = set()
-    for assignment in assignments:
-        table = journal.read_entry(assignment.batch, assignment.receiver)
-        if table is None:
-            continue
-        receipts = receipts_of(assignment.batch, assignment.receiver, table)
+    found = [
+        receipts_of(a.batch, a.receiver, table)
+        for a in assignments
+        if (table := journal.read_entry(a.batch, a.receiver)) is not None
+    ]
+    # Before any delete: a copy SQS delivers after it must find its id in the window.
+    record_window(
+        journal,
+        duplicate_window,
+        [pair for r in found for pair in r.journaled],
+        queue_url=queue_url,
+        batch=batch,
+        who=f"r{receiver:06d}-ack",
+        now=wall_clock(),
+    )
+    by_entry = {(a.batch, a.receiver): a for a in assignments}
+    for receipts in found:
+        assignment = by_entry[(receipts.batch, receipts.receiver)]
         doubtful = uncertain_ids(
             receipts.message_ids, assignment.valid_until, assignment.lost, wall_clock(), margin
         )
@@ -80,6 +113,7 @@ def acknowledge_assigned(
                 "receiver": assignment.receiver,
                 "rows": receipts.rows,
                 "dropped": receipts.dropped,
+                "windowDropped": receipts.window_dropped,
                 "deleted": len(result.succeeded),
                 "deleteFailures": len(result.permanent),
                 "lag": (receipts.metadata.get(LAG, b"").decode() or None),

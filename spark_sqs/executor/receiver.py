@@ -21,13 +21,22 @@ from botocore.exceptions import ClientError
 
 from ..driver.planning import ReceiverPartition
 from ..errors import JournalError, JournalOutcomeUnknown
-from ..journal import DROPPED, PENDING_DELETE, RECEIVED_AT, SEAL, BatchPlan, Journal
+from ..journal import (
+    DROPPED,
+    PENDING_DELETE,
+    RECEIVED_AT,
+    SEAL,
+    WINDOW_DROPPED,
+    BatchPlan,
+    Journal,
+    window,
+)
 from ..journal.poison import FIRST_ATTEMPT
 from ..schema import RECEIPT_HANDLE, messages_to_table, output_batches
 from ..sqs.batching import BatchCaller, Entry
 from ..sqs.client import cached_client, classify
-from . import poison
-from .acknowledgement import acknowledge_assigned
+from . import duplicates, poison
+from .acknowledgement import acknowledge_assigned, record_window
 from .envelopes import Prepared, merged_metadata, prepare
 
 logger = logging.getLogger(__name__)
@@ -249,6 +258,8 @@ def read_partition(
             assigned,
             visibility_timeout=options.visibility_timeout,
             on_deleted=_payload_deleter(options),
+            wall_clock=wall_clock,
+            duplicate_window=options.duplicate_window,
         )
     deleting = (
         plan.delete_after_journal
@@ -262,7 +273,10 @@ def read_partition(
         return
     received_at = wall_clock()
     messages, stats = receive_messages(client, partition, clock=clock)
-    drop_ids = drop_ids | _held_elsewhere(journal, plan, partition, messages)
+    # Looked up after receiving: a copy exists only after its delete, which comes after its
+    # window segment (journal/window.py), so this sees the segment of any copy received here.
+    copies = _window_copies(journal, partition, messages, clocks)
+    drop_ids = drop_ids | _held_elsewhere(journal, plan, partition, messages) | copies
     kept = [m for m in messages if m["MessageId"] not in drop_ids]
     dropped = [m for m in messages if m["MessageId"] in drop_ids]
     # SNS unwrapping, extended payloads, lag metadata (envelopes.py), before journaling.
@@ -273,6 +287,7 @@ def read_partition(
         {
             RECEIVED_AT: repr(received_at),
             DROPPED: str(len(dropped)),
+            WINDOW_DROPPED: str(len(copies)),
             # The first attempt is counted by its entry, at no extra write (poison.py).
             FIRST_ATTEMPT: poison.attempt_key(partition.run),
             **prepared.metadata,
@@ -328,8 +343,61 @@ def read_partition(
             stats.stopped_by,
         )
     if dropped:
-        _delete_redeliveries(client, partition, dropped, clocks)
+        _delete_redeliveries(journal, client, partition, dropped, clocks)
+    _merge_window(journal, partition, plan)
     yield from output_batches(table, options.sns)
+
+
+def _merge_window(journal: Journal, partition: ReceiverPartition, plan: BatchPlan) -> None:
+    """One receiver of each batch merges the previous batch's window segments into one, so
+    that the workers of later batches read one object per batch, not one per receiver. The
+    previous batch is committed (Spark runs a batch only after the one before it), so all its
+    segments exist; the receiver is fixed by the stored plan, so a replay picks the same one."""
+    options = partition.options
+    if options.duplicate_window <= 0 or partition.batch < 1 or not plan.receivers:
+        return
+    previous = partition.batch - 1
+    if plan.receivers[previous % len(plan.receivers)].receiver != partition.receiver:
+        return
+    try:
+        window.merge_batch(journal.store, previous)
+    except Exception:
+        # Storage, not correctness: readers read the parts until a later merge or expiry.
+        logger.warning(
+            "batch %d receiver %d: could not merge the window segments of batch %d",
+            partition.batch,
+            partition.receiver,
+            previous,
+            exc_info=True,
+        )
+
+
+def _window_copies(
+    journal: Journal,
+    partition: ReceiverPartition,
+    messages: list[dict[str, Any]],
+    clocks: _Clocks,
+) -> frozenset[str]:
+    """Ids of ``messages`` that copy a message acknowledged within ``duplicateWindow``."""
+    options = partition.options
+    found = duplicates.copies(
+        journal.store,
+        options.journal_location,
+        options.duplicate_window,
+        [m["MessageId"] for m in messages],
+        queue_url=partition.queue_url,
+        now=clocks.wall_clock(),
+    )
+    if found:
+        logger.warning(
+            "batch %d receiver %d: dropped %d copies of messages acknowledged within the last "
+            "%.0fs (duplicateWindow)",
+            partition.batch,
+            partition.receiver,
+            len(found),
+            options.duplicate_window,
+        )
+    return frozenset(found)
 
 
 def _held_elsewhere(
@@ -426,6 +494,8 @@ def _read_deleting_after_journal(
         combined.num_rows,
         len(pending),
     )
+    if plan is not None:
+        _merge_window(journal, partition, plan)
     yield from output_batches(combined, partition.options.sns)
 
 
@@ -449,14 +519,18 @@ def _receive_parts(
         elsewhere = (
             _held_elsewhere(journal, plan, partition, messages) if plan is not None else frozenset()
         )
+        copies = _window_copies(journal, partition, messages, clocks)
         held = [
-            m["MessageId"] in drop_ids or m["MessageId"] in journaled or m["MessageId"] in elsewhere
+            m["MessageId"] in drop_ids
+            or m["MessageId"] in journaled
+            or m["MessageId"] in elsewhere
+            or m["MessageId"] in copies
             for m in messages
         ]
         kept = [m for m, h in zip(messages, held, strict=True) if not h]
         dropped = [m for m, h in zip(messages, held, strict=True) if h]
         if dropped:
-            _delete_redeliveries(client, partition, dropped, clocks)
+            _delete_redeliveries(journal, client, partition, dropped, clocks)
         if not kept:
             return
         # SNS unwrapping, extended payloads, lag metadata (envelopes.py), before journaling.
@@ -487,6 +561,16 @@ def _receive_parts(
             # The part is not in any entry: leave its messages in flight, they reappear.
             raise _StopReceiving
         entries = [Entry(m["MessageId"], m["ReceiptHandle"]) for m in kept]
+        # The window's segment precedes the delete: a copy can only come after it.
+        record_window(
+            journal,
+            partition.options.duplicate_window,
+            [(m["MessageId"], None) for m in kept],
+            queue_url=partition.queue_url,
+            batch=partition.batch,
+            who=f"r{partition.receiver:06d}-p{next_part - 1:05d}",
+            now=clocks.wall_clock(),
+        )
         try:
             caller.delete(entries)
         except Exception as exc:
@@ -541,10 +625,25 @@ def _seal(
 
 
 def _delete_redeliveries(
-    client: Any, partition: ReceiverPartition, dropped: list[dict[str, Any]], clocks: _Clocks
+    journal: Journal,
+    client: Any,
+    partition: ReceiverPartition,
+    dropped: list[dict[str, Any]],
+    clocks: _Clocks,
 ) -> None:
     """Delete redeliveries of already-journaled messages with their fresh receipt handles."""
     entries = [Entry(m["MessageId"], m["ReceiptHandle"]) for m in dropped]
+    ids = sorted(e.message_id for e in entries)
+    # Like every delete: a copy SQS hands out after it must find the id in the window.
+    record_window(
+        journal,
+        partition.options.duplicate_window,
+        [(i, None) for i in ids],
+        queue_url=partition.queue_url,
+        batch=partition.batch,
+        who=f"r{partition.receiver:06d}-d{hashlib.sha256(' '.join(ids).encode()).hexdigest()[:10]}",
+        now=clocks.wall_clock(),
+    )
     try:
         result = BatchCaller(client, partition.queue_url, sleep=clocks.sleep).delete(entries)
         failed = len(result.permanent) + len(result.transient)

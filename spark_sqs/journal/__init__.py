@@ -3,7 +3,8 @@
 ``entries`` holds the record types and the ``Journal`` (entries, plans, drop sets, state
 markers); ``stores`` the create-if-absent stores (local files, S3) it writes through;
 ``lease`` the single-owner lease of a journal; ``poison`` the records of poison batches
-(attempts, narrowing steps, carries) that the driver and the executors both read.
+(attempts, narrowing steps, carries) that the driver and the executors both read; ``window``
+the ids of acknowledged messages kept for ``duplicateWindow``.
 """
 
 from .entries import (
@@ -12,6 +13,7 @@ from .entries import (
     PENDING_DELETE,
     RECEIVED_AT,
     SEAL,
+    WINDOW_DROPPED,
     AckAssignment,
     BatchPlan,
     EntryReceipts,
@@ -27,6 +29,7 @@ __all__ = [
     "DROPPED",
     "EXPIRES_AT",
     "SEAL",
+    "WINDOW_DROPPED",
     "PENDING_DELETE",
     "RECEIVED_AT",
     "BatchPlan",

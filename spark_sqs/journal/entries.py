@@ -11,6 +11,7 @@ Layout under ``journalLocation`` (keys of a ``JournalStore``)::
     drops/<N>-<sha256>.arrow                 a drop set of batch N (by content), referenced by its
                                              plan or by the partitions of its replay
     dedupe/<N>-<sha256>.arrow                ids whose acknowledgement may not have taken effect
+    window/<expires>-<N>-<who>.arrow         digests of acknowledged ids (duplicateWindow)
     metrics/<N>.json                         counters of acknowledged batches
 
 Every protocol write is create-if-absent on the store, so a retried or concurrent attempt sees
@@ -34,6 +35,7 @@ import pyarrow as pa
 
 from ..errors import JournalError
 from ..schema import RECEIPT_HANDLE as RECEIPT
+from . import window
 from .stores import JournalStore, open_store
 
 logger = logging.getLogger(__name__)
@@ -55,6 +57,8 @@ EXPIRES_AT = b"spark_sqs.expiresAt"
 PENDING_DELETE = b"spark_sqs.pendingDelete"
 # Number of redeliveries the receiver dropped (for the batch's counters).
 DROPPED = b"spark_sqs.dropped"
+# Number of those that copied a message acknowledged within duplicateWindow (journal/window.py).
+WINDOW_DROPPED = b"spark_sqs.windowDropped"
 # With deleteAfterJournal: marks the empty part that closes a receiver's parts (see receiver).
 SEAL = b"spark_sqs.seal"
 
@@ -68,6 +72,10 @@ class EntryReceipts:
     receipt_handles: tuple[str, ...] = field(repr=False)
     rows: int = 0  # rows in the entry (with deleteAfterJournal, also those already deleted)
     dropped: int = 0  # redeliveries the receiver dropped
+    window_dropped: int = 0  # of those, copies of messages acknowledged within the window
+    # (message id, queue) of every row: ``message_ids`` lacks those deleteAfterJournal already
+    # deleted, which the duplicate window must still hold (journal/window.py).
+    journaled: tuple[tuple[str, str | None], ...] = field(default=(), repr=False, compare=False)
     # The entry's schema metadata (lag, extended payload pointers: see lag.py and
     # executor/envelopes.py).
     metadata: dict[bytes, bytes] = field(default_factory=dict, repr=False, compare=False)
@@ -552,6 +560,24 @@ class Journal:
                 out[message_id] = max(expires, out.get(message_id, 0.0))
         return out
 
+    # -- duplicate window (window.py) -------------------------------------------------------------
+
+    def write_window(
+        self, message_ids: list[str], *, batch: int, who: str, expires_at: float
+    ) -> None:
+        """Record acknowledged ids for the duplicate window until ``expires_at``; written
+        before the messages are deleted."""
+        window.write_segment(self.store, message_ids, batch=batch, who=who, expires_at=expires_at)
+
+    def collect_window(self, now: float) -> int:
+        """Remove expired duplicate-window segments (best effort). Returns how many."""
+        try:
+            return window.collect(self.store, now)
+        except Exception:
+            # Storage, not correctness: an expired segment is ignored until it is removed.
+            logger.warning("journal %s: could not remove expired window segments", self.location)
+            return 0
+
     # -- metrics ---------------------------------------------------------------------------------
 
     def write_metrics(self, batch: int, metrics: dict[str, Any], keep: int = 100) -> None:
@@ -687,6 +713,7 @@ def receipts_of(batch: int, receiver: int, table: pa.Table) -> EntryReceipts:
         if "queueUrl" in table.column_names
         else [None] * len(ids)
     )
+    journaled = tuple(zip(ids, queues, strict=True))
     if PENDING_DELETE in metadata:
         # The receiver already deleted the rest (deleteAfterJournal).
         pending = set(json.loads(metadata[PENDING_DELETE]))
@@ -704,6 +731,8 @@ def receipts_of(batch: int, receiver: int, table: pa.Table) -> EntryReceipts:
         receipt_handles=tuple(handles),
         rows=table.num_rows,
         dropped=int(metadata.get(DROPPED, b"0")),
+        window_dropped=int(metadata.get(WINDOW_DROPPED, b"0")),
+        journaled=journaled,
         metadata=dict(metadata),
         queue_urls=tuple(queues),
     )

@@ -96,6 +96,11 @@ class BatchCaller:
         self._base_delay = base_delay
         self._sleep = sleep
 
+    @property
+    def queue_url(self) -> str:
+        """The queue of entries that name none."""
+        return self._queue_url
+
     def delete(self, entries: Sequence[Entry]) -> BatchResult:
         return self._run(entries, "DeleteMessageBatch", None)
 

@@ -374,6 +374,7 @@ class FakeJournal:
         self.removed: list[int] = []
         self.collected: list[int] = []  # oldest pending batch at each drop-set collection
         self.dedupe: dict[int, tuple[list[str], float]] = {}
+        self.window: list[tuple[list[str], float]] = []
 
     def add(self, batch: int, pairs: list[tuple[str, str]], received_at: float = NOW) -> None:
         self.batches[batch] = list(pairs)
@@ -396,6 +397,14 @@ class FakeJournal:
 
     def collect_drops(self, oldest_pending: int) -> int:
         self.collected.append(oldest_pending)
+        return 0
+
+    def write_window(
+        self, message_ids: list[str], *, batch: int, who: str, expires_at: float
+    ) -> None:
+        self.window.append((sorted(message_ids), expires_at))
+
+    def collect_window(self, now: float) -> int:
         return 0
 
     def write_dedupe(self, batch: int, message_ids: list[str], expires_at: float) -> None:

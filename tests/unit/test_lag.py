@@ -69,6 +69,8 @@ class _Receipts:
         self.received_at = 1e12
         self.rows = len(ages)
         self.dropped = 0
+        self.window_dropped = 0
+        self.journaled = tuple((i, None) for i in self.message_ids)
         summary = lag_summary(ages)
         self.metadata = {LAG: json.dumps(summary).encode()} if summary else {}
 
@@ -87,6 +89,9 @@ class _Journal:
         return 0
 
     def collect_drops(self, oldest_pending: int) -> int:
+        return 0
+
+    def collect_window(self, now: float) -> int:
         return 0
 
     def read_dedupe(self, now: float) -> dict[str, float]:
