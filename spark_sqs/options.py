@@ -315,6 +315,18 @@ OPTIONS: tuple[OptionSpec, ...] = (
         86400,
     ),
     OptionSpec(
+        "duplicateAttribute",
+        None,
+        "A message attribute that identifies copies too, besides the MessageId: a message whose "
+        "value of it was acknowledged within `duplicateWindow` is dropped. Set "
+        "`spark_sqs.dedupeId` to drop the copies that this package's sink sends to a standard "
+        "queue when a sink batch is retried or replayed.",
+        pattern=r"[A-Za-z0-9_.\-]{1,256}",
+        shape="a message attribute name",
+        example="spark_sqs.dedupeId",
+        excludes=("duplicateWindow=0 because the window is where the values are kept",),
+    ),
+    OptionSpec(
         "queuePollInterval",
         "1",
         "Seconds between `GetQueueAttributes` calls that check an idle queue for new messages.",
@@ -415,6 +427,7 @@ class SqsOptions:
     heartbeat_interval: float
     dedupe_window: float
     duplicate_window: float = 600.0
+    duplicate_attribute: str | None = None
     credentials: AwsCredentials | None = field(default=None, repr=False)
     profile: str | None = None
     assume_role: AssumeRole | None = None
@@ -774,6 +787,10 @@ def _attributes(check: _Check) -> dict[str, Any]:
     if check.values["extendedPayloads"] and names != ("All",):
         # The reserved attribute is how an offloaded message is recognised: always fetch it.
         names = tuple(dict.fromkeys((*names, *EXTENDED_RESERVED)))
+    wanted = check.values.get("duplicateAttribute")
+    if wanted and names != ("All",):
+        # Copies are recognised by it: always fetch it.
+        names = tuple(dict.fromkeys((*names, wanted)))
     return {"message_attribute_names": names}
 
 

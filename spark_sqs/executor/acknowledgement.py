@@ -84,7 +84,9 @@ def acknowledge_assigned(
     record_window(
         journal,
         duplicate_window,
-        [pair for r in found for pair in r.journaled],
+        [pair for r in found for pair in r.journaled]
+        # duplicateAttribute values: one receiver's entry is of one queue.
+        + [(k, r.journaled[0][1]) for r in found if r.journaled for k in r.window_keys],
         queue_url=queue_url,
         batch=batch,
         who=f"r{receiver:06d}-ack",

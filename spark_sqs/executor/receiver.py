@@ -27,6 +27,7 @@ from ..journal import (
     RECEIVED_AT,
     SEAL,
     WINDOW_DROPPED,
+    WINDOW_KEYS,
     BatchPlan,
     Journal,
     window,
@@ -288,6 +289,7 @@ def read_partition(
             RECEIVED_AT: repr(received_at),
             DROPPED: str(len(dropped)),
             WINDOW_DROPPED: str(len(copies)),
+            **_window_metadata(kept, options),
             # The first attempt is counted by its entry, at no extra write (poison.py).
             FIRST_ATTEMPT: poison.attempt_key(partition.run),
             **prepared.metadata,
@@ -378,16 +380,26 @@ def _window_copies(
     messages: list[dict[str, Any]],
     clocks: _Clocks,
 ) -> frozenset[str]:
-    """Ids of ``messages`` that copy a message acknowledged within ``duplicateWindow``."""
+    """Ids of ``messages`` that copy a message acknowledged within ``duplicateWindow``: by
+    MessageId, or by their ``duplicateAttribute`` value (also among ``messages`` themselves:
+    two sends of one row handed to this receiver)."""
     options = partition.options
-    found = duplicates.copies(
+    keys = {m["MessageId"]: _window_keys(m, options) for m in messages}
+    seen = duplicates.copies(
         journal.store,
         options.journal_location,
         options.duplicate_window,
-        [m["MessageId"] for m in messages],
+        [k for m in messages for k in (m["MessageId"], *keys[m["MessageId"]])],
         queue_url=partition.queue_url,
         now=clocks.wall_clock(),
     )
+    found: set[str] = set()
+    first: set[str] = set()
+    for m in messages:
+        mine = keys[m["MessageId"]]
+        if m["MessageId"] in seen or any(k in seen or k in first for k in mine):
+            found.add(m["MessageId"])
+        first.update(mine)
     if found:
         logger.warning(
             "batch %d receiver %d: dropped %d copies of messages acknowledged within the last "
@@ -398,6 +410,21 @@ def _window_copies(
             options.duplicate_window,
         )
     return frozenset(found)
+
+
+def _window_keys(message: dict[str, Any], options: Any) -> tuple[str, ...]:
+    """The window keys of a message's ``duplicateAttribute`` value (none without one)."""
+    name = options.duplicate_attribute
+    if not name or options.duplicate_window <= 0:
+        return ()
+    value = ((message.get("MessageAttributes") or {}).get(name) or {}).get("StringValue")
+    return (window.attribute_key(value),) if value else ()
+
+
+def _window_metadata(messages: list[dict[str, Any]], options: Any) -> dict[bytes, bytes]:
+    """The entry's ``duplicateAttribute`` keys, which its acknowledgement adds to the window."""
+    keys = [k for m in messages for k in _window_keys(m, options)]
+    return {WINDOW_KEYS: json.dumps(keys).encode()} if keys else {}
 
 
 def _held_elsewhere(
@@ -512,6 +539,8 @@ def _receive_parts(
     next_part = earlier[-1][0] + 1 if earlier else 0
     caller = BatchCaller(client, partition.queue_url, sleep=clocks.sleep)
 
+    options = partition.options
+
     def on_chunk(messages: list[dict[str, Any]]) -> None:
         nonlocal next_part
         # Redeliveries of messages journaled by this receiver's earlier parts (a retried task)
@@ -565,7 +594,7 @@ def _receive_parts(
         record_window(
             journal,
             partition.options.duplicate_window,
-            [(m["MessageId"], None) for m in kept],
+            [(k, None) for m in kept for k in (m["MessageId"], *_window_keys(m, options))],
             queue_url=partition.queue_url,
             batch=partition.batch,
             who=f"r{partition.receiver:06d}-p{next_part - 1:05d}",
@@ -633,7 +662,7 @@ def _delete_redeliveries(
 ) -> None:
     """Delete redeliveries of already-journaled messages with their fresh receipt handles."""
     entries = [Entry(m["MessageId"], m["ReceiptHandle"]) for m in dropped]
-    ids = sorted(e.message_id for e in entries)
+    ids = sorted(k for m in dropped for k in (m["MessageId"], *_window_keys(m, partition.options)))
     # Like every delete: a copy SQS hands out after it must find the id in the window.
     record_window(
         journal,

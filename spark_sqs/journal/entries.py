@@ -59,6 +59,8 @@ PENDING_DELETE = b"spark_sqs.pendingDelete"
 DROPPED = b"spark_sqs.dropped"
 # Number of those that copied a message acknowledged within duplicateWindow (journal/window.py).
 WINDOW_DROPPED = b"spark_sqs.windowDropped"
+# duplicateAttribute: JSON list of the window keys of the entry's rows' attribute values.
+WINDOW_KEYS = b"spark_sqs.windowKeys"
 # With deleteAfterJournal: marks the empty part that closes a receiver's parts (see receiver).
 SEAL = b"spark_sqs.seal"
 
@@ -76,6 +78,8 @@ class EntryReceipts:
     # (message id, queue) of every row: ``message_ids`` lacks those deleteAfterJournal already
     # deleted, which the duplicate window must still hold (journal/window.py).
     journaled: tuple[tuple[str, str | None], ...] = field(default=(), repr=False, compare=False)
+    # duplicateAttribute: the window keys of the rows' values of it (journal/window.py).
+    window_keys: tuple[str, ...] = field(default=(), repr=False, compare=False)
     # The entry's schema metadata (lag, extended payload pointers: see lag.py and
     # executor/envelopes.py).
     metadata: dict[bytes, bytes] = field(default_factory=dict, repr=False, compare=False)
@@ -733,6 +737,7 @@ def receipts_of(batch: int, receiver: int, table: pa.Table) -> EntryReceipts:
         dropped=int(metadata.get(DROPPED, b"0")),
         window_dropped=int(metadata.get(WINDOW_DROPPED, b"0")),
         journaled=journaled,
+        window_keys=tuple(json.loads(metadata.get(WINDOW_KEYS, b"[]"))),
         metadata=dict(metadata),
         queue_urls=tuple(queues),
     )

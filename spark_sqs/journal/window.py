@@ -49,6 +49,11 @@ def digest(message_id: str) -> tuple[int, int]:
     return int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:], "little")
 
 
+def attribute_key(value: str) -> str:
+    """The window's key for a ``duplicateAttribute`` value: never equal to a message id."""
+    return "attribute\0" + value
+
+
 def is_fifo(queue_url: str | None) -> bool:
     """FIFO queues (names end in ``.fifo``) never deliver a copy: they need no window."""
     return bool(queue_url) and queue_url.rstrip("/").endswith(".fifo")  # type: ignore[union-attr]

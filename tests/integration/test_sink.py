@@ -311,3 +311,39 @@ def test_a_replayed_micro_batch_sends_the_same_ids(spark, moto_endpoint, sqs, tm
         # The two identical rows: two ids, each sent once per run of the batch.
         twins = ids[(f, 0)]
         assert len(twins) == 2 * copies and len(set(twins)) == 2, (f, twins)
+
+
+def test_the_source_drops_a_rewritten_rows_copies_by_the_sinks_attribute(
+    spark, moto_endpoint, sqs, queue_url, tmp_path
+):
+    """A sink write run twice (a retried job) leaves each row twice in a standard queue, with
+    one `spark_sqs.dedupeId`; the source with duplicateAttribute delivers each row once."""
+    df = spark.createDataFrame([(json.dumps({"n": n}),) for n in range(30)], ["body"])
+    _write(df, moto_endpoint, queue_url, writeId="load-1")
+    _write(df, moto_endpoint, queue_url, writeId="load-1")
+    out = tmp_path / "out"
+    stream = sqs_stream(
+        spark,
+        moto_endpoint,
+        queue_url,
+        str(tmp_path / "journal"),
+        # One receiver: the second copy comes in its receive or a later batch's, after the
+        # first copy's acknowledgement (two receivers of one batch cannot see each other's).
+        numPartitions=1,
+        maxMessagesPerTrigger=20,
+        duplicateAttribute=DEDUPE_ATTRIBUTE,
+    )
+    query = (
+        stream.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    try:
+        process_all_available(query, timeout=240)
+        wait_until(lambda: queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue")
+    finally:
+        query.stop()
+    numbers = sorted(json.loads(r.body)["n"] for r in spark.read.parquet(str(out)).collect())
+    assert numbers == list(range(30)), "each row once though the queue held it twice"

@@ -198,3 +198,55 @@ def test_one_receiver_of_each_batch_merges_the_previous_batch(location: str) -> 
         list(read_partition(partition, client_factory=lambda sqs=sqs: sqs, journal=journal))
         whos = [n.who for n in window.list_segments(store) if n.batch == 4]
         assert whos == (["merged"] if receiver == 0 else ["r000000-ack", "r000001-ack"])
+
+
+# -- duplicateAttribute ------------------------------------------------------------------------
+
+
+def with_attribute(n: int, value: str, receive_count: int = 1) -> dict[str, Any]:
+    message = sqs_message(n, receive_count=receive_count)
+    message["MessageAttributes"] = {
+        "spark_sqs.dedupeId": {"DataType": "String", "StringValue": value}
+    }
+    return message
+
+
+def test_copies_are_recognised_by_the_attribute_too(location: str) -> None:
+    journal, store = journal_at(location)
+    options = make_options(location, region="us-east-1", duplicateAttribute="spark_sqs.dedupeId")
+    journal.write_plan(BatchPlan(4, (ReceiverPlan(0, 10),)))
+    # A sink batch sent row "a" twice (two messages, two ids, one dedupe id); the first copy
+    # was delivered and acknowledged earlier.
+    journal.write_window(
+        [window.attribute_key("a")], batch=3, who="r000000-ack", expires_at=time.time() + 600
+    )
+    sqs = FakeSqs(script=[[with_attribute(1, "a"), with_attribute(2, "b"), with_attribute(3, "b")]])
+    partition = ReceiverPartition(4, 0, 10, QUEUE_URL, options)
+    got = pa.Table.from_batches(
+        list(read_partition(partition, client_factory=lambda: sqs, journal=journal))
+    )
+    # "a" was acknowledged; the second "b" is a copy of the first within this receive.
+    assert got.column("messageId").to_pylist() == ids(2)
+    entry = journal.read_entry(4, 0)
+    assert entry is not None and entry.schema.metadata[WINDOW_DROPPED] == b"2"
+    # The entry carries "b"'s key: its acknowledgement puts it in the window.
+    journal.write_plan(
+        BatchPlan(5, (ReceiverPlan(0, 10),), acks=(AckAssignment(4, 0, 0, time.time() + 600),))
+    )
+    later = ReceiverPartition(5, 0, 10, QUEUE_URL, options)
+    list(read_partition(later, client_factory=lambda: FakeSqs(), journal=journal))
+    duplicates.forget_all()
+    cache = duplicates.DuplicateWindow(600)
+    cache.refresh(store, time.time())
+    assert cache.seen([window.attribute_key("b"), *ids(2)]) == {window.attribute_key("b"), *ids(2)}
+
+
+def test_without_the_option_the_attribute_is_ignored(location: str) -> None:
+    journal, _ = journal_at(location)
+    journal.write_plan(BatchPlan(4, (ReceiverPlan(0, 10),)))
+    sqs = FakeSqs(script=[[with_attribute(2, "b"), with_attribute(3, "b")]])
+    partition = ReceiverPartition(4, 0, 10, QUEUE_URL, make_options(location, region="us-east-1"))
+    got = pa.Table.from_batches(
+        list(read_partition(partition, client_factory=lambda: sqs, journal=journal))
+    )
+    assert got.column("messageId").to_pylist() == ids(2, 3)
