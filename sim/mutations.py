@@ -1,6 +1,6 @@
-"""``python -m sim.mutations``: revert each fix of the exactly-once issue (issue 13) in memory,
-one at a time, and count the seeds the simulation needs to find it. Runs on: the simulator's
-process only.
+"""``python -m sim.mutations``: revert each fix of the exactly-once issue (issue 13), and the
+in-flight cap of flow control, in memory, one at a time, and count the seeds the simulation
+needs to find it. Runs on: the simulator's process only.
 
 A mutation is *found* by a seed that fails with it and passes without it (the open faults of
 the unmutated code fail some seeds on their own; those do not count). Restarts keep
@@ -22,6 +22,7 @@ import spark_sqs.executor.receiver as receiver
 from sim.spark import Config, run_seed
 from spark_sqs.driver import offsets
 from spark_sqs.driver.coordinator import Coordinator
+from spark_sqs.driver.flow_control import FlowControl
 from spark_sqs.errors import JournalError, JournalOutcomeUnknown
 from spark_sqs.journal import Journal
 from spark_sqs.journal.lease import Lease
@@ -111,6 +112,17 @@ def _no_lease() -> contextlib.AbstractContextManager[None]:
     return patched(Lease, "acquire", acquire)
 
 
+def _no_in_flight_cap() -> contextlib.AbstractContextManager[None]:
+    """maxInFlightMessages: a batch takes what the trigger asks for (at most the option), as if
+    nothing were still unacknowledged."""
+    original = FlowControl.batch_limit
+
+    def batch_limit(self: FlowControl, limit: Any, in_flight: int) -> int:
+        return original(self, limit, 0)
+
+    return patched(FlowControl, "batch_limit", batch_limit)
+
+
 @dataclass(frozen=True)
 class Mutation:
     name: str
@@ -126,6 +138,7 @@ MUTATIONS = [
     Mutation("deleteAfterJournal retry ignores own parts", "4", _parts_not_filtered),
     Mutation("adoption renumbers", "5", _adoption_renumbers),
     Mutation("no journal lease", "6", _no_lease),
+    Mutation("in-flight cap ignores what is unacknowledged", "-", _no_in_flight_cap),
 ]
 
 
@@ -148,11 +161,14 @@ def hunt(mutation: Mutation, seeds: int, first: int = 0) -> tuple[int | None, in
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.mutations")
     parser.add_argument("--seeds", type=int, default=400, help="give up after this many seeds")
+    parser.add_argument("--only", help="run the mutations whose name contains this")
     args = parser.parse_args(argv)
     print("| mutation | issue 13 hole | found | first seed | seeds run | first violation |")
     print("| --- | --- | --- | --- | --- | --- |")
     missed = 0
     for mutation in MUTATIONS:
+        if args.only and args.only not in mutation.name:
+            continue
         started = time.perf_counter()
         seed, runs, violation = hunt(mutation, args.seeds)
         missed += seed is None
