@@ -78,9 +78,9 @@ def _parts_not_filtered() -> contextlib.AbstractContextManager[None]:
     its own earlier parts journaled."""
     original = receiver._receive_parts
 
-    def receive_parts(journal, client, partition, drop_ids, earlier, clocks):  # type: ignore[no-untyped-def]
+    def receive_parts(journal, client, partition, drop_ids, earlier, clocks, plan=None):  # type: ignore[no-untyped-def]
         blind = [(k, t.slice(0, 0)) for k, t in earlier]
-        return original(journal, client, partition, drop_ids, blind, clocks)
+        return original(journal, client, partition, drop_ids, blind, clocks, plan)
 
     return patched(receiver, "_receive_parts", receive_parts)
 
@@ -88,12 +88,17 @@ def _parts_not_filtered() -> contextlib.AbstractContextManager[None]:
 def _adoption_renumbers() -> contextlib.AbstractContextManager[None]:
     """Hole 5: each adoption copies an orphan to the next free receiver number."""
 
-    def adopt_entry(self: Journal, orphan: int, source: int, batch: int, target: int) -> bool:
+    def adopt_entry(
+        self: Journal, orphan: int, source: int, batch: int, target: int, keep: Any = None
+    ) -> bool:
         table = self.read_entry(orphan, source)
         if table is None:
             table = self.combined_parts(orphan, source)
         if table is None:
             return False
+        if keep is not None:
+            wanted = set(keep)
+            table = table.filter([i in wanted for i in table.column("messageId").to_pylist()])
         taken = self.receivers(batch)
         fresh = max([target - 1, *[r for r in taken if r >= target]]) + 1
         return self.write_entry(batch, fresh, table)
