@@ -351,11 +351,11 @@ class SparkSim:
 
     # -- invariant hooks (run right after each call, before anything else can run) -------------
 
-    def _after_sqs(self, name: str, kwargs: dict[str, Any]) -> None:
+    def _after_sqs(self, name: str, kwargs: dict[str, Any], answer: Any) -> None:
         if len(self.urls) > 1 and name.endswith("_batch") and "Entries" in kwargs:
             self._check_handles_go_home(name, kwargs)
         if name == "receive_message":
-            self._after_receive(kwargs["QueueUrl"])
+            self._after_receive(kwargs["QueueUrl"], answer)
             return
         if name not in ("delete_message_batch", "delete_message"):
             return
@@ -392,11 +392,18 @@ class SparkSim:
                 self.violation(f"{name}: a receipt handle of {home[0]} was sent to {target}")
                 return
 
-    def _after_receive(self, url: str) -> None:
-        deliveries = self.sqs._lookup(url).deliveries
+    def _after_receive(self, url: str, answer: Any) -> None:
+        queue = self.sqs._lookup(url)
+        deliveries = queue.deliveries
         actor = self.sched.current()
+        # Only the receipts the caller got: a response lost after the effect (and retried by
+        # the client) hid messages whose handles no one holds, until the visibility timeout.
+        got = {
+            (m["MessageId"], queue.handles[m["ReceiptHandle"]].number)
+            for m in (answer or {}).get("Messages", [])
+        }
         for d in deliveries[self._deliveries_seen.get(url, 0) :]:
-            self._holder[(url, d.message_id)] = actor
+            self._holder[(url, d.message_id)] = actor if (d.message_id, d.receipt) in got else None
         self._deliveries_seen[url] = len(deliveries)
         if self.config.max_in_flight is not None:
             self._check_in_flight()
