@@ -371,6 +371,12 @@ class SparkSim:
             if d.message_id == self.poison_id and self._poison_quarantined():
                 continue  # deleted after its copy reached the dead-letter queue
             if actor is not None and actor.kind in ("driver", "heartbeat"):
+                if self.poison_id is not None and d.message_id in self._carried_ids():
+                    # Carried out of a narrowed batch: the carry batch's journal holds it, and
+                    # the narrowed batch's acknowledgement may delete it (journal/poison.py).
+                    # The driver acknowledges itself when committed batches fill
+                    # maxInFlightMessages.
+                    continue
                 self.violation(
                     f"the driver deleted {d.message_id} from SQS before a committed batch held it"
                 )
@@ -493,11 +499,17 @@ class SparkSim:
                 if at > self.lease_written.get(doc["owner"], -1.0):
                     self.lease_written[doc["owner"]] = at
 
-    def _journaled_ids(self) -> set[str]:
+    def _carried_ids(self) -> set[str]:
+        """Ids journaled by carry batches (``batches/<X>/_carry.json``, Config.poison)."""
+        keys = self.store.keys()
+        carries = tuple(k[: -len("_carry.json")] for k in keys if k.endswith("/_carry.json"))
+        return self._journaled_ids(carries) if carries else set()
+
+    def _journaled_ids(self, under: tuple[str, ...] = ("batches/",)) -> set[str]:
         out: set[str] = set()
         snapshot = self.store.snapshot()
         for key, data in snapshot.items():
-            if not key.startswith("batches/") or not key.endswith(".arrow"):
+            if not key.startswith(under) or not key.endswith(".arrow"):
                 continue
             ids = self._journal_ids.get(key)
             if ids is None:
