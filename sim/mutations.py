@@ -1,6 +1,6 @@
-"""``python -m sim.mutations``: revert each fix of the exactly-once issue (issue 13) in memory,
-one at a time, and count the seeds the simulation needs to find it. Runs on: the simulator's
-process only.
+"""``python -m sim.mutations``: revert each fix of the exactly-once issue (issue 13), and the
+in-flight cap of flow control, in memory, one at a time, and count the seeds the simulation
+needs to find it. Runs on: the simulator's process only.
 
 A mutation is *found* by a seed that fails with it and passes without it (the open faults of
 the unmutated code fail some seeds on their own; those do not count). Restarts keep
@@ -22,6 +22,7 @@ import spark_sqs.executor.receiver as receiver
 from sim.spark import Config, run_seed
 from spark_sqs.driver import offsets
 from spark_sqs.driver.coordinator import Coordinator
+from spark_sqs.driver.flow_control import FlowControl
 from spark_sqs.errors import JournalError, JournalOutcomeUnknown
 from spark_sqs.executor import duplicates
 from spark_sqs.journal import Journal
@@ -78,9 +79,9 @@ def _parts_not_filtered() -> contextlib.AbstractContextManager[None]:
     its own earlier parts journaled."""
     original = receiver._receive_parts
 
-    def receive_parts(journal, client, partition, drop_ids, earlier, clocks):  # type: ignore[no-untyped-def]
+    def receive_parts(journal, client, partition, drop_ids, earlier, clocks, plan=None):  # type: ignore[no-untyped-def]
         blind = [(k, t.slice(0, 0)) for k, t in earlier]
-        return original(journal, client, partition, drop_ids, blind, clocks)
+        return original(journal, client, partition, drop_ids, blind, clocks, plan)
 
     return patched(receiver, "_receive_parts", receive_parts)
 
@@ -88,12 +89,17 @@ def _parts_not_filtered() -> contextlib.AbstractContextManager[None]:
 def _adoption_renumbers() -> contextlib.AbstractContextManager[None]:
     """Hole 5: each adoption copies an orphan to the next free receiver number."""
 
-    def adopt_entry(self: Journal, orphan: int, source: int, batch: int, target: int) -> bool:
+    def adopt_entry(
+        self: Journal, orphan: int, source: int, batch: int, target: int, keep: Any = None
+    ) -> bool:
         table = self.read_entry(orphan, source)
         if table is None:
             table = self.combined_parts(orphan, source)
         if table is None:
             return False
+        if keep is not None:
+            wanted = set(keep)
+            table = table.filter([i in wanted for i in table.column("messageId").to_pylist()])
         taken = self.receivers(batch)
         fresh = max([target - 1, *[r for r in taken if r >= target]]) + 1
         return self.write_entry(batch, fresh, table)
@@ -117,6 +123,17 @@ def _no_duplicate_window() -> contextlib.AbstractContextManager[None]:
     return patched(duplicates, "copies", lambda *args, **kwargs: set())
 
 
+def _no_in_flight_cap() -> contextlib.AbstractContextManager[None]:
+    """maxInFlightMessages: a batch takes what the trigger asks for (at most the option), as if
+    nothing were still unacknowledged."""
+    original = FlowControl.batch_limit
+
+    def batch_limit(self: FlowControl, limit: Any, in_flight: int) -> int:
+        return original(self, limit, 0)
+
+    return patched(FlowControl, "batch_limit", batch_limit)
+
+
 @dataclass(frozen=True)
 class Mutation:
     name: str
@@ -133,6 +150,7 @@ MUTATIONS = [
     Mutation("adoption renumbers", "5", _adoption_renumbers),
     Mutation("no journal lease", "6", _no_lease),
     Mutation("no duplicate window", "7", _no_duplicate_window),
+    Mutation("in-flight cap ignores what is unacknowledged", "-", _no_in_flight_cap),
 ]
 
 
@@ -155,11 +173,14 @@ def hunt(mutation: Mutation, seeds: int, first: int = 0) -> tuple[int | None, in
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.mutations")
     parser.add_argument("--seeds", type=int, default=400, help="give up after this many seeds")
+    parser.add_argument("--only", help="run the mutations whose name contains this")
     args = parser.parse_args(argv)
     print("| mutation | issue 13 hole | found | first seed | seeds run | first violation |")
     print("| --- | --- | --- | --- | --- | --- |")
     missed = 0
     for mutation in MUTATIONS:
+        if args.only and args.only not in mutation.name:
+            continue
         started = time.perf_counter()
         seed, runs, violation = hunt(mutation, args.seeds)
         missed += seed is None

@@ -361,10 +361,11 @@ class HookedStore:
 
 
 class HookedSqs:
-    """A boto3-shaped SQS client whose every call is a scheduler point."""
+    """A boto3-shaped SQS client whose every call is a scheduler point. ``after`` sees each
+    call's name, arguments and answer (None when it raised)."""
 
     def __init__(
-        self, client: Any, sched: Scheduler, after: Callable[[str, dict[str, Any]], None]
+        self, client: Any, sched: Scheduler, after: Callable[[str, dict[str, Any], Any], None]
     ) -> None:
         self.inner = client
         self._sched = sched
@@ -377,10 +378,12 @@ class HookedSqs:
 
         def call(**kwargs: Any) -> Any:
             die_after = self._sched.point(f"sqs.{name} {_describe(kwargs)}")
+            answer = None
             try:
-                return target(**kwargs)
+                answer = target(**kwargs)
+                return answer
             finally:
-                self._after(name, kwargs)
+                self._after(name, kwargs, answer)
                 if die_after:
                     raise Crash
 

@@ -46,7 +46,7 @@ import pyarrow as pa
 
 from sim.clock import SimClock
 from sim.sched import Actor, Crash, Deadlock, HookedSqs, HookedStore, Scheduler, SimLock
-from sim.sqs import DATA_OPERATIONS, FaultRates, SimSqs
+from sim.sqs import DATA_OPERATIONS, DEFAULT_INFLIGHT_LIMIT, FaultRates, SimSqs
 from sim.store import SimJournalStore, StoreFaultRates
 from spark_sqs.driver import offsets
 from spark_sqs.driver.coordinator import Coordinator
@@ -102,12 +102,26 @@ class Config:
     # Standard queues: the chance that a deleted message is handed out once more, within a
     # minute of its delete (sim/sqs.py ``ghost_probability``); duplicateWindow must drop it.
     ghosts: float = 0.0
+    # maxInFlightMessages (None: the default, 60,000, which never binds here), the same in every
+    # run of the seed; the in-flight bound is checked whenever it is set (_check_in_flight).
+    max_in_flight: int | None = None
+    # The simulated queues' own in-flight limit (None: SQS's 120,000), and waitTimeSeconds: 0
+    # makes every receive a short poll, which the limit fails with OverLimit (a long poll
+    # returns nothing instead).
+    sqs_inflight_limit: int | None = None
+    wait_time: int = 1
 
     @classmethod
     def from_seed(cls, seed: int, fifo: bool | None = None) -> Config:
         rng = random.Random(f"config:{seed}")
         # Always drawn, so that --fifo/--standard change nothing else of the seed.
         picked_fifo = rng.random() < 0.4
+        # In-flight limits come from a stream of their own: the seeds that draw none keep the
+        # histories they had before these were added.
+        flight = random.Random(f"inflight:{seed}")
+        max_in_flight = flight.choice([4, 8, 15, 30]) if flight.random() < 0.1 else None
+        sqs_limit = flight.choice([5, 10, 20]) if flight.random() < 0.05 else None
+        wait_time = flight.choice([0, 1]) if sqs_limit is not None else 1
         return cls(
             seed=seed,
             fifo=picked_fifo if fifo is None else fifo,
@@ -125,6 +139,9 @@ class Config:
             new_checkpoint=rng.choice([0.0, 0.0, 0.3]),
             # Its own stream: the draws above, and so the seeds recorded before it, are unchanged.
             ghosts=random.Random(f"ghosts:{seed}").choice([0.0, 0.0, 0.1, 0.3]),
+            max_in_flight=max_in_flight,
+            sqs_inflight_limit=sqs_limit,
+            wait_time=wait_time,
         )
 
 
@@ -138,6 +155,8 @@ class RunOptions:
     queues: tuple[int, ...] | None = None
     # The dead-letter queue of Config.poison (None: the default poisonMessagePolicy=fail).
     dead_letter: str | None = None
+    max_in_flight: int | None = None  # Config.max_in_flight
+    wait_time: int = 1  # Config.wait_time
 
     def parse(self, queue_url: str) -> SqsOptions:
         poison = (
@@ -150,6 +169,11 @@ class RunOptions:
             if self.dead_letter
             else {}
         )
+        flight = (
+            {"maxInFlightMessages": str(self.max_in_flight)}
+            if self.max_in_flight is not None
+            else {}
+        )
         return SqsOptions.parse(
             {
                 "queueUrl": queue_url,
@@ -159,12 +183,13 @@ class RunOptions:
                 "maxMessagesPerTrigger": str(self.max_messages),
                 "deleteAfterJournal": str(self.delete_after_journal).lower(),
                 "visibilityTimeout": str(VISIBILITY),
-                "waitTimeSeconds": "1",
+                "waitTimeSeconds": str(self.wait_time),
                 "queuePollInterval": "1",
                 # Every crashed run that read a batch counts as an attempt of it: with the
                 # default of 3, poisonMessagePolicy=fail would rightly stop the stream.
                 "maxBatchAttempts": "1000",
                 **poison,
+                **flight,
             },
             env={},
         )
@@ -216,6 +241,7 @@ class SparkSim:
             c.seed,
             clock=self.clock,
             ghost_probability=c.ghosts,
+            inflight_limit=c.sqs_inflight_limit or DEFAULT_INFLIGHT_LIMIT,
             fault_rates=FaultRates(
                 throttle=c.sqs_faults / 2,
                 server_error=c.sqs_faults / 4,
@@ -271,6 +297,14 @@ class SparkSim:
         self._journal_ids: dict[str, frozenset[str]] = {}
         self._deletions_seen: dict[str, int] = {}
         self.lease_written: dict[str, float] = {}
+        # The in-flight bound (_check_in_flight): which task attempt's receive handed out each
+        # message's current receipt, and each attempt's receiver: (journal batch, receiver,
+        # plan limit, run).
+        self._holder: dict[tuple[str, str], Actor | None] = {}
+        self._slot: dict[Actor, tuple[int, int, int, str]] = {}
+        self._deliveries_seen: dict[str, int] = {}
+        self._drivers: dict[str, Coordinator] = {}
+        self._in_flight_broken = False
         self.stats: dict[str, int] = {
             "batches": 0, "replays": 0, "restarts": 0, "stragglers": 0, "speculative": 0,
             "second_queries": 0, "driver_crashes": 0, "task_crashes": 0, "query_failures": 0,
@@ -326,9 +360,12 @@ class SparkSim:
 
     # -- invariant hooks (run right after each call, before anything else can run) -------------
 
-    def _after_sqs(self, name: str, kwargs: dict[str, Any]) -> None:
+    def _after_sqs(self, name: str, kwargs: dict[str, Any], answer: Any) -> None:
         if len(self.urls) > 1 and name.endswith("_batch") and "Entries" in kwargs:
             self._check_handles_go_home(name, kwargs)
+        if name == "receive_message":
+            self._after_receive(kwargs["QueueUrl"], answer)
+            return
         if name not in ("delete_message_batch", "delete_message"):
             return
         new = []
@@ -343,6 +380,12 @@ class SparkSim:
             if d.message_id == self.poison_id and self._poison_quarantined():
                 continue  # deleted after its copy reached the dead-letter queue
             if actor is not None and actor.kind in ("driver", "heartbeat"):
+                if self.poison_id is not None and d.message_id in self._carried_ids():
+                    # Carried out of a narrowed batch: the carry batch's journal holds it, and
+                    # the narrowed batch's acknowledgement may delete it (journal/poison.py).
+                    # The driver acknowledges itself when committed batches fill
+                    # maxInFlightMessages.
+                    continue
                 self.violation(
                     f"the driver deleted {d.message_id} from SQS before a committed batch held it"
                 )
@@ -364,7 +407,98 @@ class SparkSim:
                 self.violation(f"{name}: a receipt handle of {home[0]} was sent to {target}")
                 return
 
+    def _after_receive(self, url: str, answer: Any) -> None:
+        queue = self.sqs._lookup(url)
+        deliveries = queue.deliveries
+        actor = self.sched.current()
+        # Only the receipts the caller got: a response lost after the effect (and retried by
+        # the client) hid messages whose handles no one holds, until the visibility timeout.
+        got = {
+            (m["MessageId"], queue.handles[m["ReceiptHandle"]].number)
+            for m in (answer or {}).get("Messages", [])
+        }
+        for d in deliveries[self._deliveries_seen.get(url, 0) :]:
+            self._holder[(url, d.message_id)] = actor if (d.message_id, d.receipt) in got else None
+        self._deliveries_seen[url] = len(deliveries)
+        if self.config.max_in_flight is not None:
+            self._check_in_flight()
+
+    def _check_in_flight(self) -> None:
+        """maxInFlightMessages, as the source promises it (docs/simulation.md, "The in-flight
+        bound"): the messages in flight for batches not yet acknowledged, counting one attempt
+        per receiver (the one holding most) and, of attempts started by earlier runs, only what
+        they journaled, never exceed the option; no attempt holds more than its receiver's
+        limit. Run after every receive and every journal entry written: nothing else adds to
+        the count."""
+        driver = self._drivers.get(self.current_run or "")
+        if driver is None:
+            return  # between runs: no driver to hold to its option
+        bound = self.config.max_in_flight
+        assert bound is not None
+        acked = driver.acknowledger.acked_batch
+        now = self.clock.elapsed
+        journaled: set[str] | None = None
+        per_attempt: dict[Actor, int] = {}
+        held: dict[tuple[int, int], int] = {}  # (batch, receiver) -> messages it holds
+        raw = 0
+        for url in self.urls:
+            for m in self.sqs._lookup(url).live.values():
+                if m.state(now) != "in_flight":
+                    continue
+                raw += 1
+                actor = self._holder.get((url, m.message_id))
+                slot = self._slot.get(actor) if actor is not None else None
+                if actor is None or slot is None:
+                    continue
+                per_attempt[actor] = per_attempt.get(actor, 0) + 1
+                if slot[0] <= acked or slot[3] == self.current_run:
+                    continue
+                # An attempt of a dead run: what it journaled is the source's to count (an
+                # inherited batch); what it did not is lost to the source until it times out.
+                if journaled is None:
+                    journaled = self._journaled_ids()
+                if m.message_id in journaled:
+                    held[slot[:2]] = held.get(slot[:2], 0) + 1
+        for actor, n in per_attempt.items():
+            batch, receiver, limit, run = self._slot[actor]
+            if n > limit and not self._in_flight_broken:
+                self._in_flight_broken = True
+                self.violation(
+                    f"in-flight bound: {actor.name} holds {n} messages in flight, more than "
+                    f"its receiver's limit {limit}"
+                )
+            if batch > acked and run == self.current_run:
+                held[(batch, receiver)] = max(held.get((batch, receiver), 0), n)
+        total = sum(held.values())
+        stats = self.stats
+        stats["inflight_peak"] = max(stats.get("inflight_peak", 0), raw)
+        stats["inflight_held_peak"] = max(stats.get("inflight_held_peak", 0), total)
+        if raw > bound:
+            # Extra attempts (losers, killed attempts, stragglers, tasks of a dead driver) hold
+            # their receipts until they release them or the visibility timeout: allowed.
+            stats["inflight_over_option"] = stats.get("inflight_over_option", 0) + 1
+            if self._trace_on:
+                holders = ", ".join(
+                    f"{a.name}{'' if self._slot[a][3] == self.current_run else ' (dead run)'}"
+                    f"{' (done)' if a.done else ''}: {n}"
+                    for a, n in per_attempt.items()
+                )
+                self.event(f"{raw} in flight > maxInFlightMessages={bound}: {holders}")
+        if total > bound and not self._in_flight_broken:
+            self._in_flight_broken = True
+            shown = ", ".join(f"b{b}.r{r}:{n}" for (b, r), n in sorted(held.items()) if n)
+            self.violation(
+                f"in-flight bound: {total} messages in flight for unacknowledged batches, "
+                f"maxInFlightMessages={bound} (acknowledged through {acked}; {shown})"
+            )
+
     def _after_store(self, method: str, key: str) -> None:
+        if (
+            method == "create"
+            and key.startswith("batches/")
+            and self.config.max_in_flight is not None
+        ):
+            self._check_in_flight()
         if method == "create" and key.startswith("lease/"):
             # When each owner last wrote a lease record that took effect (answer lost or not).
             data = self.store.peek(key)
@@ -374,11 +508,17 @@ class SparkSim:
                 if at > self.lease_written.get(doc["owner"], -1.0):
                     self.lease_written[doc["owner"]] = at
 
-    def _journaled_ids(self) -> set[str]:
+    def _carried_ids(self) -> set[str]:
+        """Ids journaled by carry batches (``batches/<X>/_carry.json``, Config.poison)."""
+        keys = self.store.keys()
+        carries = tuple(k[: -len("_carry.json")] for k in keys if k.endswith("/_carry.json"))
+        return self._journaled_ids(carries) if carries else set()
+
+    def _journaled_ids(self, under: tuple[str, ...] = ("batches/",)) -> set[str]:
         out: set[str] = set()
         snapshot = self.store.snapshot()
         for key, data in snapshot.items():
-            if not key.startswith("batches/") or not key.endswith(".arrow"):
+            if not key.startswith(under) or not key.endswith(".arrow"):
                 continue
             ids = self._journal_ids.get(key)
             if ids is None:
@@ -417,6 +557,10 @@ class SparkSim:
         finally:
             self.sched.shutdown()
         self._check_end()
+        for kind, count in self.sqs.over_limit.items():
+            if count:
+                # Receives at the simulated queue's own in-flight limit (Config.sqs_inflight_limit).
+                self.stats[f"over_limit_{kind}"] = count
         return Result(
             c,
             self.violations,
@@ -438,6 +582,8 @@ class SparkSim:
             batches=self.rng.randint(1, 5),
             queues=self._run_queues(),
             dead_letter=self.dead_letter,
+            max_in_flight=self.config.max_in_flight,
+            wait_time=self.config.wait_time,
         )
 
     def _run_queues(self) -> tuple[int, ...] | None:
@@ -534,6 +680,7 @@ class SparkSim:
             parallelism=1,
         )
         driver.start_poison_policy()
+        self._drivers[group] = driver
         # The heartbeat thread, on the simulated clock; its lock must be the scheduler's.
         driver.heartbeat.lock = SimLock(self.sched, f"{group} heartbeat")  # type: ignore[assignment]
 
@@ -730,7 +877,9 @@ class SparkSim:
                 self.sched.point("task: yielded rows")
             return rows
 
-        ts.attempts[index].append(self.sched.spawn(name, f"{group}/exec", "task", task))
+        actor = self.sched.spawn(name, f"{group}/exec", "task", task)
+        self._slot[actor] = (partition.batch, partition.receiver, partition.max_messages, group)
+        ts.attempts[index].append(actor)
 
     def _second_query(self, group: str, options: SqsOptions) -> None:
         """Another query (another checkpoint) started on this journal while this one runs."""
@@ -832,7 +981,15 @@ class SparkSim:
         tries = 5 + (2 + 2 * 7 if self.config.poison else 0)
         deadline = self.clock.elapsed + (20 * VISIBILITY + 600) * (tries // 5)
         daj = self.config.delete_after_journal and not self.config.change_delete_after_journal
-        opts = RunOptions(4, 100, daj, 0, dead_letter=self.dead_letter)
+        opts = RunOptions(
+            4,
+            100,
+            daj,
+            0,
+            dead_letter=self.dead_letter,
+            max_in_flight=self.config.max_in_flight,
+            wait_time=self.config.wait_time,
+        )
         for _ in range(tries):
             self.last_failure = None
             self._one_run(opts, drain=True)

@@ -367,6 +367,9 @@ class SimSqs:
         self._requests = 0
         self.trace: list[TraceEvent] = []
         self.calls: dict[str, int] = {}
+        # Receives that found the queue at its in-flight limit: "short" polls failed with
+        # OverLimit, "long" polls returned nothing.
+        self.over_limit: dict[str, int] = {"short": 0, "long": 0}
 
     # ----------------------------------------------------------------------------------------
     # boto3-shaped API
@@ -1022,6 +1025,7 @@ class SimSqs:
         now = self._now()
         in_flight = sum(1 for m in queue.live.values() if m.state(now) == "in_flight")
         if in_flight >= self.inflight_limit:
+            self.over_limit["long" if wait > 0 else "short"] += 1
             if wait > 0:
                 return None
             raise client_error(

@@ -278,12 +278,14 @@ class Acknowledger:
 
     def pending_messages(self) -> int:
         """Messages journaled by batches not yet acknowledged (received, not deleted), at most:
-        the plan limits of this run's batches, the counted entries of inherited ones."""
+        the plan limits of this run's batches, plus the counted entries of inherited batches and of
+        batches that adopted orphaned entries."""
         total = 0
         for batch in self._pending:
-            if batch in self._limits:
-                total += self._limits[batch]
-            else:
+            total += self._limits.get(batch, 0)
+            # Inherited batches, and batches of this run that adopted orphaned entries (their
+            # plan gives the adopting receivers no limit), hold what is journaled.
+            if batch in self._inherited or batch not in self._limits:
                 if batch not in self._inherited_ids:
                     self._inherited_ids[batch] = frozenset(
                         i for r in self._journal.batch_receipts(batch) for i in r.message_ids

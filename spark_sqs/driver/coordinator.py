@@ -363,6 +363,11 @@ class Coordinator:
             # them must stop before it deletes messages this plan would not deliver.
             self.journal.retire(orphan)
         adopted = self._adoptable(orphans)
+        limit = self._limits.pop(batch, None)
+        if limit is None:
+            # Spark logged this batch's end in a run that died before planning it: the limit
+            # that run's latestOffset chose is gone. maxInFlightMessages still bounds it.
+            limit = self.flow.batch_limit(None, self.acknowledger.pending_messages())
         self.acknowledger.track(batch)
         # The receivers of this batch receive for up to receive_budget_seconds (plus a last
         # long poll): any pending message whose handle may expire by then is dropped.
@@ -374,7 +379,6 @@ class Coordinator:
         if unfinished:
             drop_ids = drop_ids.union(*unfinished.values())
         journaled = self.journal.receivers(batch)
-        limit = self._limits.pop(batch, self.options.max_messages_per_trigger)
         if poison.carry_batches(self.journal, orphans):
             # Messages carried out of a narrowed batch are delivered alone, so that the batch
             # that adopts them narrows them further without mixing in new ones (poison.py).

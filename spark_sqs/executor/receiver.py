@@ -35,7 +35,7 @@ from ..journal import (
 from ..journal.poison import FIRST_ATTEMPT
 from ..schema import RECEIPT_HANDLE, messages_to_table, output_batches
 from ..sqs.batching import BatchCaller, Entry
-from ..sqs.client import cached_client, classify
+from ..sqs.client import cached_client, classify, error_code
 from . import duplicates, poison
 from .acknowledgement import acknowledge_assigned, record_window
 from .envelopes import Prepared, merged_metadata, prepare
@@ -102,6 +102,19 @@ def receive_messages(
         try:
             response = _receive(client, request, partition)
         except Exception as exc:
+            if error_code(exc) == "OverLimit":
+                # The queue is at SQS's in-flight limit: a short poll fails where a long poll
+                # returns nothing. Failing the task would keep this batch's other receivers'
+                # messages in flight, so every retry would fail again; end like a long poll.
+                logger.warning(
+                    "batch %d receiver %d: the queue is at SQS's in-flight limit (OverLimit); "
+                    "stopping the receive loop after %d messages",
+                    partition.batch,
+                    partition.receiver,
+                    len(by_id),
+                )
+                stats.stopped_by = "in-flight limit"
+                break
             err = classify(exc, "ReceiveMessage", partition.queue_url)
             if not by_id:
                 raise err from None

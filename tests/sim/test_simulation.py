@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from sim.__main__ import replay_command
+from sim.mutations import MUTATIONS
 from sim.spark import Config, Result, run_seed
 from sim.sweep import Variant, sweep
 
@@ -37,8 +38,19 @@ def _failures(results: list[Result], fifo: bool, queues: int = 1, poison: bool =
 @pytest.mark.parametrize("fifo", [False, True], ids=["standard", "fifo"])
 def test_every_seed_delivers_each_message_exactly_once(fifo: bool) -> None:
     # Restarts may also switch deleteAfterJournal (a stored plan keeps a batch's mode).
-    failures = _failures(list(sweep(range(SEEDS), fifo=fifo)), fifo)
+    results = list(sweep(range(SEEDS), fifo=fifo))
+    failures = _failures(results, fifo)
     assert not failures, failures
+    # About one seed in ten sets maxInFlightMessages (4-30) and one in twenty gives the queue a
+    # small in-flight limit of its own, half of them with short polls (sim/spark.py Config).
+    bound_reached = [
+        r
+        for r in results
+        if r.config.max_in_flight and r.stats.get("inflight_held_peak", 0) >= r.config.max_in_flight
+    ]
+    assert len(bound_reached) > SEEDS // 50, "seeds that fill maxInFlightMessages"
+    over_limit = [r for r in results if r.stats.get("over_limit_short")]
+    assert len(over_limit) > SEEDS // 200, "seeds whose short polls met SQS's OverLimit"
 
 
 @pytest.mark.parametrize("fifo", [False, True], ids=["standard", "fifo"])
@@ -72,6 +84,31 @@ def test_a_narrowed_batch_adopted_by_a_new_checkpoint_delivers_what_it_keeps() -
     assert result.ok, result.violations
 
 
+def _tiny_sqs_limit(config: Config) -> None:
+    config.sqs_inflight_limit = 4
+    config.wait_time = 0  # short polls: at the limit, ReceiveMessage fails with OverLimit
+
+
+def test_the_queues_own_in_flight_limit_fails_short_polls_and_the_source_survives() -> None:
+    """A queue that allows 4 messages in flight, with short polls, under every fault of the
+    seed: receives fail with OverLimit, and every message still reaches the sink once."""
+    results = [run_seed(seed, configure=_tiny_sqs_limit) for seed in range(30)]
+    failures = "\n".join(f"seed {r.config.seed}: {r.violations[:3]}" for r in results if not r.ok)
+    assert not failures, failures
+    assert sum(1 for r in results if r.stats.get("over_limit_short")) > 20
+
+
+def test_the_in_flight_bound_fails_when_the_cap_ignores_unacknowledged_batches() -> None:
+    """The mutation check's in-flight row (sim/mutations.py): with flow control counting
+    nothing as in flight, seed 22 (maxInFlightMessages=15) breaks the bound."""
+    mutation = next(m for m in MUTATIONS if m.name.startswith("in-flight cap"))
+    assert Config.from_seed(22).max_in_flight is not None
+    with mutation.apply():
+        mutated = run_seed(22, configure=_fixed_mode)
+    assert any(v.startswith("in-flight bound") for v in mutated.violations), mutated.violations
+    assert run_seed(22, configure=_fixed_mode).ok
+
+
 def test_a_seed_replays_exactly() -> None:
     first = run_seed(198, trace=True)
     again = run_seed(198, trace=True)
@@ -92,6 +129,16 @@ def test_a_seed_replays_exactly() -> None:
         # The owner renewed twice in a tick and deleted the record the second query had listed
         # but not yet read: "no lease", so it took a journal in use (spark_sqs/journal/lease.py).
         (329, False, False, "a second query took the journal over"),
+        # A batch Spark logged before a restart was planned with maxMessagesPerTrigger, over
+        # maxInFlightMessages (spark_sqs/driver/coordinator.py, _new_plan).
+        (170, False, False, "in-flight bound"),
+        # Short polls at the queue's in-flight limit failed every retry of a task while its
+        # batch's other receivers held the limit: the final drain failed (receiver.py).
+        (106, False, False, "the final drain failed"),
+        # A batch that adopted a dead run's entries counted them nowhere in what is in flight
+        # (their receivers' plan limit is 0): the next batch took the whole option on top
+        # (spark_sqs/driver/acknowledger.py, pending_messages).
+        (532, False, False, "in-flight bound"),
     ],
 )
 def test_the_faults_it_found_stay_fixed(

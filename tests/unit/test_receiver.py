@@ -288,6 +288,21 @@ def test_a_later_failure_keeps_what_was_received() -> None:
     assert stats.calls == 1
 
 
+@pytest.mark.parametrize("received", [0, 10])
+def test_the_in_flight_limit_ends_the_loop_like_an_empty_long_poll(received: int) -> None:
+    """Found by the simulation (docs/simulation.md): a short poll at SQS's in-flight limit
+    failed the task, and every retry failed again while the batch's other receivers held
+    the queue's in-flight messages, until the query failed."""
+    got = [sqs_message(n) for n in range(received)]
+    over = client_error("OverLimit", 403)
+    sqs = FakeSqs(script=[got, over] if got else [over])
+
+    messages, stats = receive_messages(sqs, partition(50, waitTimeSeconds="0"))
+
+    assert messages == got
+    assert stats.stopped_by == "in-flight limit"
+
+
 # -- read_partition ----------------------------------------------------------------------------
 
 

@@ -51,3 +51,30 @@ def test_a_replay_drops_what_an_attempt_killed_mid_loop_journaled_in_parts(drive
     plan = journal.read_plan(1)
     assert plan is not None
     assert ids <= journal.read_drops(plan.drops)
+
+
+def test_a_batch_logged_before_a_restart_is_planned_within_max_in_flight(tmp_path: Path) -> None:
+    """Found by the simulation (docs/simulation.md, seed 170): Spark logged batch 2's end, the
+    driver died before planning it, and the restart planned it with maxMessagesPerTrigger,
+    though batch 1's messages were still unacknowledged."""
+    options = make_options(
+        str(tmp_path / "journal"),
+        numPartitions="2",
+        maxMessagesPerTrigger="100",
+        maxInFlightMessages="5",
+    )
+    journal = Journal(options.journal_location, options)
+    died = Coordinator(options, NoCallsSqs(), QUEUE_URL, journal)
+    died.plan({"batch": 0}, {"batch": 1})
+    journal.write_entry(1, 0, messages_to_table([sqs_message(n) for n in range(3)], QUEUE_URL))
+    died.close()
+
+    restarted = Coordinator(options, NoCallsSqs(), QUEUE_URL, journal)
+    restarted.plan({"batch": 1}, {"batch": 2})
+    restarted.close()
+
+    plan = journal.read_plan(2)
+    assert plan is not None
+    # Batch 1's three messages stay in flight until batch 2's receivers delete them.
+    assert sum(r.limit for r in plan.receivers) == 5 - 3
+    assert list(plan.acknowledges) == [1]
