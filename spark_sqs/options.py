@@ -157,8 +157,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "maxInFlightMessages",
         "60000",
-        "Never more messages received and not yet acknowledged than this (SQS allows about "
-        "120,000 in flight per queue). Caps every micro-batch, also under Trigger.AvailableNow.",
+        "A new micro-batch may receive at most this many minus what the source still holds "
+        "unacknowledged (SQS allows about 120,000 in flight per queue), also under "
+        "Trigger.AvailableNow. A second attempt of a task (speculation, a retry before the "
+        "killed attempt's messages time out) can hold its share once more until it ends.",
         "int",
         1,
         120_000,
