@@ -391,13 +391,6 @@ def test_a_concurrent_delete_after_journal_attempt_stops_at_a_taken_part(locatio
 # -- orphan adoption interrupted by a crash --------------------------------------------------------
 
 
-class NoCallsSqs:
-    def _ok(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"Successful": [{"Id": e["Id"]} for e in Entries], "Failed": []}
-
-    delete_message_batch = change_message_visibility_batch = _ok
-
-
 @pytest.mark.parametrize(
     "crash_at",
     [
@@ -423,9 +416,7 @@ def test_two_orphan_adoptions_with_a_crash_between_deliver_each_entry_once(
         if (method, key) == crash_at:
             raise Crash
 
-    first = Coordinator(
-        options, NoCallsSqs(), QUEUE_URL, journal_with(location, options, after=crash)
-    )
+    first = Coordinator(options, FakeSqs(), QUEUE_URL, journal_with(location, options, after=crash))
     try:
         with pytest.raises(Crash):
             first.plan({"batch": 4}, {"batch": 7})
@@ -433,7 +424,7 @@ def test_two_orphan_adoptions_with_a_crash_between_deliver_each_entry_once(
         first.close()
 
     for _ in range(2):  # the restart, and any later replay of batch 7
-        state = Coordinator(options, NoCallsSqs(), QUEUE_URL, Journal(location, options))
+        state = Coordinator(options, FakeSqs(), QUEUE_URL, Journal(location, options))
         try:
             parts = state.plan({"batch": 4}, {"batch": 7})
         finally:
@@ -506,14 +497,14 @@ def test_a_replay_after_a_restart_with_other_options_uses_the_stored_plan(locati
     the first run's receivers and limits: new receivers would receive fresh messages that a
     write-then-skip sink drops (and the acknowledgement then deletes)."""
     first = options_for(location, numPartitions="2", maxMessagesPerTrigger="10")
-    state = Coordinator(first, NoCallsSqs(), QUEUE_URL, Journal(location, first))
+    state = Coordinator(first, FakeSqs(), QUEUE_URL, Journal(location, first))
     try:
         planned_first = state.plan({"batch": 0}, {"batch": 1})
     finally:
         state.close()
 
     later = options_for(location, numPartitions="4", maxMessagesPerTrigger="100")
-    restarted = Coordinator(later, NoCallsSqs(), QUEUE_URL, Journal(location, later))
+    restarted = Coordinator(later, FakeSqs(), QUEUE_URL, Journal(location, later))
     try:
         replayed = restarted.plan({"batch": 0}, {"batch": 1})
         # New options apply from the next new batch.

@@ -20,13 +20,6 @@ from tests.fakes import FakeSqs, HookedStore, client_error
 from tests.unit.factories import QUEUE_URL, make_options, sqs_message
 
 
-class QueueSqs(FakeSqs):
-    """The scripted queue, answering the driver's backlog poll too."""
-
-    def get_queue_attributes(self, QueueUrl: str, AttributeNames: list[str]) -> dict[str, Any]:
-        return {"Attributes": {name: str(len(self.queue)) for name in AttributeNames}}
-
-
 def deletes(sqs: FakeSqs, since: int = 0) -> list[str]:
     return [
         e["ReceiptHandle"]
@@ -47,7 +40,7 @@ def world(tmp_path: Path) -> Any:
         queuePollInterval="0.01",
     )
     store = HookedStore(LocalStore(location))
-    sqs = QueueSqs(available=18)
+    sqs = FakeSqs(available=18)
     state = Coordinator(options, sqs, QUEUE_URL, Journal(location, options, store=store))
     yield state, sqs, store, Journal(location, options)
     state.close()
@@ -221,7 +214,7 @@ def test_a_committed_batch_that_fills_the_in_flight_limit_is_deleted_by_the_driv
         queuePollInterval="0.01",
     )
     journal = Journal(location, options)
-    sqs = QueueSqs(available=12)
+    sqs = FakeSqs(available=12)
     state = Coordinator(options, sqs, QUEUE_URL, journal)
     try:
         run(state.plan({"batch": 0}, state.latest_offset({"batch": 0})), sqs, journal)
