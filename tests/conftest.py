@@ -84,3 +84,18 @@ def fifo_queue_url(sqs: Any) -> Iterator[str]:
         sqs.delete_queue(QueueUrl=url)
     except Exception:
         pass
+
+
+@pytest.fixture
+def source(request: pytest.FixtureRequest, spark: Any, moto_endpoint: str, tmp_path: Any) -> Any:
+    """``source(**options)``: ``spark.readStream.format("sqs")`` on the test server and this
+    test's queue (``queue_url`` unless ``queue`` is given), journaled in ``tmp_path/journal``
+    unless ``journal`` is given."""
+    from tests.helpers import sqs_stream
+
+    def stream(*, queue: str | None = None, journal: Any = None, **options: Any) -> Any:
+        url = queue if queue is not None else request.getfixturevalue("queue_url")
+        location = str(journal if journal is not None else tmp_path / "journal")
+        return sqs_stream(spark, moto_endpoint, url, location, **options)
+
+    return stream

@@ -183,3 +183,21 @@ def extended_sqs_client(endpoint: str | None, bucket: str, region: str = "us-eas
     # The library's own S3 client ignores endpoint overrides; point it at the same server.
     sqs.s3_client = session.client("s3", endpoint_url=endpoint)
     return sqs
+
+
+def start_query(
+    df: Any, sink: Any, checkpoint: Any, trigger: dict[str, Any] | None = None, **options: Any
+) -> Any:
+    """``df.writeStream`` into ``sink`` (a format name such as "parquet", "memory" or "noop",
+    or a ``foreachBatch`` function), checkpointed at ``checkpoint``, with ``trigger`` (the
+    keywords of ``DataStreamWriter.trigger``), started. ``queryName`` names the query; every
+    other keyword is a writer option (``path=...``)."""
+    writer = df.writeStream
+    if trigger is not None:
+        writer = writer.trigger(**trigger)
+    writer = writer.foreachBatch(sink) if callable(sink) else writer.format(sink)
+    if "queryName" in options:
+        writer = writer.queryName(options.pop("queryName"))
+    for key, value in options.items():
+        writer = writer.option(key, str(value))
+    return writer.option("checkpointLocation", str(checkpoint)).start()

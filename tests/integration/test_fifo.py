@@ -13,6 +13,7 @@ from tests.helpers import (
     drain_and_stop,
     queue_counts,
     sqs_stream,
+    start_query,
     wait_until,
 )
 
@@ -112,7 +113,7 @@ def test_fifo_receive_attempt_id_is_sent_and_repeated_by_a_retried_task(
     def sink(df: Any, batch_id: int) -> None:
         committed[batch_id] = df.collect()
 
-    query = (
+    query = start_query(
         sqs_stream(
             spark,
             moto_endpoint,
@@ -120,10 +121,9 @@ def test_fifo_receive_attempt_id_is_sent_and_repeated_by_a_retried_task(
             str(tmp_path / "journal"),
             numPartitions=1,
             visibilityTimeout=4,
-        )
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .start()
+        ),
+        sink,
+        tmp_path / "ckpt",
     )
     try:
         wait_until(

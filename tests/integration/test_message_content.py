@@ -14,7 +14,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from spark_sqs.sqs.client import queue_counts
-from tests.helpers import drain_and_stop, sqs_stream
+from tests.helpers import drain_and_stop, sqs_stream, start_query
 
 pytestmark = pytest.mark.integration
 
@@ -24,12 +24,11 @@ MIB = 1024 * 1024
 def deliver(spark: Any, endpoint: str, sqs: Any, queue_url: str, tmp: Any, **options: Any) -> list:
     """Run the source into a memory sink until the queue is empty; the rows it delivered."""
     name = f"content_{uuid.uuid4().hex}"
-    query = (
-        sqs_stream(spark, endpoint, queue_url, str(tmp / "journal"), **options)
-        .writeStream.format("memory")
-        .queryName(name)
-        .option("checkpointLocation", str(tmp / "ckpt"))
-        .start()
+    query = start_query(
+        sqs_stream(spark, endpoint, queue_url, str(tmp / "journal"), **options),
+        "memory",
+        tmp / "ckpt",
+        queryName=name,
     )
     drain_and_stop(query, sqs, queue_url, timeout=240)
     return spark.table(name).collect()

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from spark_sqs.journal import Journal
-from tests.helpers import process_all_available, queue_counts, send_numbered, sqs_stream, wait_until
+from tests import helpers
 
 pytestmark = pytest.mark.integration
 
@@ -38,34 +38,33 @@ def _by_queue(rows: list[Any]) -> dict[str, list[int]]:
 
 
 def test_two_queues_every_message_exactly_once_with_its_queue(
-    spark: Any, moto_endpoint: str, sqs: Any, queue_url: str, second_queue_url: str, tmp_path: Path
+    spark: Any,
+    moto_endpoint: str,
+    sqs: Any,
+    queue_url: str,
+    second_queue_url: str,
+    tmp_path: Path,
+    source,
 ) -> None:
-    first = send_numbered(sqs, queue_url, 150)
-    second = send_numbered(sqs, second_queue_url, 60, start=1000)
+    first = helpers.send_numbered(sqs, queue_url, 150)
+    second = helpers.send_numbered(sqs, second_queue_url, 60, start=1000)
     out = tmp_path / "out"
-    df = sqs_stream(
-        spark,
-        moto_endpoint,
-        f"{queue_url},{second_queue_url}",
-        str(tmp_path / "journal"),
+    df = source(
+        queue=f"{queue_url},{second_queue_url}",
         numPartitions=3,
         maxMessagesPerTrigger=80,
         waitTimeSeconds=1,
     )
-    query = (
-        df.writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(processingTime="0 seconds")
-        .start()
+    query = helpers.start_query(
+        df, "parquet", tmp_path / "ckpt", trigger={"processingTime": "0 seconds"}, path=str(out)
     )
     try:
-        process_all_available(query, timeout=300)
+        helpers.process_all_available(query, timeout=300)
         # The last batch is acknowledged by the next latestOffset: both queues end empty.
-        wait_until(
+        helpers.wait_until(
             lambda: (
-                queue_counts(sqs, queue_url) == (0, 0)
-                and queue_counts(sqs, second_queue_url) == (0, 0)
+                helpers.queue_counts(sqs, queue_url) == (0, 0)
+                and helpers.queue_counts(sqs, second_queue_url) == (0, 0)
             ),
             90,
             "both queues empty",
@@ -113,14 +112,20 @@ class FailingOnceSink:
 
 
 def test_a_logged_batch_replays_and_acknowledges_a_queue_removed_from_the_options(
-    spark: Any, moto_endpoint: str, sqs: Any, queue_url: str, second_queue_url: str, tmp_path: Path
+    spark: Any,
+    moto_endpoint: str,
+    sqs: Any,
+    queue_url: str,
+    second_queue_url: str,
+    tmp_path: Path,
+    source,
 ) -> None:
     """Run 1 reads two queues; the batch holding the second queue's messages is journaled and
     in Spark's offset log, but its sink fails before the commit. Run 2 names only the first
     queue: the replay of that batch still runs its stored plan (receivers of the removed queue
     replay their entries), and its messages are deleted from the removed queue."""
-    first = send_numbered(sqs, queue_url, 40)
-    second = send_numbered(sqs, second_queue_url, 6, start=1000)
+    first = helpers.send_numbered(sqs, queue_url, 40)
+    second = helpers.send_numbered(sqs, second_queue_url, 6, start=1000)
     journal = str(tmp_path / "journal")
     checkpoint = str(tmp_path / "ckpt")
     common = {
@@ -132,13 +137,8 @@ def test_a_logged_batch_replays_and_acknowledges_a_queue_removed_from_the_option
     sink = FailingOnceSink(fail_on=second_queue_url)
 
     def start(queues: str) -> Any:
-        df = sqs_stream(spark, moto_endpoint, queues, journal, **common)
-        return (
-            df.writeStream.foreachBatch(sink)
-            .option("checkpointLocation", checkpoint)
-            .trigger(processingTime="0 seconds")
-            .start()
-        )
+        df = source(queue=queues, journal=journal, **common)
+        return helpers.start_query(df, sink, checkpoint, trigger={"processingTime": "0 seconds"})
 
     run1 = start(f"{queue_url},{second_queue_url}")
     try:
@@ -157,11 +157,11 @@ def test_a_logged_batch_replays_and_acknowledges_a_queue_removed_from_the_option
 
     run2 = start(queue_url)
     try:
-        process_all_available(run2, timeout=300)
-        wait_until(
+        helpers.process_all_available(run2, timeout=300)
+        helpers.wait_until(
             lambda: (
-                queue_counts(sqs, queue_url) == (0, 0)
-                and queue_counts(sqs, second_queue_url) == (0, 0)
+                helpers.queue_counts(sqs, queue_url) == (0, 0)
+                and helpers.queue_counts(sqs, second_queue_url) == (0, 0)
             ),
             120,
             "both queues empty, the removed one acknowledged from the replayed batch's entries",
