@@ -263,21 +263,23 @@ def _lost_response(method: str, key: str) -> None:
         raise JournalOutcomeUnknown("Cannot write journal object: ReadTimeoutError")
 
 
-def test_a_lost_response_to_the_entry_write_releases_nothing_and_the_retry_replays(
-    location: str,
-) -> None:
+def _receive_into_a_failing_write(location: str, when: str) -> tuple[Any, Any, FakeSqs]:
+    """Receiver 0 of batch 1, with four messages waiting, runs into ``_lost_response`` on its
+    entry write (``before`` or ``after`` the write's effect). Returns the options, the partition
+    and the SQS client."""
     options = options_for(location)
     part = planned(Journal(location, options), options)
     sqs = FakeSqs(available=4)
-
+    journal = journal_with(location, options, **{when: _lost_response})
     with pytest.raises(JournalOutcomeUnknown):
-        list(
-            read_partition(
-                part,
-                client_factory=lambda: sqs,
-                journal=journal_with(location, options, after=_lost_response),
-            )
-        )
+        list(read_partition(part, client_factory=lambda: sqs, journal=journal))
+    return options, part, sqs
+
+
+def test_a_lost_response_to_the_entry_write_releases_nothing_and_the_retry_replays(
+    location: str,
+) -> None:
+    options, part, sqs = _receive_into_a_failing_write(location, "after")
 
     # The write happened: releasing would have made journaled messages visible (a duplicate).
     assert released(sqs) == []
@@ -293,18 +295,7 @@ def test_a_lost_response_to_the_entry_write_releases_nothing_and_the_retry_repla
 
 
 def test_a_failure_of_unknown_outcome_before_the_write_also_releases_nothing(location: str) -> None:
-    options = options_for(location)
-    part = planned(Journal(location, options), options)
-    sqs = FakeSqs(available=4)
-
-    with pytest.raises(JournalOutcomeUnknown):
-        list(
-            read_partition(
-                part,
-                client_factory=lambda: sqs,
-                journal=journal_with(location, options, before=_lost_response),
-            )
-        )
+    options, _, sqs = _receive_into_a_failing_write(location, "before")
 
     # Whether it landed is unknown to the receiver: its messages stay invisible until the
     # visibility timeout, and the retry (which finds no entry) receives others.

@@ -15,6 +15,14 @@ from tests.fakes import NOW, Clock
 INTERVAL = 10.0
 
 
+def acquire_at_once(store: LocalStore, clock: Clock, owner: str) -> Lease:
+    start = clock.now
+    taken = lease(store, clock, owner)
+    taken.acquire()
+    assert clock.now == start, "acquiring waited"
+    return taken
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> LocalStore:
     return LocalStore(str(tmp_path / "journal"))
@@ -65,9 +73,7 @@ def test_a_lease_older_than_two_intervals_is_taken_without_waiting(store: LocalS
     clock = Clock(NOW)
     lease(store, clock, "dead").acquire()
     clock.now += 3 * INTERVAL
-    start = clock.now
-    lease(store, clock, "new").acquire()
-    assert clock.now == start
+    acquire_at_once(store, clock, "new")
 
 
 def test_a_released_lease_is_taken_without_waiting(store: LocalStore) -> None:
@@ -75,9 +81,7 @@ def test_a_released_lease_is_taken_without_waiting(store: LocalStore) -> None:
     stopped = lease(store, clock, "stopped")
     stopped.acquire()
     stopped.release()  # query.stop(): SIGTERM handler
-    start = clock.now
-    lease(store, clock, "next").acquire()
-    assert clock.now == start
+    acquire_at_once(store, clock, "next")
 
 
 def test_the_owner_that_was_taken_over_finds_out_at_its_next_renewal(store: LocalStore) -> None:
