@@ -49,6 +49,20 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.fixture
+def mocked_sqs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """An SQS client on moto's in-process ``mock_aws`` (no server: driver-side code only),
+    with test credentials in the environment for clients the code under test creates."""
+    import boto3
+    from moto import mock_aws
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    with mock_aws():
+        yield boto3.client("sqs", region_name=REGION)
+
+
+@pytest.fixture
 def sqs(moto_endpoint: str) -> Any:
     import boto3
 
