@@ -78,26 +78,16 @@ def s3(moto_endpoint: str) -> Any:
 
 @pytest.fixture
 def queue_url(sqs: Any) -> Iterator[str]:
-    name = f"q-{uuid.uuid4().hex[:12]}"
-    url = sqs.create_queue(QueueName=name)["QueueUrl"]
-    yield url
-    try:
-        sqs.delete_queue(QueueUrl=url)
-    except Exception:
-        pass
+    from tests.helpers import temporary_queue
+
+    yield from temporary_queue(sqs)
 
 
 @pytest.fixture
 def fifo_queue_url(sqs: Any) -> Iterator[str]:
-    name = f"q-{uuid.uuid4().hex[:12]}.fifo"
-    url = sqs.create_queue(
-        QueueName=name, Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"}
-    )["QueueUrl"]
-    yield url
-    try:
-        sqs.delete_queue(QueueUrl=url)
-    except Exception:
-        pass
+    from tests.helpers import temporary_queue
+
+    yield from temporary_queue(sqs, ".fifo", FifoQueue="true", ContentBasedDeduplication="true")
 
 
 @pytest.fixture
@@ -113,3 +103,19 @@ def source(request: pytest.FixtureRequest, spark: Any, moto_endpoint: str, tmp_p
         return sqs_stream(spark, moto_endpoint, url, location, **options)
 
     return stream
+
+
+@pytest.fixture
+def deliver(spark: Any, moto_endpoint: str, sqs: Any, queue_url: str, tmp_path: Any) -> Any:
+    """``deliver(**options)``: run the source on this test's queue into a memory sink until
+    the queue is empty (and ``until()`` holds); the rows it delivered."""
+    from tests.helpers import drain_and_stop, sqs_stream, start_query
+
+    def run(until: Any = None, **options: Any) -> list:
+        name = f"delivered_{uuid.uuid4().hex}"
+        df = sqs_stream(spark, moto_endpoint, queue_url, str(tmp_path / "journal"), **options)
+        query = start_query(df, "memory", tmp_path / "ckpt", queryName=name)
+        drain_and_stop(query, sqs, queue_url, timeout=240, until=until)
+        return spark.table(name).collect()
+
+    return run

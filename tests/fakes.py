@@ -79,6 +79,22 @@ class HookedStore:
             self._run("delete", key)
 
 
+def stub_sqs_client(attempts: int | None = None) -> Any:
+    """A boto3 SQS client for botocore's ``Stubber``: a region and dummy keys, no endpoint it
+    could reach; ``attempts`` caps botocore's own retries."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(retries={"total_max_attempts": attempts}) if attempts is not None else None
+    return boto3.client(
+        "sqs",
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=config,
+    )
+
+
 def client_error(code: str, status: int, operation: str = "ReceiveMessage") -> ClientError:
     return ClientError(
         {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},

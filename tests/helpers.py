@@ -5,10 +5,22 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from spark_sqs.sqs.client import queue_counts
+
+
+def temporary_queue(sqs: Any, suffix: str = "", **attributes: str) -> Iterator[str]:
+    """A new queue for one test (a fixture's body), deleted after it if the test left it."""
+    name = f"q-{uuid.uuid4().hex[:12]}{suffix}"
+    url = sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+    yield url
+    try:
+        sqs.delete_queue(QueueUrl=url)
+    except Exception:
+        pass
 
 
 def wait_until(
@@ -124,6 +136,16 @@ def drain_and_stop(
             wait_until(until, 60, "the query's work after the last acknowledgement")
     finally:
         query.stop()
+
+
+def drain_to_parquet(
+    df: Any, out: Any, checkpoint: Any, sqs: Any, queue_url: str, timeout: float
+) -> Any:
+    """Run ``df`` into Parquet files at ``out`` until everything is processed and the queue is
+    empty; the stopped query."""
+    query = start_query(df, "parquet", checkpoint, path=out)
+    drain_and_stop(query, sqs, queue_url, timeout=timeout)
+    return query
 
 
 class HoldingSink:

@@ -143,11 +143,6 @@ def test_new_checkpoint_with_a_used_journal_delivers_its_uncommitted_messages(
         first.awaitTermination(240)
     assert list((journal / "batches").glob("*/*.arrow"))
 
-    second = helpers.start_query(
-        source(journal=journal, maxMessagesPerTrigger=25),
-        "parquet",
-        tmp_path / "ckpt-new",
-        path=str(out),
-    )
-    helpers.drain_and_stop(second, sqs, queue_url, timeout=240)
+    second = source(journal=journal, maxMessagesPerTrigger=25)
+    helpers.drain_to_parquet(second, out, tmp_path / "ckpt-new", sqs, queue_url, timeout=240)
     assert helpers.body_numbers(spark.read.parquet(str(out)).collect()) == list(range(40))

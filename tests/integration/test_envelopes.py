@@ -20,28 +20,6 @@ from tests.conftest import REGION
 pytestmark = pytest.mark.integration
 
 
-def deliver(
-    spark: Any,
-    endpoint: str,
-    sqs: Any,
-    queue_url: str,
-    tmp: Any,
-    until: Any = None,
-    **options: Any,
-) -> list:
-    """Run the source into a memory sink until the queue is empty (and ``until``); the rows it
-    delivered."""
-    name = f"envelopes_{uuid.uuid4().hex}"
-    query = helpers.start_query(
-        helpers.sqs_stream(spark, endpoint, queue_url, str(tmp / "journal"), **options),
-        "memory",
-        tmp / "ckpt",
-        queryName=name,
-    )
-    helpers.drain_and_stop(query, sqs, queue_url, timeout=240, until=until)
-    return spark.table(name).collect()
-
-
 def options_for(endpoint: str, queue_url: str, journal: str, **extra: str) -> dict[str, str]:
     return {
         "queueUrl": queue_url,
@@ -67,7 +45,7 @@ def topic(moto_endpoint: str, sqs: Any, queue_url: str) -> str:
     return arn
 
 
-def test_sns_notifications_are_unwrapped(spark, moto_endpoint, sqs, queue_url, topic, tmp_path):
+def test_sns_notifications_are_unwrapped(moto_endpoint, sqs, queue_url, topic, deliver):
     sns = boto3.client("sns", region_name=REGION, endpoint_url=moto_endpoint)
     published = {}
     for n in range(12):
@@ -83,7 +61,7 @@ def test_sns_notifications_are_unwrapped(spark, moto_endpoint, sqs, queue_url, t
         published[sns.publish(**kwargs)["MessageId"]] = n
     helpers.wait_until(lambda: queue_counts(sqs, queue_url)[0] == 12, 30, "SNS deliveries")
 
-    rows = deliver(spark, moto_endpoint, sqs, queue_url, tmp_path, messageFormat="sns")
+    rows = deliver(messageFormat="sns")
 
     assert sorted(json.loads(r.body)["n"] for r in rows) == list(range(12))
     for row in rows:
@@ -103,7 +81,7 @@ def test_sns_notifications_are_unwrapped(spark, moto_endpoint, sqs, queue_url, t
 
 
 def test_a_message_that_is_not_an_envelope_fails_the_query_then_is_kept_on_request(
-    spark, moto_endpoint, sqs, queue_url, topic, tmp_path
+    spark, moto_endpoint, sqs, queue_url, topic, tmp_path, deliver
 ):
     sns = boto3.client("sns", region_name=REGION, endpoint_url=moto_endpoint)
     sns.publish(TopicArn=topic, Message="from sns")
@@ -135,15 +113,7 @@ def test_a_message_that_is_not_an_envelope_fails_the_query_then_is_kept_on_reque
         ],
     )
 
-    rows = deliver(
-        spark,
-        moto_endpoint,
-        sqs,
-        queue_url,
-        tmp_path,
-        messageFormat="sns",
-        invalidEnvelope="keep",
-    )
+    rows = deliver(messageFormat="sns", invalidEnvelope="keep")
 
     by_body = {r.body: r for r in rows}
     assert set(by_body) == {"from sns", "sent to the queue directly"}
@@ -170,7 +140,7 @@ def bucket(s3: Any) -> str:
 
 @pytest.mark.parametrize("delete_payloads", [False, True])
 def test_extended_payloads_are_fetched_from_s3(
-    spark, moto_endpoint, sqs, s3, queue_url, bucket, tmp_path, delete_payloads
+    moto_endpoint, sqs, s3, queue_url, bucket, delete_payloads, deliver
 ):
     producer = helpers.extended_sqs_client(moto_endpoint, bucket)
     payloads = [f"{n}:" + "\u00e9x" * (n * 20_000) for n in range(1, 16)]
@@ -185,16 +155,10 @@ def test_extended_payloads_are_fetched_from_s3(
     assert len(s3.list_objects_v2(Bucket=bucket)["Contents"]) == len(payloads)
 
     rows = deliver(
-        spark,
-        moto_endpoint,
-        sqs,
-        queue_url,
-        tmp_path,
         extendedPayloads="true",
         s3EndpointUrl=moto_endpoint,
         numPartitions=2,
         deleteExtendedPayloads=str(delete_payloads).lower(),
-        # Deleted once their messages are acknowledged: wait for that before stopping.
         until=(lambda: not s3.list_objects_v2(Bucket=bucket).get("Contents"))
         if delete_payloads
         else None,

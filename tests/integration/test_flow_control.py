@@ -25,13 +25,8 @@ def test_max_messages_per_trigger_bounds_every_batch_and_counters_are_recorded(
 ):
     helpers.send_numbered(sqs, queue_url, 1000)
     out, journal = tmp_path / "out", tmp_path / "journal"
-    query = helpers.start_query(
-        source(journal=journal, maxMessagesPerTrigger=100),
-        "parquet",
-        tmp_path / "ckpt",
-        path=str(out),
-    )
-    helpers.drain_and_stop(query, sqs, queue_url, timeout=300)
+    df = source(journal=journal, maxMessagesPerTrigger=100)
+    query = helpers.drain_to_parquet(df, out, tmp_path / "ckpt", sqs, queue_url, timeout=300)
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert sum(sizes) == 1000 and max(sizes) <= 100, sizes
     assert helpers.body_numbers(spark.read.parquet(str(out)).collect()) == list(range(1000))

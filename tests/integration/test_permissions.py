@@ -115,6 +115,17 @@ def queue_arn(sqs: Any, queue_url: str) -> str:
     return attrs["Attributes"]["QueueArn"]
 
 
+def documented_user(
+    sqs: Any, queue_url: str, endpoint: str, admin_keys: dict[str, str]
+) -> tuple[str, str, dict[str, str], Any]:
+    """A new user with exactly the documented policy on the queue, and the admin's IAM client
+    to change that policy mid-stream: (queue ARN, user name, the user's keys, IAM client)."""
+    arn = queue_arn(sqs, queue_url)
+    user = f"u-{uuid.uuid4().hex[:10]}"
+    keys = iam_user(endpoint, documented_policy(arn), name=user)
+    return arn, user, keys, client("iam", endpoint, admin_keys)
+
+
 def source_options(endpoint: str, queue_url: str, journal: Path, keys: dict[str, str]) -> dict:
     # By name, so that GetQueueUrl is used too.
     return {
@@ -139,14 +150,7 @@ def test_documented_policy_is_enough(
         reader = reader.option(key, value)
     out = tmp_path / "out"
     with iam_enforced():
-        query = helpers.start_query(reader.load(), "parquet", tmp_path / "c", path=str(out))
-        try:
-            helpers.process_all_available(query, timeout=180)
-            helpers.wait_until(
-                lambda: helpers.queue_counts(admin_sqs, queue_url) == (0, 0), 60, "an empty queue"
-            )
-        finally:
-            query.stop()
+        helpers.drain_to_parquet(reader.load(), out, tmp_path / "c", admin_sqs, queue_url, 180)
     assert helpers.body_numbers(spark.read.parquet(str(out)).collect()) == numbers
 
 
@@ -195,10 +199,7 @@ def test_policy_without_delete_is_enough_when_the_source_never_deletes(
 def test_visibility_permission_revoked_mid_stream_stops_the_query_and_loses_nothing(
     spark, moto_endpoint, sqs, admin_keys, admin_sqs, queue_url, tmp_path
 ):
-    arn = queue_arn(sqs, queue_url)
-    user = f"u-{uuid.uuid4().hex[:10]}"
-    keys = iam_user(moto_endpoint, documented_policy(arn), name=user)
-    iam = client("iam", moto_endpoint, admin_keys)
+    arn, user, keys, iam = documented_user(sqs, queue_url, moto_endpoint, admin_keys)
     numbers = helpers.send_numbered(sqs, queue_url, 5)
     options = {
         **source_options(moto_endpoint, queue_url, tmp_path / "j", keys),
@@ -246,10 +247,7 @@ def test_visibility_permission_revoked_mid_stream_stops_the_query_and_loses_noth
 def test_delete_permission_revoked_mid_stream_stops_the_query_and_the_next_run_settles(
     spark, moto_endpoint, sqs, admin_keys, admin_sqs, queue_url, tmp_path
 ):
-    arn = queue_arn(sqs, queue_url)
-    user = f"u-{uuid.uuid4().hex[:10]}"
-    keys = iam_user(moto_endpoint, documented_policy(arn), name=user)
-    iam = client("iam", moto_endpoint, admin_keys)
+    arn, user, keys, iam = documented_user(sqs, queue_url, moto_endpoint, admin_keys)
 
     def grant(policy: dict[str, Any]) -> None:
         iam.put_user_policy(
@@ -294,13 +292,6 @@ def test_delete_permission_revoked_mid_stream_stops_the_query_and_the_next_run_s
         assert Journal(str(tmp_path / "j")).batches()
 
         grant(documented_policy(arn))
-        query = start()
-        try:
-            helpers.process_all_available(query, timeout=180)
-            helpers.wait_until(
-                lambda: helpers.queue_counts(admin_sqs, queue_url) == (0, 0), 60, "an empty queue"
-            )
-        finally:
-            query.stop()
+        helpers.drain_and_stop(start(), admin_sqs, queue_url, timeout=180)
     assert sink.numbers() == numbers, "delivered once, before and after the restart"
     assert not Journal(str(tmp_path / "j")).batches()

@@ -6,7 +6,6 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-import boto3
 import pytest
 from botocore.stub import Stubber
 
@@ -14,7 +13,7 @@ from spark_sqs.driver.acknowledger import Acknowledger
 from spark_sqs.driver.heartbeat import BatchVisibility
 from spark_sqs.errors import QueueNotFoundError, SqsAccessError, SqsSourceError, TransientSqsError
 from spark_sqs.sqs.batching import BatchCaller, BatchResult, Entry, chunks
-from tests.fakes import NOW, Clock, FakeJournal
+from tests.fakes import NOW, Clock, FakeJournal, stub_sqs_client
 from tests.unit.factories import QUEUE_URL
 
 
@@ -42,12 +41,7 @@ def failed(index: int, code: str, sender_fault: bool) -> dict[str, Any]:
 
 @pytest.fixture
 def client() -> Any:
-    return boto3.client(
-        "sqs",
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    return stub_sqs_client()
 
 
 @pytest.fixture
