@@ -159,6 +159,7 @@ def test_extended_payloads_are_fetched_from_s3(
         s3EndpointUrl=moto_endpoint,
         numPartitions=2,
         deleteExtendedPayloads=str(delete_payloads).lower(),
+        # Deleted once their messages are acknowledged: wait for that before stopping.
         until=(lambda: not s3.list_objects_v2(Bucket=bucket).get("Contents"))
         if delete_payloads
         else None,

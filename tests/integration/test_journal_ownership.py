@@ -15,7 +15,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_second_query_on_a_journal_in_use_fails_naming_it(
-    spark: Any, moto_endpoint: str, sqs: Any, queue_url: str, tmp_path: Path, source
+    spark: Any, moto_endpoint: str, sqs: Any, queue_url: str, tmp_path: Path, source: Any
 ) -> None:
     journal = str(tmp_path / "journal")
     # Heartbeats (and lease renewals) every second: the second query knows within 2 s.
