@@ -110,6 +110,8 @@ class Config:
     # returns nothing instead).
     sqs_inflight_limit: int | None = None
     wait_time: int = 1
+    # duplicateWindow (not drawn): 0 turns the window off, and its store requests with it.
+    duplicate_window: float = 600.0
 
     @classmethod
     def from_seed(cls, seed: int, fifo: bool | None = None) -> Config:
@@ -157,6 +159,7 @@ class RunOptions:
     dead_letter: str | None = None
     max_in_flight: int | None = None  # Config.max_in_flight
     wait_time: int = 1  # Config.wait_time
+    duplicate_window: float = 600.0  # Config.duplicate_window
 
     def parse(self, queue_url: str) -> SqsOptions:
         poison = (
@@ -185,6 +188,7 @@ class RunOptions:
                 "visibilityTimeout": str(VISIBILITY),
                 "waitTimeSeconds": str(self.wait_time),
                 "queuePollInterval": "1",
+                "duplicateWindow": str(self.duplicate_window),
                 # Every crashed run that read a batch counts as an attempt of it: with the
                 # default of 3, poisonMessagePolicy=fail would rightly stop the stream.
                 "maxBatchAttempts": "1000",
@@ -584,6 +588,7 @@ class SparkSim:
             dead_letter=self.dead_letter,
             max_in_flight=self.config.max_in_flight,
             wait_time=self.config.wait_time,
+            duplicate_window=self.config.duplicate_window,
         )
 
     def _run_queues(self) -> tuple[int, ...] | None:
@@ -989,6 +994,7 @@ class SparkSim:
             dead_letter=self.dead_letter,
             max_in_flight=self.config.max_in_flight,
             wait_time=self.config.wait_time,
+            duplicate_window=self.config.duplicate_window,
         )
         for _ in range(tries):
             self.last_failure = None

@@ -22,6 +22,16 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 REGION = "us-east-1"
 
 
+@pytest.fixture(autouse=True)
+def fresh_duplicate_window() -> Iterator[None]:
+    """Receivers run in this process in unit tests: each test starts with workers that have
+    read no duplicate window yet (tests reuse journal locations and message ids)."""
+    from spark_sqs.executor import duplicates
+
+    duplicates.forget_all()
+    yield
+
+
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
     from devtools.local_sqs import MotoServer
@@ -49,6 +59,20 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.fixture
+def mocked_sqs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """An SQS client on moto's in-process ``mock_aws`` (no server: driver-side code only),
+    with test credentials in the environment for clients the code under test creates."""
+    import boto3
+    from moto import mock_aws
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    with mock_aws():
+        yield boto3.client("sqs", region_name=REGION)
+
+
+@pytest.fixture
 def sqs(moto_endpoint: str) -> Any:
     import boto3
 
@@ -64,23 +88,44 @@ def s3(moto_endpoint: str) -> Any:
 
 @pytest.fixture
 def queue_url(sqs: Any) -> Iterator[str]:
-    name = f"q-{uuid.uuid4().hex[:12]}"
-    url = sqs.create_queue(QueueName=name)["QueueUrl"]
-    yield url
-    try:
-        sqs.delete_queue(QueueUrl=url)
-    except Exception:
-        pass
+    from tests.helpers import temporary_queue
+
+    yield from temporary_queue(sqs)
 
 
 @pytest.fixture
 def fifo_queue_url(sqs: Any) -> Iterator[str]:
-    name = f"q-{uuid.uuid4().hex[:12]}.fifo"
-    url = sqs.create_queue(
-        QueueName=name, Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"}
-    )["QueueUrl"]
-    yield url
-    try:
-        sqs.delete_queue(QueueUrl=url)
-    except Exception:
-        pass
+    from tests.helpers import temporary_queue
+
+    yield from temporary_queue(sqs, ".fifo", FifoQueue="true", ContentBasedDeduplication="true")
+
+
+@pytest.fixture
+def source(request: pytest.FixtureRequest, spark: Any, moto_endpoint: str, tmp_path: Any) -> Any:
+    """``source(**options)``: ``spark.readStream.format("sqs")`` on the test server and this
+    test's queue (``queue_url`` unless ``queue`` is given), journaled in ``tmp_path/journal``
+    unless ``journal`` is given."""
+    from tests.helpers import sqs_stream
+
+    def stream(*, queue: str | None = None, journal: Any = None, **options: Any) -> Any:
+        url = queue if queue is not None else request.getfixturevalue("queue_url")
+        location = str(journal if journal is not None else tmp_path / "journal")
+        return sqs_stream(spark, moto_endpoint, url, location, **options)
+
+    return stream
+
+
+@pytest.fixture
+def deliver(spark: Any, moto_endpoint: str, sqs: Any, queue_url: str, tmp_path: Any) -> Any:
+    """``deliver(**options)``: run the source on this test's queue into a memory sink until
+    the queue is empty (and ``until()`` holds); the rows it delivered."""
+    from tests.helpers import drain_and_stop, sqs_stream, start_query
+
+    def run(until: Any = None, **options: Any) -> list:
+        name = f"delivered_{uuid.uuid4().hex}"
+        df = sqs_stream(spark, moto_endpoint, queue_url, str(tmp_path / "journal"), **options)
+        query = start_query(df, "memory", tmp_path / "ckpt", queryName=name)
+        drain_and_stop(query, sqs, queue_url, timeout=240, until=until)
+        return spark.table(name).collect()
+
+    return run

@@ -1,17 +1,40 @@
-"""Test doubles shared by the unit tests: a scripted SQS client, and a journal store that runs
-hooks around a real one."""
+"""Test doubles shared by the tests: a clock that moves only when told, a scripted SQS client
+(and one that models SQS's visibility rules), an in-memory journal of receipts, and a journal
+store that runs hooks around a real one."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from spark_sqs.journal import JournalStore
+from spark_sqs.journal import EntryReceipts, JournalStore
 from tests.unit.factories import QUEUE_URL, sqs_message
 
 Hook = Callable[[str, str], None]
+
+NOW = 1_700_000_000.0  # a wall clock time: 2023-11-14T22:13:20Z
+TWELVE_HOURS = 43_200.0  # SQS's ceiling on a message's invisibility, from its receive
+
+
+class Clock:
+    """Monotonic or wall time that moves only when a test sets ``now`` or someone sleeps.
+    ``on_sleep`` hooks run after every sleep (another party acting meanwhile)."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+        self.on_sleep: list[Callable[[], None]] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        for hook in self.on_sleep:
+            hook()
 
 
 class HookedStore:
@@ -56,6 +79,22 @@ class HookedStore:
             self._run("delete", key)
 
 
+def stub_sqs_client(attempts: int | None = None) -> Any:
+    """A boto3 SQS client for botocore's ``Stubber``: a region and dummy keys, no endpoint it
+    could reach; ``attempts`` caps botocore's own retries."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(retries={"total_max_attempts": attempts}) if attempts is not None else None
+    return boto3.client(
+        "sqs",
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=config,
+    )
+
+
 def client_error(code: str, status: int, operation: str = "ReceiveMessage") -> ClientError:
     return ClientError(
         {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
@@ -65,7 +104,8 @@ def client_error(code: str, status: int, operation: str = "ReceiveMessage") -> C
 
 class FakeSqs:
     """A queue of ``available`` messages, or scripted answers (a list of messages, or an
-    exception to raise) for each ReceiveMessage call. Records every call."""
+    exception to raise) for each ReceiveMessage call. Batch calls succeed for every entry.
+    Records every call."""
 
     def __init__(
         self,
@@ -114,3 +154,166 @@ class FakeSqs:
         assert QueueUrl in self.queue_urls, QueueUrl
         self.batch_queues.append(QueueUrl)
         return self._batch("visibility", Entries)
+
+    def get_queue_attributes(self, QueueUrl: str, AttributeNames: list[str]) -> dict[str, Any]:
+        """The driver's backlog poll: every count is the number of queued messages."""
+        assert QueueUrl in self.queue_urls, QueueUrl
+        return {"Attributes": {name: str(len(self.queue)) for name in AttributeNames}}
+
+
+Failure = tuple[str, bool]  # (Code, SenderFault) of a Failed entry
+
+
+@dataclass
+class VisibilityCall:
+    at: float  # monotonic time of the call
+    entries: list[dict[str, Any]]
+
+    @property
+    def handles(self) -> list[str]:
+        return [e["ReceiptHandle"] for e in self.entries]
+
+    @property
+    def timeouts(self) -> set[int]:
+        return {e["VisibilityTimeout"] for e in self.entries}
+
+
+class VisibilitySqs:
+    """``change_message_visibility_batch`` with injected faults and SQS's visibility rules, for
+    the messages a test ``receive``s: it refuses to extend a message that is no longer in
+    flight, or past 12 hours from its receive, as SQS does."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.calls: list[VisibilityCall] = []
+        # Raised by the next calls, one each, before any entry is looked at.
+        self.errors: list[Exception] = []
+        # Per receipt handle: failures for its next attempts, one each.
+        self.failures: dict[str, list[Failure]] = defaultdict(list)
+        # Per receipt handle of a message a test received: receive time and end of visibility.
+        self.received_at: dict[str, float] = {}
+        self.visible_at: dict[str, float] = {}
+        # Rejections by the SQS model itself (a correct heartbeat never causes one).
+        self.rejected: list[tuple[str, str]] = []
+        self.on_call: Callable[[], None] | None = None
+
+    def receive(self, handle: str, at: float, visibility: int) -> None:
+        self.received_at[handle] = at
+        self.visible_at[handle] = at + visibility
+
+    def change_message_visibility_batch(
+        self, QueueUrl: str, Entries: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        assert QueueUrl == QUEUE_URL
+        assert 1 <= len(Entries) <= 10, "SQS takes 1 to 10 entries per batch call"
+        now = self.clock()
+        self.calls.append(VisibilityCall(now, [dict(e) for e in Entries]))
+        if self.on_call is not None:
+            self.on_call()
+        if self.errors:
+            raise self.errors.pop(0)
+        successful: list[dict[str, str]] = []
+        failed: list[dict[str, Any]] = []
+        for entry in Entries:
+            handle, timeout = entry["ReceiptHandle"], entry["VisibilityTimeout"]
+            failure = self._check(handle, timeout, now)
+            if failure is None:
+                successful.append({"Id": entry["Id"]})
+                if handle in self.visible_at:
+                    self.visible_at[handle] = now + timeout
+            else:
+                code, sender_fault = failure
+                failed.append(
+                    {"Id": entry["Id"], "Code": code, "SenderFault": sender_fault, "Message": code}
+                )
+        return {"Successful": successful, "Failed": failed}
+
+    def _check(self, handle: str, timeout: int, now: float) -> Failure | None:
+        if self.failures[handle]:
+            return self.failures[handle].pop(0)
+        if handle not in self.received_at:
+            return None
+        if self.visible_at[handle] <= now:
+            self.rejected.append((handle, "not in flight"))
+            return ("AWS.SimpleQueueService.MessageNotInflight", True)
+        if now + timeout > self.received_at[handle] + TWELVE_HOURS:
+            self.rejected.append((handle, "past 12 hours"))
+            return ("InvalidParameterValue", True)
+        return None
+
+    def handles_sent(self) -> list[str]:
+        return [h for c in self.calls for h in c.handles]
+
+
+class FakeJournal:
+    """The journal's receipts in memory, as the heartbeat and the acknowledger read them
+    (entries by batch and receiver, drop and dedupe records); records every read."""
+
+    def __init__(
+        self, batches: dict[int, list[tuple[str, str]]] | None = None, received_at: float = NOW
+    ) -> None:
+        self.entries: dict[int, dict[int, EntryReceipts]] = defaultdict(dict)
+        self.listed: list[int] = []  # batches whose receivers were listed
+        self.read: list[tuple[int, int]] = []  # entries read one by one
+        self.reads: list[int] = []  # batches read whole
+        self.unreadable: set[tuple[int, int]] = set()  # listed, but read_receipts answers None
+        self.removed: list[int] = []
+        self.collected: list[int] = []  # oldest pending batch at each drop-set collection
+        self.dedupe: dict[int, tuple[list[str], float]] = {}
+        self.window: list[tuple[list[str], float]] = []  # duplicate-window segments written
+        for batch, pairs in (batches or {}).items():
+            self.add_pairs(batch, pairs, received_at)
+
+    def add(self, receipts: EntryReceipts) -> None:
+        self.entries[receipts.batch][receipts.receiver] = receipts
+
+    def add_pairs(self, batch: int, pairs: list[tuple[str, str]], received_at: float = NOW) -> None:
+        """One entry, of receiver 0, holding ``(message id, receipt handle)`` pairs."""
+        ids, handles = zip(*pairs, strict=True) if pairs else ((), ())
+        self.entries[batch][0] = EntryReceipts(batch, 0, received_at, tuple(ids), tuple(handles))
+
+    def receivers(self, batch: int) -> list[int]:
+        self.listed.append(batch)
+        return sorted(self.entries.get(batch, {}))
+
+    def read_receipts(self, batch: int, receiver: int) -> EntryReceipts | None:
+        self.read.append((batch, receiver))
+        if (batch, receiver) in self.unreadable:
+            self.unreadable.discard((batch, receiver))
+            return None
+        return self.entries.get(batch, {}).get(receiver)
+
+    def batch_receipts(self, batch: int) -> list[EntryReceipts]:
+        self.reads.append(batch)
+        entries = self.entries.get(batch, {})
+        return [entries[r] for r in sorted(entries) if entries[r].message_ids]
+
+    def remove_batch(self, batch: int) -> None:
+        self.removed.append(batch)
+        self.entries.pop(batch, None)
+
+    def collect_ack_reports(self, oldest_pending: int, keep: set[int]) -> int:
+        return 0
+
+    def collect_drops(self, oldest_pending: int) -> int:
+        self.collected.append(oldest_pending)
+        return 0
+
+    def write_window(
+        self, message_ids: list[str], *, batch: int, who: str, expires_at: float
+    ) -> None:
+        self.window.append((sorted(message_ids), expires_at))
+
+    def collect_window(self, now: float) -> int:
+        return 0
+
+    def write_dedupe(self, batch: int, message_ids: list[str], expires_at: float) -> None:
+        self.dedupe[batch] = (list(message_ids), expires_at)
+
+    def read_dedupe(self, now: float) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for ids, expires in self.dedupe.values():
+            if expires > now:
+                for i in ids:
+                    out[i] = max(expires, out.get(i, 0.0))
+        return out

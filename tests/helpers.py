@@ -5,10 +5,22 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from spark_sqs.sqs.client import queue_counts
+
+
+def temporary_queue(sqs: Any, suffix: str = "", **attributes: str) -> Iterator[str]:
+    """A new queue for one test (a fixture's body), deleted after it if the test left it."""
+    name = f"q-{uuid.uuid4().hex[:12]}{suffix}"
+    url = sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+    yield url
+    try:
+        sqs.delete_queue(QueueUrl=url)
+    except Exception:
+        pass
 
 
 def wait_until(
@@ -126,6 +138,16 @@ def drain_and_stop(
         query.stop()
 
 
+def drain_to_parquet(
+    df: Any, out: Any, checkpoint: Any, sqs: Any, queue_url: str, timeout: float
+) -> Any:
+    """Run ``df`` into Parquet files at ``out`` until everything is processed and the queue is
+    empty; the stopped query."""
+    query = start_query(df, "parquet", checkpoint, path=out)
+    drain_and_stop(query, sqs, queue_url, timeout=timeout)
+    return query
+
+
 class HoldingSink:
     """``foreachBatch`` sink keeping each batch's rows by batch id (a replay replaces its first
     attempt, as an idempotent sink does). The first non-empty batch waits in the sink, after
@@ -183,3 +205,21 @@ def extended_sqs_client(endpoint: str | None, bucket: str, region: str = "us-eas
     # The library's own S3 client ignores endpoint overrides; point it at the same server.
     sqs.s3_client = session.client("s3", endpoint_url=endpoint)
     return sqs
+
+
+def start_query(
+    df: Any, sink: Any, checkpoint: Any, trigger: dict[str, Any] | None = None, **options: Any
+) -> Any:
+    """``df.writeStream`` into ``sink`` (a format name such as "parquet", "memory" or "noop",
+    or a ``foreachBatch`` function), checkpointed at ``checkpoint``, with ``trigger`` (the
+    keywords of ``DataStreamWriter.trigger``), started. ``queryName`` names the query; every
+    other keyword is a writer option (``path=...``)."""
+    writer = df.writeStream
+    if trigger is not None:
+        writer = writer.trigger(**trigger)
+    writer = writer.foreachBatch(sink) if callable(sink) else writer.format(sink)
+    if "queryName" in options:
+        writer = writer.queryName(options.pop("queryName"))
+    for key, value in options.items():
+        writer = writer.option(key, str(value))
+    return writer.option("checkpointLocation", str(checkpoint)).start()

@@ -361,8 +361,8 @@ class Acknowledger:
         if self._heartbeat is not None:
             # From here on the batch is being deleted: extending it would only race.
             self._heartbeat.forget(batch)
-        queue = self._caller.queue_url
         if self._delete and entries and self._duplicate_window > 0:
+            queue = self._caller.queue_url
             # Before the deletes: a copy SQS hands out after one must find its id here.
             self._journal.write_window(
                 [i for r in receipts for i, q in r.journaled if not window.is_fifo(q or queue)]

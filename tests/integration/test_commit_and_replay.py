@@ -7,15 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import (
-    body_numbers,
-    drain_and_stop,
-    process_all_available,
-    queue_counts,
-    send_numbered,
-    sqs_stream,
-    wait_until,
-)
+from tests import helpers
 
 pytestmark = pytest.mark.integration
 
@@ -31,35 +23,24 @@ def _receive_all(sqs: Any, queue_url: str, expected: int, timeout: float) -> lis
             got[m["MessageId"]] = json.loads(m["Body"])["n"]
         return len(got) >= expected
 
-    wait_until(poll, timeout, f"{expected} messages to be receivable again", interval=0)
+    helpers.wait_until(poll, timeout, f"{expected} messages to be receivable again", interval=0)
     return sorted(got.values())
 
 
-def test_failed_batch_leaves_its_messages_in_the_queue(
-    spark, moto_endpoint, sqs, queue_url, tmp_path
-):
-    send_numbered(sqs, queue_url, 60)
+def test_failed_batch_leaves_its_messages_in_the_queue(sqs, queue_url, tmp_path, source):
+    helpers.send_numbered(sqs, queue_url, 60)
     seen: dict[int, list[int]] = {}
 
     def sink(df: Any, batch_id: int) -> None:
         rows = df.collect()
-        seen[batch_id] = body_numbers(rows)
+        seen[batch_id] = helpers.body_numbers(rows)
         if rows and len([b for b in seen.values() if b]) == 2:
             raise RuntimeError("sink failure injected by the test")
 
-    query = (
-        sqs_stream(
-            spark,
-            moto_endpoint,
-            queue_url,
-            str(tmp_path / "journal"),
-            numPartitions=2,
-            maxMessagesPerTrigger=20,
-            visibilityTimeout=4,
-        )
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .start()
+    query = helpers.start_query(
+        source(numPartitions=2, maxMessagesPerTrigger=20, visibilityTimeout=4),
+        sink,
+        tmp_path / "ckpt",
     )
     with pytest.raises(Exception, match="sink failure injected"):
         query.awaitTermination(240)
@@ -76,15 +57,15 @@ def test_failed_batch_leaves_its_messages_in_the_queue(
 
 
 def test_restart_replays_the_same_messages_and_sink_gets_each_once(
-    spark, moto_endpoint, sqs, queue_url, tmp_path
+    spark, sqs, queue_url, tmp_path, source
 ):
-    send_numbered(sqs, queue_url, 90)
+    helpers.send_numbered(sqs, queue_url, 90)
     journal, checkpoint, out = tmp_path / "journal", tmp_path / "ckpt", tmp_path / "out"
     attempts: dict[int, list[list[int]]] = {}
 
     def write(df: Any, batch_id: int, fail_on_second: bool) -> None:
         rows = df.collect()
-        numbers = body_numbers(rows)
+        numbers = helpers.body_numbers(rows)
         attempts.setdefault(batch_id, []).append(numbers)
         if fail_on_second and numbers and sum(1 for a in attempts.values() if a[0]) == 2:
             raise RuntimeError("sink failure injected by the test")
@@ -93,14 +74,8 @@ def test_restart_replays_the_same_messages_and_sink_gets_each_once(
 
     def run(fail: bool) -> Any:
         return (
-            sqs_stream(
-                spark,
-                moto_endpoint,
-                queue_url,
-                str(journal),
-                numPartitions=3,
-                maxMessagesPerTrigger=30,
-                visibilityTimeout=120,
+            source(
+                journal=journal, numPartitions=3, maxMessagesPerTrigger=30, visibilityTimeout=120
             )
             .writeStream.foreachBatch(lambda df, bid: write(df, bid, fail))
             .option("checkpointLocation", str(checkpoint))
@@ -117,79 +92,57 @@ def test_restart_replays_the_same_messages_and_sink_gets_each_once(
     assert list((journal / "batches").glob("*/*.arrow"))
 
     query = run(fail=False)
-    drain_and_stop(query, sqs, queue_url, timeout=240)
+    helpers.drain_and_stop(query, sqs, queue_url, timeout=240)
 
     # The replayed batch is exactly what the failed attempt saw.
     assert attempts[failed_batch][1] == failed_numbers
     rows = spark.read.parquet(str(out)).collect()
-    assert body_numbers(rows) == list(range(90))
+    assert helpers.body_numbers(rows) == list(range(90))
     assert len({r.messageId for r in rows}) == 90
 
 
-def test_delete_on_commit_false_never_deletes(spark, moto_endpoint, sqs, queue_url, tmp_path):
-    send_numbered(sqs, queue_url, 15)
+def test_delete_on_commit_false_never_deletes(spark, sqs, queue_url, tmp_path, source):
+    helpers.send_numbered(sqs, queue_url, 15)
     out = tmp_path / "out"
-    query = (
-        sqs_stream(
-            spark,
-            moto_endpoint,
-            queue_url,
-            str(tmp_path / "journal"),
-            deleteOnCommit="false",
-            visibilityTimeout=300,
-        )
-        .writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .start()
+    query = helpers.start_query(
+        source(deleteOnCommit="false", visibilityTimeout=300),
+        "parquet",
+        tmp_path / "ckpt",
+        path=str(out),
     )
     try:
-        process_all_available(query, timeout=240)
+        helpers.process_all_available(query, timeout=240)
     finally:
         query.stop()
-    assert body_numbers(spark.read.parquet(str(out)).collect()) == list(range(15))
+    assert helpers.body_numbers(spark.read.parquet(str(out)).collect()) == list(range(15))
     # Read, committed and acknowledged, but still in the queue (in flight until the timeout).
-    assert queue_counts(sqs, queue_url) == (0, 15)
+    assert helpers.queue_counts(sqs, queue_url) == (0, 15)
     assert not list((tmp_path / "journal" / "batches").glob("*/*.arrow"))
 
 
 @pytest.mark.parametrize("delete_after_journal", ["false", "true"])
 def test_new_checkpoint_with_a_used_journal_delivers_its_uncommitted_messages(
-    spark, moto_endpoint, sqs, queue_url, tmp_path, delete_after_journal
+    spark, sqs, queue_url, tmp_path, delete_after_journal, source
 ):
     """The checkpoint is deleted while a journaled batch was never committed: a query on a new
     checkpoint with the same journal delivers those messages too, once (with
     deleteAfterJournal they exist nowhere but in the journal)."""
-    send_numbered(sqs, queue_url, 40)
+    helpers.send_numbered(sqs, queue_url, 40)
     journal, out = tmp_path / "journal", tmp_path / "out"
 
     def failing(df: Any, batch_id: int) -> None:
         if df.count():
             raise RuntimeError("sink failure injected by the test")
 
-    first = (
-        sqs_stream(
-            spark,
-            moto_endpoint,
-            queue_url,
-            str(journal),
-            maxMessagesPerTrigger=25,
-            deleteAfterJournal=delete_after_journal,
-        )
-        .writeStream.foreachBatch(failing)
-        .option("checkpointLocation", str(tmp_path / "ckpt-old"))
-        .start()
+    first = helpers.start_query(
+        source(journal=journal, maxMessagesPerTrigger=25, deleteAfterJournal=delete_after_journal),
+        failing,
+        tmp_path / "ckpt-old",
     )
     with pytest.raises(Exception, match="sink failure injected"):
         first.awaitTermination(240)
     assert list((journal / "batches").glob("*/*.arrow"))
 
-    second = (
-        sqs_stream(spark, moto_endpoint, queue_url, str(journal), maxMessagesPerTrigger=25)
-        .writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(tmp_path / "ckpt-new"))
-        .start()
-    )
-    drain_and_stop(second, sqs, queue_url, timeout=240)
-    assert body_numbers(spark.read.parquet(str(out)).collect()) == list(range(40))
+    second = source(journal=journal, maxMessagesPerTrigger=25)
+    helpers.drain_to_parquet(second, out, tmp_path / "ckpt-new", sqs, queue_url, timeout=240)
+    assert helpers.body_numbers(spark.read.parquet(str(out)).collect()) == list(range(40))

@@ -6,37 +6,19 @@ import json
 
 import pytest
 
-from tests.helpers import (
-    drain_and_stop,
-    queue_counts,
-    send_numbered,
-    sqs_stream,
-    wait_until,
-)
+from tests import helpers
 
 pytestmark = pytest.mark.integration
 
 
-def test_every_message_exactly_once_with_columns(spark, moto_endpoint, sqs, queue_url, tmp_path):
-    numbers = send_numbered(sqs, queue_url, 300)
+def test_every_message_exactly_once_with_columns(spark, sqs, queue_url, tmp_path, source):
+    numbers = helpers.send_numbered(sqs, queue_url, 300)
     out, checkpoint, journal = tmp_path / "out", tmp_path / "ckpt", tmp_path / "journal"
-    df = sqs_stream(
-        spark,
-        moto_endpoint,
-        queue_url,
-        str(journal),
-        numPartitions=3,
-        maxMessagesPerTrigger=120,
-        waitTimeSeconds=1,
+    df = source(journal=journal, numPartitions=3, maxMessagesPerTrigger=120, waitTimeSeconds=1)
+    query = helpers.start_query(
+        df, "parquet", checkpoint, trigger={"processingTime": "0 seconds"}, path=str(out)
     )
-    query = (
-        df.writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime="0 seconds")
-        .start()
-    )
-    drain_and_stop(query, sqs, queue_url, timeout=240)
+    helpers.drain_and_stop(query, sqs, queue_url, timeout=240)
 
     rows = spark.read.parquet(str(out)).collect()
     bodies = [json.loads(r.body)["n"] for r in rows]
@@ -65,58 +47,52 @@ def test_every_message_exactly_once_with_columns(spark, moto_endpoint, sqs, queu
 
 
 def test_empty_queue_runs_no_batches_and_new_messages_start_one(
-    spark, moto_endpoint, sqs, queue_url, tmp_path
+    spark, sqs, queue_url, tmp_path, source
 ):
     out, checkpoint = tmp_path / "out", tmp_path / "ckpt"
-    df = sqs_stream(
-        spark, moto_endpoint, queue_url, str(tmp_path / "journal"), queuePollInterval=0.2
-    )
-    query = (
-        df.writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime="0 seconds")
-        .start()
+    df = source(queuePollInterval=0.2)
+    query = helpers.start_query(
+        df, "parquet", checkpoint, trigger={"processingTime": "0 seconds"}, path=str(out)
     )
     try:
         # Spark always runs one (empty) first batch from the initial offset; after that an
         # idle query must only report progress, never run a batch. Idle reports come every
         # second (noDataProgressEventInterval), the queue is polled every 0.2 s.
-        wait_until(lambda: len(query.recentProgress) >= 6, 120, "idle progress reports")
+        helpers.wait_until(lambda: len(query.recentProgress) >= 6, 120, "idle progress reports")
         progress = query.recentProgress
         assert all(p["numInputRows"] == 0 for p in progress)
         ran = [p["batchId"] for p in progress if "addBatch" in p["durationMs"]]
         assert ran == [0], f"an empty queue must not start micro-batches, ran {ran}"
 
-        send_numbered(sqs, queue_url, 5)
-        wait_until(
+        helpers.send_numbered(sqs, queue_url, 5)
+        helpers.wait_until(
             lambda: sum(p["numInputRows"] for p in query.recentProgress) >= 5,
             120,
             "the new messages to be processed",
         )
-        wait_until(lambda: queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue")
+        helpers.wait_until(
+            lambda: helpers.queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue"
+        )
     finally:
         query.stop()
     assert spark.read.parquet(str(out)).count() == 5
 
 
-def test_journal_on_s3(spark, moto_endpoint, sqs, s3, queue_url, tmp_path):
+def test_journal_on_s3(spark, moto_endpoint, sqs, s3, queue_url, tmp_path, source):
     bucket = f"journal-{queue_url.rsplit('/', 1)[1]}"
     s3.create_bucket(Bucket=bucket)
     host_port = moto_endpoint.removeprefix("http://")
     journal = f"s3://{bucket}/queries/q1?endpoint_override={host_port}&scheme=http"
-    numbers = send_numbered(sqs, queue_url, 80)
+    numbers = helpers.send_numbered(sqs, queue_url, 80)
     out = tmp_path / "out"
-    df = sqs_stream(
-        spark, moto_endpoint, queue_url, journal, numPartitions=2, maxMessagesPerTrigger=30
-    )
+    df = source(journal=journal, numPartitions=2, maxMessagesPerTrigger=30)
     query = (
         df.writeStream.format("parquet")
         .option("path", str(out))
         .option("checkpointLocation", str(tmp_path / "ckpt"))
         .start()
     )
-    drain_and_stop(query, sqs, queue_url, timeout=240)
+    helpers.drain_and_stop(query, sqs, queue_url, timeout=240)
     rows = spark.read.parquet(str(out)).collect()
     assert sorted(json.loads(r.body)["n"] for r in rows) == numbers
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]

@@ -14,40 +14,10 @@ import pytest
 
 from spark_sqs.journal import Journal
 from spark_sqs.sqs.client import queue_counts
+from tests import helpers
 from tests.conftest import REGION
-from tests.helpers import (
-    drain_and_stop,
-    extended_sqs_client,
-    send_numbered,
-    sqs_stream,
-    start_and_fail,
-    wait_until,
-)
 
 pytestmark = pytest.mark.integration
-
-
-def deliver(
-    spark: Any,
-    endpoint: str,
-    sqs: Any,
-    queue_url: str,
-    tmp: Any,
-    until: Any = None,
-    **options: Any,
-) -> list:
-    """Run the source into a memory sink until the queue is empty (and ``until``); the rows it
-    delivered."""
-    name = f"envelopes_{uuid.uuid4().hex}"
-    query = (
-        sqs_stream(spark, endpoint, queue_url, str(tmp / "journal"), **options)
-        .writeStream.format("memory")
-        .queryName(name)
-        .option("checkpointLocation", str(tmp / "ckpt"))
-        .start()
-    )
-    drain_and_stop(query, sqs, queue_url, timeout=240, until=until)
-    return spark.table(name).collect()
 
 
 def options_for(endpoint: str, queue_url: str, journal: str, **extra: str) -> dict[str, str]:
@@ -75,7 +45,7 @@ def topic(moto_endpoint: str, sqs: Any, queue_url: str) -> str:
     return arn
 
 
-def test_sns_notifications_are_unwrapped(spark, moto_endpoint, sqs, queue_url, topic, tmp_path):
+def test_sns_notifications_are_unwrapped(moto_endpoint, sqs, queue_url, topic, deliver):
     sns = boto3.client("sns", region_name=REGION, endpoint_url=moto_endpoint)
     published = {}
     for n in range(12):
@@ -89,9 +59,9 @@ def test_sns_notifications_are_unwrapped(spark, moto_endpoint, sqs, queue_url, t
             "tags": {"DataType": "String.Array", "StringValue": f'["a", {n}]'},
         }
         published[sns.publish(**kwargs)["MessageId"]] = n
-    wait_until(lambda: queue_counts(sqs, queue_url)[0] == 12, 30, "SNS deliveries")
+    helpers.wait_until(lambda: queue_counts(sqs, queue_url)[0] == 12, 30, "SNS deliveries")
 
-    rows = deliver(spark, moto_endpoint, sqs, queue_url, tmp_path, messageFormat="sns")
+    rows = deliver(messageFormat="sns")
 
     assert sorted(json.loads(r.body)["n"] for r in rows) == list(range(12))
     for row in rows:
@@ -111,14 +81,14 @@ def test_sns_notifications_are_unwrapped(spark, moto_endpoint, sqs, queue_url, t
 
 
 def test_a_message_that_is_not_an_envelope_fails_the_query_then_is_kept_on_request(
-    spark, moto_endpoint, sqs, queue_url, topic, tmp_path
+    spark, moto_endpoint, sqs, queue_url, topic, tmp_path, deliver
 ):
     sns = boto3.client("sns", region_name=REGION, endpoint_url=moto_endpoint)
     sns.publish(TopicArn=topic, Message="from sns")
     stray = sqs.send_message(QueueUrl=queue_url, MessageBody="sent to the queue directly")
-    wait_until(lambda: queue_counts(sqs, queue_url)[0] == 2, 30, "two messages")
+    helpers.wait_until(lambda: queue_counts(sqs, queue_url)[0] == 2, 30, "two messages")
 
-    failure = start_and_fail(
+    failure = helpers.start_and_fail(
         spark,
         options_for(moto_endpoint, queue_url, str(tmp_path / "j1"), messageFormat="sns"),
         str(tmp_path / "c1"),
@@ -128,7 +98,7 @@ def test_a_message_that_is_not_an_envelope_fails_the_query_then_is_kept_on_reque
     assert "not an SNS notification" in failure
     assert "invalidEnvelope" in failure
     # Not journaled, nothing deleted: both are back in the queue for its redrive policy.
-    wait_until(lambda: queue_counts(sqs, queue_url) == (2, 0), 60, "both messages visible")
+    helpers.wait_until(lambda: queue_counts(sqs, queue_url) == (2, 0), 60, "both messages visible")
     assert not list((tmp_path / "j1").glob("batches/*/*.arrow"))
     receives = sqs.receive_message(
         QueueUrl=queue_url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"]
@@ -143,15 +113,7 @@ def test_a_message_that_is_not_an_envelope_fails_the_query_then_is_kept_on_reque
         ],
     )
 
-    rows = deliver(
-        spark,
-        moto_endpoint,
-        sqs,
-        queue_url,
-        tmp_path,
-        messageFormat="sns",
-        invalidEnvelope="keep",
-    )
+    rows = deliver(messageFormat="sns", invalidEnvelope="keep")
 
     by_body = {r.body: r for r in rows}
     assert set(by_body) == {"from sns", "sent to the queue directly"}
@@ -178,9 +140,9 @@ def bucket(s3: Any) -> str:
 
 @pytest.mark.parametrize("delete_payloads", [False, True])
 def test_extended_payloads_are_fetched_from_s3(
-    spark, moto_endpoint, sqs, s3, queue_url, bucket, tmp_path, delete_payloads
+    moto_endpoint, sqs, s3, queue_url, bucket, delete_payloads, deliver
 ):
-    producer = extended_sqs_client(moto_endpoint, bucket)
+    producer = helpers.extended_sqs_client(moto_endpoint, bucket)
     payloads = [f"{n}:" + "\u00e9x" * (n * 20_000) for n in range(1, 16)]
     for payload in payloads:
         producer.send_message(
@@ -189,15 +151,10 @@ def test_extended_payloads_are_fetched_from_s3(
             MessageAttributes={"tenant": {"DataType": "String", "StringValue": "acme"}},
         )
     # Not offloaded: plain messages on the same queue pass through untouched.
-    send_numbered(sqs, queue_url, 5)
+    helpers.send_numbered(sqs, queue_url, 5)
     assert len(s3.list_objects_v2(Bucket=bucket)["Contents"]) == len(payloads)
 
     rows = deliver(
-        spark,
-        moto_endpoint,
-        sqs,
-        queue_url,
-        tmp_path,
         extendedPayloads="true",
         s3EndpointUrl=moto_endpoint,
         numPartitions=2,
@@ -222,12 +179,12 @@ def test_extended_payloads_are_fetched_from_s3(
 def test_a_missing_payload_fails_naming_the_message_and_the_key(
     spark, moto_endpoint, sqs, s3, queue_url, bucket, tmp_path
 ):
-    producer = extended_sqs_client(moto_endpoint, bucket)
+    producer = helpers.extended_sqs_client(moto_endpoint, bucket)
     sent = producer.send_message(QueueUrl=queue_url, MessageBody="soon gone")
     (key,) = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
     s3.delete_object(Bucket=bucket, Key=key)
 
-    failure = start_and_fail(
+    failure = helpers.start_and_fail(
         spark,
         options_for(
             moto_endpoint,
@@ -241,29 +198,30 @@ def test_a_missing_payload_fails_naming_the_message_and_the_key(
 
     assert sent["MessageId"] in failure
     assert f"s3://{bucket}/{key}" in failure
-    wait_until(lambda: queue_counts(sqs, queue_url) == (1, 0), 60, "the message visible again")
+    helpers.wait_until(
+        lambda: queue_counts(sqs, queue_url) == (1, 0), 60, "the message visible again"
+    )
 
 
 # -- lag -------------------------------------------------------------------------------------------
 
 
-def test_lag_counters_reach_the_metrics_files(spark, moto_endpoint, sqs, queue_url, tmp_path):
-    send_numbered(sqs, queue_url, 30)
+def test_lag_counters_reach_the_metrics_files(sqs, queue_url, tmp_path, source):
+    helpers.send_numbered(sqs, queue_url, 30)
     sent_by = time.time()
     name = f"lag_{uuid.uuid4().hex}"
-    query = (
-        sqs_stream(spark, moto_endpoint, queue_url, str(tmp_path / "journal"), numPartitions=2)
-        .writeStream.format("memory")
-        .queryName(name)
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .start()
+    query = helpers.start_query(
+        source(numPartitions=2),
+        "memory",
+        tmp_path / "ckpt",
+        queryName=name,
     )
     # No receiver can run before the query has started.
     started = time.time()
-    drain_and_stop(query, sqs, queue_url, timeout=240)
+    helpers.drain_and_stop(query, sqs, queue_url, timeout=240)
     journal = Journal(str(tmp_path / "journal"))
 
-    metrics = wait_until(
+    metrics = helpers.wait_until(
         lambda: [m for m in journal.read_metrics() if m["journaled"]], 60, "metrics files"
     )
 

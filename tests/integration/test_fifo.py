@@ -12,7 +12,7 @@ from devtools.local_sqs import RECEIVE_REQUESTS
 from tests.helpers import (
     drain_and_stop,
     queue_counts,
-    sqs_stream,
+    start_query,
     wait_until,
 )
 
@@ -57,7 +57,7 @@ def _check_group_order(batches: dict[int, list[Any]], per_group: int) -> None:
 
 
 def test_fifo_groups_complete_and_in_order_across_replay_and_restart(
-    spark, moto_endpoint, sqs, fifo_queue_url, tmp_path
+    sqs, fifo_queue_url, tmp_path, source
 ):
     per_group = 25
     _send_groups(sqs, fifo_queue_url, per_group)
@@ -73,19 +73,16 @@ def test_fifo_groups_complete_and_in_order_across_replay_and_restart(
         committed[batch_id] = rows
 
     def run(fail_at: int | None) -> Any:
-        return (
-            sqs_stream(
-                spark,
-                moto_endpoint,
-                fifo_queue_url,
-                str(journal),
+        return start_query(
+            source(
+                queue=fifo_queue_url,
+                journal=journal,
                 numPartitions=2,
                 maxMessagesPerTrigger=20,
                 visibilityTimeout=60,
-            )
-            .writeStream.foreachBatch(lambda df, bid: sink(df, bid, fail_at))
-            .option("checkpointLocation", str(checkpoint))
-            .start()
+            ),
+            lambda df, bid: sink(df, bid, fail_at),
+            checkpoint,
         )
 
     query = run(fail_at=2)
@@ -100,7 +97,7 @@ def test_fifo_groups_complete_and_in_order_across_replay_and_restart(
 
 
 def test_fifo_receive_attempt_id_is_sent_and_repeated_by_a_retried_task(
-    spark, moto_endpoint, sqs, fifo_queue_url, tmp_path
+    sqs, fifo_queue_url, tmp_path, source
 ):
     per_group = 5
     _send_groups(sqs, fifo_queue_url, per_group)
@@ -112,18 +109,10 @@ def test_fifo_receive_attempt_id_is_sent_and_repeated_by_a_retried_task(
     def sink(df: Any, batch_id: int) -> None:
         committed[batch_id] = df.collect()
 
-    query = (
-        sqs_stream(
-            spark,
-            moto_endpoint,
-            fifo_queue_url,
-            str(tmp_path / "journal"),
-            numPartitions=1,
-            visibilityTimeout=4,
-        )
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .start()
+    query = start_query(
+        source(queue=fifo_queue_url, numPartitions=1, visibilityTimeout=4),
+        sink,
+        tmp_path / "ckpt",
     )
     try:
         wait_until(
@@ -155,7 +144,7 @@ def _largest_group_share(batches: dict[int, list[Any]]) -> int:
 
 @pytest.mark.parametrize("delete_after_journal", [False, True], ids=["on-commit", "after-journal"])
 def test_group_throughput_per_batch_and_fast_mode_guarantees(
-    spark, moto_endpoint, sqs, fifo_queue_url, tmp_path, delete_after_journal
+    sqs, fifo_queue_url, tmp_path, delete_after_journal, source
 ):
     per_group = 30
     _send_groups(sqs, fifo_queue_url, per_group)
@@ -173,20 +162,17 @@ def test_group_throughput_per_batch_and_fast_mode_guarantees(
         committed[batch_id] = rows
 
     def run(fail: bool) -> Any:
-        return (
-            sqs_stream(
-                spark,
-                moto_endpoint,
-                fifo_queue_url,
-                str(journal),
+        return start_query(
+            source(
+                queue=fifo_queue_url,
+                journal=journal,
                 numPartitions=1,
                 maxMessagesPerTrigger=60,
                 visibilityTimeout=60,
                 deleteAfterJournal=str(delete_after_journal).lower(),
-            )
-            .writeStream.foreachBatch(lambda df, bid: sink(df, bid, fail))
-            .option("checkpointLocation", str(checkpoint))
-            .start()
+            ),
+            lambda df, bid: sink(df, bid, fail),
+            checkpoint,
         )
 
     query = run(fail=True)

@@ -10,14 +10,7 @@ import pyspark
 import pytest
 
 from spark_sqs.journal import Journal
-from tests.helpers import (
-    body_numbers,
-    drain_and_stop,
-    queue_counts,
-    send_numbered,
-    sqs_stream,
-    wait_until,
-)
+from tests import helpers
 
 pytestmark = pytest.mark.integration
 
@@ -28,21 +21,15 @@ needs_4_2 = pytest.mark.skipif(
 
 
 def test_max_messages_per_trigger_bounds_every_batch_and_counters_are_recorded(
-    spark, moto_endpoint, sqs, queue_url, tmp_path
+    spark, sqs, queue_url, tmp_path, source
 ):
-    send_numbered(sqs, queue_url, 1000)
+    helpers.send_numbered(sqs, queue_url, 1000)
     out, journal = tmp_path / "out", tmp_path / "journal"
-    query = (
-        sqs_stream(spark, moto_endpoint, queue_url, str(journal), maxMessagesPerTrigger=100)
-        .writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .start()
-    )
-    drain_and_stop(query, sqs, queue_url, timeout=300)
+    df = source(journal=journal, maxMessagesPerTrigger=100)
+    query = helpers.drain_to_parquet(df, out, tmp_path / "ckpt", sqs, queue_url, timeout=300)
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert sum(sizes) == 1000 and max(sizes) <= 100, sizes
-    assert body_numbers(spark.read.parquet(str(out)).collect()) == list(range(1000))
+    assert helpers.body_numbers(spark.read.parquet(str(out)).collect()) == list(range(1000))
 
     # Per-batch counters, readable by a program from the journal.
     metrics = Journal(str(journal)).read_metrics()
@@ -54,14 +41,12 @@ def test_max_messages_per_trigger_bounds_every_batch_and_counters_are_recorded(
 
 @needs_4_2
 def test_available_now_drains_what_is_there_acknowledges_and_terminates(
-    spark, moto_endpoint, sqs, queue_url, tmp_path
+    spark, sqs, queue_url, tmp_path, source
 ):
-    send_numbered(sqs, queue_url, 2000)
+    helpers.send_numbered(sqs, queue_url, 2000)
     out = tmp_path / "out"
     query = (
-        sqs_stream(
-            spark, moto_endpoint, queue_url, str(tmp_path / "journal"), maxMessagesPerTrigger=500
-        )
+        source(maxMessagesPerTrigger=500)
         .writeStream.format("parquet")
         .option("path", str(out))
         .option("checkpointLocation", str(tmp_path / "ckpt"))
@@ -72,29 +57,22 @@ def test_available_now_drains_what_is_there_acknowledges_and_terminates(
     assert query.exception() is None
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert max(sizes) <= 500, sizes
-    assert body_numbers(spark.read.parquet(str(out)).collect()) == list(range(2000))
+    assert helpers.body_numbers(spark.read.parquet(str(out)).collect()) == list(range(2000))
     # The last batch was acknowledged before the query ended.
-    assert queue_counts(sqs, queue_url) == (0, 0)
+    assert helpers.queue_counts(sqs, queue_url) == (0, 0)
 
 
 @needs_4_2
-def test_backlog_appears_in_last_progress(spark, moto_endpoint, sqs, queue_url, tmp_path):
-    send_numbered(sqs, queue_url, 50)
+def test_backlog_appears_in_last_progress(sqs, queue_url, tmp_path, source):
+    helpers.send_numbered(sqs, queue_url, 50)
     query = (
-        sqs_stream(
-            spark,
-            moto_endpoint,
-            queue_url,
-            str(tmp_path / "journal"),
-            maxMessagesPerTrigger=10,
-            numPartitions=1,
-        )
+        source(maxMessagesPerTrigger=10, numPartitions=1)
         .writeStream.format("noop")
         .option("checkpointLocation", str(tmp_path / "ckpt"))
         .start()
     )
     try:
-        progress = wait_until(
+        progress = helpers.wait_until(
             lambda: next(
                 (
                     p
@@ -114,7 +92,7 @@ def test_backlog_appears_in_last_progress(spark, moto_endpoint, sqs, queue_url, 
 
 
 def test_min_messages_waits_for_more_but_not_longer_than_max_trigger_delay(
-    spark, moto_endpoint, sqs, queue_url, tmp_path
+    sqs, queue_url, tmp_path, source
 ):
     delay = 15.0
     seen: list[tuple[float, int]] = []
@@ -125,32 +103,23 @@ def test_min_messages_waits_for_more_but_not_longer_than_max_trigger_delay(
             seen.append((time.monotonic(), count))
 
     started = time.monotonic()
-    query = (
-        sqs_stream(
-            spark,
-            moto_endpoint,
-            queue_url,
-            str(tmp_path / "journal"),
-            minMessagesPerTrigger=30,
-            maxTriggerDelay=delay,
-            queuePollInterval=0.2,
-        )
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .start()
+    query = helpers.start_query(
+        source(minMessagesPerTrigger=30, maxTriggerDelay=delay, queuePollInterval=0.2),
+        sink,
+        tmp_path / "ckpt",
     )
     try:
-        send_numbered(sqs, queue_url, 5)
-        wait_until(lambda: seen, 120, "the small batch after maxTriggerDelay")
+        helpers.send_numbered(sqs, queue_url, 5)
+        helpers.wait_until(lambda: seen, 120, "the small batch after maxTriggerDelay")
         # Fewer than minMessagesPerTrigger: held back until maxTriggerDelay since the source
         # started (no batch ran before).
         assert seen[0][1] == 5
         assert seen[0][0] - started >= delay
 
         # Enough messages: the next batch does not wait for the delay.
-        send_numbered(sqs, queue_url, 40, start=5)
-        wait_until(lambda: len(seen) >= 2, 120, "the next batch")
+        helpers.send_numbered(sqs, queue_url, 40, start=5)
+        helpers.wait_until(lambda: len(seen) >= 2, 120, "the next batch")
         assert seen[1][0] - seen[0][0] < delay
-        wait_until(lambda: sum(c for _, c in seen) == 45, 120, "every message")
+        helpers.wait_until(lambda: sum(c for _, c in seen) == 45, 120, "every message")
     finally:
         query.stop()

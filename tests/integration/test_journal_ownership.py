@@ -9,36 +9,29 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import (
-    drain_and_stop,
-    process_all_available,
-    send_numbered,
-    sqs_stream,
-    start_and_fail,
-)
+from tests import helpers
 
 pytestmark = pytest.mark.integration
 
 
 def test_a_second_query_on_a_journal_in_use_fails_naming_it(
-    spark: Any, moto_endpoint: str, sqs: Any, queue_url: str, tmp_path: Path
+    spark: Any, moto_endpoint: str, sqs: Any, queue_url: str, tmp_path: Path, source: Any
 ) -> None:
     journal = str(tmp_path / "journal")
     # Heartbeats (and lease renewals) every second: the second query knows within 2 s.
     options = {"visibilityTimeout": "10", "heartbeatInterval": "1"}
-    send_numbered(sqs, queue_url, 10)
+    helpers.send_numbered(sqs, queue_url, 10)
     name = f"owner_{uuid.uuid4().hex}"
-    first = (
-        sqs_stream(spark, moto_endpoint, queue_url, journal, **options)
-        .writeStream.format("memory")
-        .queryName(name)
-        .option("checkpointLocation", str(tmp_path / "ckpt-1"))
-        .start()
+    first = helpers.start_query(
+        source(journal=journal, **options),
+        "memory",
+        tmp_path / "ckpt-1",
+        queryName=name,
     )
     try:
-        process_all_available(first, timeout=180)
+        helpers.process_all_available(first, timeout=180)
 
-        failure = start_and_fail(
+        failure = helpers.start_and_fail(
             spark,
             {
                 "queueUrl": queue_url,
@@ -51,22 +44,22 @@ def test_a_second_query_on_a_journal_in_use_fails_naming_it(
         assert f"journalLocation {journal}" in failure
         assert "Fix: stop the other query" in failure
         # The first query was not disturbed.
-        send_numbered(sqs, queue_url, 5, start=10)
-        process_all_available(first, timeout=180)
+        helpers.send_numbered(sqs, queue_url, 5, start=10)
+        helpers.process_all_available(first, timeout=180)
         assert first.isActive
     finally:
-        drain_and_stop(first, sqs, queue_url, timeout=180)
+        helpers.drain_and_stop(first, sqs, queue_url, timeout=180)
     assert spark.table(name).count() == 15
 
     # Stopped (SIGTERM releases the lease): the next query on the journal starts at once.
-    send_numbered(sqs, queue_url, 3, start=15)
+    helpers.send_numbered(sqs, queue_url, 3, start=15)
     again = (
-        sqs_stream(spark, moto_endpoint, queue_url, journal, **options)
+        source(journal=journal, **options)
         .writeStream.format("memory")
         .queryName(f"{name}_again")
         # The memory sink cannot restart from a checkpoint: a new one, on the same journal.
         .option("checkpointLocation", str(tmp_path / "ckpt-3"))
         .start()
     )
-    drain_and_stop(again, sqs, queue_url, timeout=180)
+    helpers.drain_and_stop(again, sqs, queue_url, timeout=180)
     assert spark.table(f"{name}_again").count() == 3

@@ -7,39 +7,23 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import uuid
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 
 from spark_sqs.sqs.client import queue_counts
-from tests.helpers import drain_and_stop, sqs_stream
 
 pytestmark = pytest.mark.integration
 
 MIB = 1024 * 1024
 
 
-def deliver(spark: Any, endpoint: str, sqs: Any, queue_url: str, tmp: Any, **options: Any) -> list:
-    """Run the source into a memory sink until the queue is empty; the rows it delivered."""
-    name = f"content_{uuid.uuid4().hex}"
-    query = (
-        sqs_stream(spark, endpoint, queue_url, str(tmp / "journal"), **options)
-        .writeStream.format("memory")
-        .queryName(name)
-        .option("checkpointLocation", str(tmp / "ckpt"))
-        .start()
-    )
-    drain_and_stop(query, sqs, queue_url, timeout=240)
-    return spark.table(name).collect()
-
-
 def md5(text: str) -> str:
     return hashlib.md5(text.encode("utf-8")).hexdigest()  # noqa: S324 - SQS's own checksum
 
 
-def test_bodies_at_the_1_mib_limit(spark, moto_endpoint, sqs, queue_url, tmp_path):
+def test_bodies_at_the_1_mib_limit(sqs, queue_url, tmp_path, deliver):
     bodies = {
         "ascii": "a" * (MIB - 1) + "z",
         # 4 bytes per character in UTF-8: 1 MiB of bytes, a quarter of that in characters.
@@ -53,7 +37,7 @@ def test_bodies_at_the_1_mib_limit(spark, moto_endpoint, sqs, queue_url, tmp_pat
     with pytest.raises(ClientError, match="InvalidParameterValue"):
         sqs.send_message(QueueUrl=queue_url, MessageBody="a" * (MIB + 1))
 
-    rows = deliver(spark, moto_endpoint, sqs, queue_url, tmp_path, numPartitions=2)
+    rows = deliver(numPartitions=2)
 
     assert sorted(r.body for r in rows) == sorted(bodies.values())
     for row in rows:
@@ -78,7 +62,7 @@ UNICODE_BODIES = {
 }
 
 
-def test_unicode_bodies_round_trip_exactly(spark, moto_endpoint, sqs, queue_url, tmp_path):
+def test_unicode_bodies_round_trip_exactly(sqs, queue_url, deliver):
     for key, body in UNICODE_BODIES.items():
         sqs.send_message(
             QueueUrl=queue_url,
@@ -86,7 +70,7 @@ def test_unicode_bodies_round_trip_exactly(spark, moto_endpoint, sqs, queue_url,
             MessageAttributes={"case": {"DataType": "String", "StringValue": key}},
         )
 
-    rows = deliver(spark, moto_endpoint, sqs, queue_url, tmp_path)
+    rows = deliver()
 
     got = {r.messageAttributes["case"].stringValue: r for r in rows}
     assert len(rows) == len(UNICODE_BODIES) == len(got), "each body exactly once"
@@ -111,14 +95,14 @@ ATTRIBUTES: dict[str, dict[str, Any]] = {
 }
 
 
-def test_every_message_attribute_type(spark, moto_endpoint, sqs, queue_url, tmp_path):
+def test_every_message_attribute_type(sqs, queue_url, deliver):
     assert len(ATTRIBUTES) == 10, "SQS's maximum per message"
     sqs.send_message(
         QueueUrl=queue_url, MessageBody="with attributes", MessageAttributes=ATTRIBUTES
     )
     sqs.send_message(QueueUrl=queue_url, MessageBody="without attributes")
 
-    rows = {r.body: r for r in deliver(spark, moto_endpoint, sqs, queue_url, tmp_path)}
+    rows = {r.body: r for r in deliver()}
 
     assert set(rows) == {"with attributes", "without attributes"}
     assert rows["without attributes"].messageAttributes == {}
@@ -135,12 +119,10 @@ def test_every_message_attribute_type(spark, moto_endpoint, sqs, queue_url, tmp_
     assert gzip.decompress(bytes(got["archive"].binaryValue)) == b"hello"
 
 
-def test_message_attribute_names_selects_attributes(spark, moto_endpoint, sqs, queue_url, tmp_path):
+def test_message_attribute_names_selects_attributes(sqs, queue_url, deliver):
     sqs.send_message(QueueUrl=queue_url, MessageBody="m", MessageAttributes=ATTRIBUTES)
 
-    rows = deliver(
-        spark, moto_endpoint, sqs, queue_url, tmp_path, messageAttributeNames="kind, trace.id"
-    )
+    rows = deliver(messageAttributeNames="kind, trace.id")
 
     assert len(rows) == 1
     # Only the named attributes are fetched; the others are not in the map (not null entries).

@@ -20,16 +20,8 @@ import boto3
 import pytest
 
 from spark_sqs.journal import Journal
+from tests import helpers
 from tests.conftest import REGION
-from tests.helpers import (
-    HoldingSink,
-    body_numbers,
-    process_all_available,
-    queue_counts,
-    send_numbered,
-    start_and_fail,
-    wait_until,
-)
 
 pytestmark = pytest.mark.integration
 
@@ -123,6 +115,17 @@ def queue_arn(sqs: Any, queue_url: str) -> str:
     return attrs["Attributes"]["QueueArn"]
 
 
+def documented_user(
+    sqs: Any, queue_url: str, endpoint: str, admin_keys: dict[str, str]
+) -> tuple[str, str, dict[str, str], Any]:
+    """A new user with exactly the documented policy on the queue, and the admin's IAM client
+    to change that policy mid-stream: (queue ARN, user name, the user's keys, IAM client)."""
+    arn = queue_arn(sqs, queue_url)
+    user = f"u-{uuid.uuid4().hex[:10]}"
+    keys = iam_user(endpoint, documented_policy(arn), name=user)
+    return arn, user, keys, client("iam", endpoint, admin_keys)
+
+
 def source_options(endpoint: str, queue_url: str, journal: Path, keys: dict[str, str]) -> dict:
     # By name, so that GetQueueUrl is used too.
     return {
@@ -140,26 +143,15 @@ def test_documented_policy_is_enough(
     spark, moto_endpoint, sqs, admin_sqs, queue_url, tmp_path, mode
 ):
     keys = iam_user(moto_endpoint, documented_policy(queue_arn(sqs, queue_url)))
-    numbers = send_numbered(sqs, queue_url, 30)
+    numbers = helpers.send_numbered(sqs, queue_url, 30)
     options = {**source_options(moto_endpoint, queue_url, tmp_path / "j", keys), **mode}
     reader = spark.readStream.format("sqs")
     for key, value in options.items():
         reader = reader.option(key, value)
     out = tmp_path / "out"
     with iam_enforced():
-        query = (
-            reader.load()
-            .writeStream.format("parquet")
-            .option("path", str(out))
-            .option("checkpointLocation", str(tmp_path / "c"))
-            .start()
-        )
-        try:
-            process_all_available(query, timeout=180)
-            wait_until(lambda: queue_counts(admin_sqs, queue_url) == (0, 0), 60, "an empty queue")
-        finally:
-            query.stop()
-    assert body_numbers(spark.read.parquet(str(out)).collect()) == numbers
+        helpers.drain_to_parquet(reader.load(), out, tmp_path / "c", admin_sqs, queue_url, 180)
+    assert helpers.body_numbers(spark.read.parquet(str(out)).collect()) == numbers
 
 
 @pytest.mark.parametrize("missing", SQS_ACTIONS)
@@ -167,12 +159,12 @@ def test_missing_permission_is_named_and_nothing_is_lost(
     spark, moto_endpoint, sqs, admin_sqs, queue_url, tmp_path, missing
 ):
     keys = iam_user(moto_endpoint, documented_policy(queue_arn(sqs, queue_url), without=missing))
-    send_numbered(sqs, queue_url, 3)
+    helpers.send_numbered(sqs, queue_url, 3)
     options = source_options(moto_endpoint, queue_url, tmp_path / "j", keys)
     with iam_enforced():
-        message = start_and_fail(spark, options, str(tmp_path / "c"))
+        message = helpers.start_and_fail(spark, options, str(tmp_path / "c"))
         # Denied before anything was received (ReceiveMessage: the receive itself was denied).
-        assert queue_counts(admin_sqs, queue_url) == (3, 0)
+        assert helpers.queue_counts(admin_sqs, queue_url) == (3, 0)
     assert f"AWS rejected SQS {missing}" in message, message[:2000]
     assert f"allow 'sqs:{missing}'" in message and "conf/iam-policy.json" in message
     assert keys["awsSecretAccessKey"] not in message
@@ -184,7 +176,7 @@ def test_policy_without_delete_is_enough_when_the_source_never_deletes(
     keys = iam_user(
         moto_endpoint, documented_policy(queue_arn(sqs, queue_url), without="DeleteMessage")
     )
-    numbers = send_numbered(sqs, queue_url, 5)
+    numbers = helpers.send_numbered(sqs, queue_url, 5)
     options = {
         **source_options(moto_endpoint, queue_url, tmp_path / "j", keys),
         "deleteOnCommit": "false",
@@ -196,22 +188,19 @@ def test_policy_without_delete_is_enough_when_the_source_never_deletes(
         query = reader.load().writeStream.format("memory").queryName(f"nodelete_{uuid.uuid4().hex}")
         started = query.option("checkpointLocation", str(tmp_path / "c")).start()
         try:
-            process_all_available(started, timeout=180)
+            helpers.process_all_available(started, timeout=180)
             # deleteOnCommit=false: the messages stay in the queue (in flight until they expire).
-            assert sum(queue_counts(admin_sqs, queue_url)) == 5
+            assert sum(helpers.queue_counts(admin_sqs, queue_url)) == 5
         finally:
             started.stop()
-    assert body_numbers(spark.table(started.name).collect()) == numbers
+    assert helpers.body_numbers(spark.table(started.name).collect()) == numbers
 
 
 def test_visibility_permission_revoked_mid_stream_stops_the_query_and_loses_nothing(
     spark, moto_endpoint, sqs, admin_keys, admin_sqs, queue_url, tmp_path
 ):
-    arn = queue_arn(sqs, queue_url)
-    user = f"u-{uuid.uuid4().hex[:10]}"
-    keys = iam_user(moto_endpoint, documented_policy(arn), name=user)
-    iam = client("iam", moto_endpoint, admin_keys)
-    numbers = send_numbered(sqs, queue_url, 5)
+    arn, user, keys, iam = documented_user(sqs, queue_url, moto_endpoint, admin_keys)
+    numbers = helpers.send_numbered(sqs, queue_url, 5)
     options = {
         **source_options(moto_endpoint, queue_url, tmp_path / "j", keys),
         "numPartitions": "1",
@@ -222,14 +211,9 @@ def test_visibility_permission_revoked_mid_stream_stops_the_query_and_loses_noth
     reader = spark.readStream.format("sqs")
     for key, value in options.items():
         reader = reader.option(key, value)
-    sink = HoldingSink()
+    sink = helpers.HoldingSink()
     with iam_enforced():
-        query = (
-            reader.load()
-            .writeStream.foreachBatch(sink)
-            .option("checkpointLocation", str(tmp_path / "c"))
-            .start()
-        )
+        query = helpers.start_query(reader.load(), sink, tmp_path / "c")
         try:
             assert sink.holding.wait(180), "no batch reached the sink"
             iam.put_user_policy(
@@ -240,8 +224,8 @@ def test_visibility_permission_revoked_mid_stream_stops_the_query_and_loses_noth
                 ),
             )
             # Without extensions the held batch's messages become visible again.
-            wait_until(
-                lambda: queue_counts(admin_sqs, queue_url) == (len(numbers), 0),
+            helpers.wait_until(
+                lambda: helpers.queue_counts(admin_sqs, queue_url) == (len(numbers), 0),
                 60,
                 "the held messages to become visible",
             )
@@ -250,7 +234,7 @@ def test_visibility_permission_revoked_mid_stream_stops_the_query_and_loses_noth
                 query.awaitTermination(120)
                 pytest.fail("the query should have stopped")
             # The committed batch was acknowledged before the query stopped.
-            assert queue_counts(admin_sqs, queue_url) == (0, 0)
+            assert helpers.queue_counts(admin_sqs, queue_url) == (0, 0)
         finally:
             sink.release()
             query.stop()
@@ -263,22 +247,19 @@ def test_visibility_permission_revoked_mid_stream_stops_the_query_and_loses_noth
 def test_delete_permission_revoked_mid_stream_stops_the_query_and_the_next_run_settles(
     spark, moto_endpoint, sqs, admin_keys, admin_sqs, queue_url, tmp_path
 ):
-    arn = queue_arn(sqs, queue_url)
-    user = f"u-{uuid.uuid4().hex[:10]}"
-    keys = iam_user(moto_endpoint, documented_policy(arn), name=user)
-    iam = client("iam", moto_endpoint, admin_keys)
+    arn, user, keys, iam = documented_user(sqs, queue_url, moto_endpoint, admin_keys)
 
     def grant(policy: dict[str, Any]) -> None:
         iam.put_user_policy(
             UserName=user, PolicyName="spark-sqs", PolicyDocument=json.dumps(policy)
         )
 
-    numbers = send_numbered(sqs, queue_url, 5)
+    numbers = helpers.send_numbered(sqs, queue_url, 5)
     options = {
         **source_options(moto_endpoint, queue_url, tmp_path / "j", keys),
         "numPartitions": "1",
     }
-    sink = HoldingSink()
+    sink = helpers.HoldingSink()
 
     def start() -> Any:
         reader = spark.readStream.format("sqs")
@@ -307,15 +288,10 @@ def test_delete_permission_revoked_mid_stream_stops_the_query_and_the_next_run_s
         assert "AWS rejected SQS DeleteMessage" in message, message[:2000]
         assert "allow 'sqs:DeleteMessage'" in message
         # Committed by Spark, not deleted: still in the queue, and still in the journal.
-        assert sum(queue_counts(admin_sqs, queue_url)) == len(numbers)
+        assert sum(helpers.queue_counts(admin_sqs, queue_url)) == len(numbers)
         assert Journal(str(tmp_path / "j")).batches()
 
         grant(documented_policy(arn))
-        query = start()
-        try:
-            process_all_available(query, timeout=180)
-            wait_until(lambda: queue_counts(admin_sqs, queue_url) == (0, 0), 60, "an empty queue")
-        finally:
-            query.stop()
+        helpers.drain_and_stop(start(), admin_sqs, queue_url, timeout=180)
     assert sink.numbers() == numbers, "delivered once, before and after the restart"
     assert not Journal(str(tmp_path / "j")).batches()

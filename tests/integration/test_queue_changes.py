@@ -9,36 +9,33 @@ from typing import Any
 import pytest
 
 from spark_sqs.journal import Journal
-from tests.helpers import (
-    HoldingSink,
-    process_all_available,
-    queue_counts,
-    send_numbered,
-    sqs_stream,
-    wait_until,
-)
+from tests import helpers
 
 pytestmark = pytest.mark.integration
 
 
-def start(spark: Any, endpoint: str, queue_url: str, tmp: Any, sink: HoldingSink) -> Any:
-    return (
-        sqs_stream(spark, endpoint, queue_url, str(tmp / "journal"), numPartitions=1)
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(tmp / "ckpt"))
-        .start()
-    )
+def start(spark: Any, endpoint: str, queue_url: str, tmp: Any, sink: helpers.HoldingSink) -> Any:
+    df = helpers.sqs_stream(spark, endpoint, queue_url, str(tmp / "journal"), numPartitions=1)
+    return helpers.start_query(df, sink, tmp / "ckpt")
+
+
+def start_held(spark: Any, endpoint: str, sqs: Any, queue_url: str, tmp: Any) -> Any:
+    """Ten messages, and a one-receiver query whose first batch waits in its sink: returns the
+    query, the sink and that batch's numbers."""
+    helpers.send_numbered(sqs, queue_url, 10)
+    sink = helpers.HoldingSink()
+    query = start(spark, endpoint, queue_url, tmp, sink)
+    if not sink.holding.wait(180):
+        query.stop()
+        raise AssertionError("no batch reached the sink")
+    return query, sink, sink.held_numbers()
 
 
 def test_queue_deleted_mid_stream_stops_the_query_and_loses_nothing_journaled(
     spark, moto_endpoint, sqs, queue_url, tmp_path
 ):
-    send_numbered(sqs, queue_url, 10)
-    sink = HoldingSink()
-    query = start(spark, moto_endpoint, queue_url, tmp_path, sink)
+    query, sink, held = start_held(spark, moto_endpoint, sqs, queue_url, tmp_path)
     try:
-        assert sink.holding.wait(180), "no batch reached the sink"
-        held = sink.held_numbers()
         journal = Journal(str(tmp_path / "journal"))
         (batch,) = journal.batches()
         sqs.delete_queue(QueueUrl=queue_url)
@@ -61,12 +58,14 @@ def test_queue_deleted_mid_stream_stops_the_query_and_loses_nothing_journaled(
     # The queue comes back (same name, so same URL): the next run settles the journaled batch
     # without delivering it again, then reads the new messages.
     assert sqs.create_queue(QueueName=queue_url.rsplit("/", 1)[1])["QueueUrl"] == queue_url
-    new = send_numbered(sqs, queue_url, 5, start=100)
+    new = helpers.send_numbered(sqs, queue_url, 5, start=100)
     query = start(spark, moto_endpoint, queue_url, tmp_path, sink)
     try:
-        process_all_available(query, timeout=180)
-        wait_until(lambda: queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue")
-        wait_until(lambda: not journal.batches(), 60, "the journal to be settled")
+        helpers.process_all_available(query, timeout=180)
+        helpers.wait_until(
+            lambda: helpers.queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue"
+        )
+        helpers.wait_until(lambda: not journal.batches(), 60, "the journal to be settled")
     finally:
         query.stop()
     assert sink.numbers() == held + new, "each received message exactly once"
@@ -75,20 +74,18 @@ def test_queue_deleted_mid_stream_stops_the_query_and_loses_nothing_journaled(
 def test_queue_purged_mid_stream_keeps_running_and_delivers_later_messages_once(
     spark, moto_endpoint, sqs, queue_url, tmp_path
 ):
-    send_numbered(sqs, queue_url, 10)
-    sink = HoldingSink()
-    query = start(spark, moto_endpoint, queue_url, tmp_path, sink)
+    query, sink, held = start_held(spark, moto_endpoint, sqs, queue_url, tmp_path)
     try:
-        assert sink.holding.wait(180), "no batch reached the sink"
-        held = sink.held_numbers()
         # Removes every message, also the held batch's (in flight): their deletes then fail
         # with invalid receipt handles, which the source records and moves past.
         sqs.purge_queue(QueueUrl=queue_url)
         sink.release()
-        new = send_numbered(sqs, queue_url, 10, start=100)
-        wait_until(lambda: set(new) <= set(sink.numbers()), 180, "the messages sent after")
-        wait_until(lambda: queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue")
-        wait_until(
+        new = helpers.send_numbered(sqs, queue_url, 10, start=100)
+        helpers.wait_until(lambda: set(new) <= set(sink.numbers()), 180, "the messages sent after")
+        helpers.wait_until(
+            lambda: helpers.queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue"
+        )
+        helpers.wait_until(
             lambda: not Journal(str(tmp_path / "journal")).batches(), 60, "a settled journal"
         )
         assert query.isActive and query.exception() is None

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,19 +14,14 @@ from typing import Any
 import pytest
 
 from spark_sqs.journal import Journal
-from tests.helpers import process_all_available, queue_counts, send_numbered, sqs_stream, wait_until
+from tests import helpers
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def second_queue_url(sqs: Any) -> Iterator[str]:
-    url = sqs.create_queue(QueueName=f"q2-{uuid.uuid4().hex[:12]}")["QueueUrl"]
-    yield url
-    try:
-        sqs.delete_queue(QueueUrl=url)
-    except Exception:
-        pass
+    yield from helpers.temporary_queue(sqs)
 
 
 def _by_queue(rows: list[Any]) -> dict[str, list[int]]:
@@ -38,41 +32,29 @@ def _by_queue(rows: list[Any]) -> dict[str, list[int]]:
 
 
 def test_two_queues_every_message_exactly_once_with_its_queue(
-    spark: Any, moto_endpoint: str, sqs: Any, queue_url: str, second_queue_url: str, tmp_path: Path
-) -> None:
-    first = send_numbered(sqs, queue_url, 150)
-    second = send_numbered(sqs, second_queue_url, 60, start=1000)
+    spark, sqs, queue_url, second_queue_url, tmp_path, source
+):
+    first = helpers.send_numbered(sqs, queue_url, 150)
+    second = helpers.send_numbered(sqs, second_queue_url, 60, start=1000)
     out = tmp_path / "out"
-    df = sqs_stream(
-        spark,
-        moto_endpoint,
-        f"{queue_url},{second_queue_url}",
-        str(tmp_path / "journal"),
+    df = source(
+        queue=f"{queue_url},{second_queue_url}",
         numPartitions=3,
         maxMessagesPerTrigger=80,
         waitTimeSeconds=1,
     )
-    query = (
-        df.writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(processingTime="0 seconds")
-        .start()
+    query = helpers.start_query(
+        df, "parquet", tmp_path / "ckpt", trigger={"processingTime": "0 seconds"}, path=str(out)
     )
-    try:
-        process_all_available(query, timeout=300)
-        # The last batch is acknowledged by the next latestOffset: both queues end empty.
-        wait_until(
-            lambda: (
-                queue_counts(sqs, queue_url) == (0, 0)
-                and queue_counts(sqs, second_queue_url) == (0, 0)
-            ),
-            90,
-            "both queues empty",
-        )
-        progress = [p for p in query.recentProgress if p["numInputRows"]]
-    finally:
-        query.stop()
+    # The last batch is acknowledged by the next latestOffset: both queues end empty.
+    helpers.drain_and_stop(
+        query,
+        sqs,
+        queue_url,
+        timeout=300,
+        until=lambda: helpers.queue_counts(sqs, second_queue_url) == (0, 0),
+    )
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
 
     rows = spark.read.parquet(str(out)).collect()
     assert _by_queue(rows) == {queue_url: first, second_queue_url: second}
@@ -113,14 +95,14 @@ class FailingOnceSink:
 
 
 def test_a_logged_batch_replays_and_acknowledges_a_queue_removed_from_the_options(
-    spark: Any, moto_endpoint: str, sqs: Any, queue_url: str, second_queue_url: str, tmp_path: Path
-) -> None:
+    sqs, queue_url, second_queue_url, tmp_path, source
+):
     """Run 1 reads two queues; the batch holding the second queue's messages is journaled and
     in Spark's offset log, but its sink fails before the commit. Run 2 names only the first
     queue: the replay of that batch still runs its stored plan (receivers of the removed queue
     replay their entries), and its messages are deleted from the removed queue."""
-    first = send_numbered(sqs, queue_url, 40)
-    second = send_numbered(sqs, second_queue_url, 6, start=1000)
+    first = helpers.send_numbered(sqs, queue_url, 40)
+    second = helpers.send_numbered(sqs, second_queue_url, 6, start=1000)
     journal = str(tmp_path / "journal")
     checkpoint = str(tmp_path / "ckpt")
     common = {
@@ -132,13 +114,8 @@ def test_a_logged_batch_replays_and_acknowledges_a_queue_removed_from_the_option
     sink = FailingOnceSink(fail_on=second_queue_url)
 
     def start(queues: str) -> Any:
-        df = sqs_stream(spark, moto_endpoint, queues, journal, **common)
-        return (
-            df.writeStream.foreachBatch(sink)
-            .option("checkpointLocation", checkpoint)
-            .trigger(processingTime="0 seconds")
-            .start()
-        )
+        df = source(queue=queues, journal=journal, **common)
+        return helpers.start_query(df, sink, checkpoint, trigger={"processingTime": "0 seconds"})
 
     run1 = start(f"{queue_url},{second_queue_url}")
     try:
@@ -155,19 +132,14 @@ def test_a_logged_batch_replays_and_acknowledges_a_queue_removed_from_the_option
     plans = [Journal(journal).read_plan(b) for b in plan_batches]
     assert any(r.queue == second_queue_url for p in plans if p for r in p.receivers)
 
-    run2 = start(queue_url)
-    try:
-        process_all_available(run2, timeout=300)
-        wait_until(
-            lambda: (
-                queue_counts(sqs, queue_url) == (0, 0)
-                and queue_counts(sqs, second_queue_url) == (0, 0)
-            ),
-            120,
-            "both queues empty, the removed one acknowledged from the replayed batch's entries",
-        )
-    finally:
-        run2.stop()
+    # The removed queue is acknowledged from the replayed batch's entries.
+    helpers.drain_and_stop(
+        start(queue_url),
+        sqs,
+        queue_url,
+        timeout=300,
+        until=lambda: helpers.queue_counts(sqs, second_queue_url) == (0, 0),
+    )
 
     assert sink.by_queue() == {queue_url: first, second_queue_url: second}
     assert failed in sink.batches, "the failed batch was replayed"

@@ -9,24 +9,15 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import (
-    drain_and_stop,
-    process_all_available,
-    queue_counts,
-    send_numbered,
-    sqs_stream,
-    wait_until,
-)
+from tests import helpers
 
 pytestmark = pytest.mark.integration
 
 VISIBILITY = 4
 
 
-def test_slow_sink_keeps_messages_invisible_to_other_consumers(
-    spark, moto_endpoint, sqs, queue_url, tmp_path
-):
-    send_numbered(sqs, queue_url, 40)
+def test_slow_sink_keeps_messages_invisible_to_other_consumers(sqs, queue_url, tmp_path, source):
+    helpers.send_numbered(sqs, queue_url, 40)
     in_sink = threading.Event()
     release = threading.Event()
     written: list[list[int]] = []
@@ -41,19 +32,10 @@ def test_slow_sink_keeps_messages_invisible_to_other_consumers(
         release.wait(120)
         written.append(sorted(json.loads(r.body)["n"] for r in rows))
 
-    query = (
-        sqs_stream(
-            spark,
-            moto_endpoint,
-            queue_url,
-            str(tmp_path / "journal"),
-            visibilityTimeout=VISIBILITY,
-            maxMessagesPerTrigger=40,
-            numPartitions=2,
-        )
-        .writeStream.foreachBatch(slow_sink)
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .start()
+    query = helpers.start_query(
+        source(visibilityTimeout=VISIBILITY, maxMessagesPerTrigger=40, numPartitions=2),
+        slow_sink,
+        tmp_path / "ckpt",
     )
     try:
         assert in_sink.wait(180), "the first batch never reached the sink"
@@ -66,8 +48,10 @@ def test_slow_sink_keeps_messages_invisible_to_other_consumers(
             )
             stolen.extend(m["MessageId"] for m in response.get("Messages", []))
         release.set()
-        process_all_available(query, timeout=120)
-        wait_until(lambda: queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue")
+        helpers.process_all_available(query, timeout=120)
+        helpers.wait_until(
+            lambda: helpers.queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue"
+        )
     finally:
         release.set()
         query.stop()
@@ -76,21 +60,14 @@ def test_slow_sink_keeps_messages_invisible_to_other_consumers(
 
 
 def test_stop_after_batch_then_restart_after_visibility_timeout_has_no_duplicates(
-    spark, moto_endpoint, sqs, queue_url, tmp_path
+    spark, sqs, queue_url, tmp_path, source
 ):
-    send_numbered(sqs, queue_url, 30)
+    helpers.send_numbered(sqs, queue_url, 30)
     journal, checkpoint, out = tmp_path / "journal", tmp_path / "ckpt", tmp_path / "out"
 
     def start(trigger: str) -> Any:
         return (
-            sqs_stream(
-                spark,
-                moto_endpoint,
-                queue_url,
-                str(journal),
-                visibilityTimeout=VISIBILITY,
-                maxMessagesPerTrigger=30,
-            )
+            source(journal=journal, visibilityTimeout=VISIBILITY, maxMessagesPerTrigger=30)
             .writeStream.format("parquet")
             .option("path", str(out))
             .option("checkpointLocation", str(checkpoint))
@@ -101,24 +78,26 @@ def test_stop_after_batch_then_restart_after_visibility_timeout_has_no_duplicate
     # One batch takes everything; the next trigger is an hour away, so nothing acknowledges it
     # before query.stop() (Spark does not call commit() or stop() on the source then).
     query = start("1 hour")
-    wait_until(
+    helpers.wait_until(
         lambda: sum(p["numInputRows"] for p in query.recentProgress) == 30,
         180,
         "the first batch to complete",
     )
     query.stop()
-    assert queue_counts(sqs, queue_url) == (0, 30), "the stopped batch is still in flight"
+    assert helpers.queue_counts(sqs, queue_url) == (0, 30), "the stopped batch is still in flight"
 
     # The visibility timeout passes: SQS makes the messages visible again and the journaled
     # receipt handles go stale.
-    wait_until(lambda: queue_counts(sqs, queue_url)[0] == 30, 60, "messages visible again")
+    helpers.wait_until(
+        lambda: helpers.queue_counts(sqs, queue_url)[0] == 30, 60, "messages visible again"
+    )
     # Another consumer receives them meanwhile, so the old handles are stale (as in SQS, the
     # delete with them succeeds but does nothing).
     for _ in range(3):
         sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, VisibilityTimeout=0)
 
     query = start("0 seconds")
-    drain_and_stop(query, sqs, queue_url, timeout=180)
+    helpers.drain_and_stop(query, sqs, queue_url, timeout=180)
     rows = spark.read.parquet(str(out)).collect()
     assert sorted(json.loads(r.body)["n"] for r in rows) == list(range(30))
     assert len({r.messageId for r in rows}) == 30

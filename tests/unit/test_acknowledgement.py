@@ -6,15 +6,14 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-import boto3
 import pytest
 from botocore.stub import Stubber
 
 from spark_sqs.driver.acknowledger import Acknowledger
 from spark_sqs.driver.heartbeat import BatchVisibility
 from spark_sqs.errors import QueueNotFoundError, SqsAccessError, SqsSourceError, TransientSqsError
-from spark_sqs.journal import EntryReceipts
 from spark_sqs.sqs.batching import BatchCaller, BatchResult, Entry, chunks
+from tests.fakes import NOW, Clock, FakeJournal, stub_sqs_client
 from tests.unit.factories import QUEUE_URL
 
 
@@ -42,12 +41,7 @@ def failed(index: int, code: str, sender_fault: bool) -> dict[str, Any]:
 
 @pytest.fixture
 def client() -> Any:
-    return boto3.client(
-        "sqs",
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    return stub_sqs_client()
 
 
 @pytest.fixture
@@ -361,62 +355,6 @@ def test_receipt_handles_are_not_in_entry_repr() -> None:
 
 VISIBILITY = 120
 WINDOW = 3600.0
-NOW = 1_700_000_000.0  # wall clock of the tests
-
-
-class FakeJournal:
-    """The journal operations the acknowledger uses, in memory."""
-
-    def __init__(self, batches: dict[int, list[tuple[str, str]]], received_at: float = NOW) -> None:
-        self.batches = {b: list(h) for b, h in batches.items()}
-        self.received_at: dict[int, float] = {b: received_at for b in batches}
-        self.reads: list[int] = []
-        self.removed: list[int] = []
-        self.collected: list[int] = []  # oldest pending batch at each drop-set collection
-        self.dedupe: dict[int, tuple[list[str], float]] = {}
-        self.window: list[tuple[list[str], float]] = []
-
-    def add(self, batch: int, pairs: list[tuple[str, str]], received_at: float = NOW) -> None:
-        self.batches[batch] = list(pairs)
-        self.received_at[batch] = received_at
-
-    def batch_receipts(self, batch: int) -> list[EntryReceipts]:
-        self.reads.append(batch)
-        pairs = self.batches.get(batch)
-        if not pairs:
-            return []
-        ids, handles = zip(*pairs, strict=True)
-        return [EntryReceipts(batch, 0, self.received_at[batch], tuple(ids), tuple(handles))]
-
-    def remove_batch(self, batch: int) -> None:
-        self.removed.append(batch)
-        self.batches.pop(batch, None)
-
-    def collect_ack_reports(self, oldest_pending: int, keep: set[int]) -> int:
-        return 0
-
-    def collect_drops(self, oldest_pending: int) -> int:
-        self.collected.append(oldest_pending)
-        return 0
-
-    def write_window(
-        self, message_ids: list[str], *, batch: int, who: str, expires_at: float
-    ) -> None:
-        self.window.append((sorted(message_ids), expires_at))
-
-    def collect_window(self, now: float) -> int:
-        return 0
-
-    def write_dedupe(self, batch: int, message_ids: list[str], expires_at: float) -> None:
-        self.dedupe[batch] = (list(message_ids), expires_at)
-
-    def read_dedupe(self, now: float) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for ids, expires in self.dedupe.values():
-            if expires > now:
-                for i in ids:
-                    out[i] = max(expires, out.get(i, 0.0))
-        return out
 
 
 Outcome = BatchResult | Exception
@@ -435,14 +373,6 @@ class FakeCaller:
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def handles(batch: int, count: int) -> list[tuple[str, str]]:
@@ -541,7 +471,7 @@ def test_tracked_batches_are_acknowledged_once_committed() -> None:
     ack, acked = make_acknowledger(journal, fake)
     ack.start(4, [])
     ack.track(5)
-    journal.add(5, handles(5, 2))
+    journal.add_pairs(5, handles(5, 2))
 
     assert ack.acknowledge_through(4).batches == 0
     assert fake.calls == []
@@ -605,7 +535,7 @@ def test_later_batches_wait_behind_a_failed_one() -> None:
     assert ack.acked_batch == 1
     assert ack.pending == [2, 3]
     assert journal.removed == [1]
-    assert 3 in journal.batches
+    assert 3 in journal.entries
 
 
 def test_retriable_exception_from_the_caller_keeps_the_batch_pending() -> None:

@@ -263,21 +263,23 @@ def _lost_response(method: str, key: str) -> None:
         raise JournalOutcomeUnknown("Cannot write journal object: ReadTimeoutError")
 
 
-def test_a_lost_response_to_the_entry_write_releases_nothing_and_the_retry_replays(
-    location: str,
-) -> None:
+def _receive_into_a_failing_write(location: str, when: str) -> tuple[Any, Any, FakeSqs]:
+    """Receiver 0 of batch 1, with four messages waiting, runs into ``_lost_response`` on its
+    entry write (``before`` or ``after`` the write's effect). Returns the options, the partition
+    and the SQS client."""
     options = options_for(location)
     part = planned(Journal(location, options), options)
     sqs = FakeSqs(available=4)
-
+    journal = journal_with(location, options, **{when: _lost_response})
     with pytest.raises(JournalOutcomeUnknown):
-        list(
-            read_partition(
-                part,
-                client_factory=lambda: sqs,
-                journal=journal_with(location, options, after=_lost_response),
-            )
-        )
+        list(read_partition(part, client_factory=lambda: sqs, journal=journal))
+    return options, part, sqs
+
+
+def test_a_lost_response_to_the_entry_write_releases_nothing_and_the_retry_replays(
+    location: str,
+) -> None:
+    options, part, sqs = _receive_into_a_failing_write(location, "after")
 
     # The write happened: releasing would have made journaled messages visible (a duplicate).
     assert released(sqs) == []
@@ -293,18 +295,7 @@ def test_a_lost_response_to_the_entry_write_releases_nothing_and_the_retry_repla
 
 
 def test_a_failure_of_unknown_outcome_before_the_write_also_releases_nothing(location: str) -> None:
-    options = options_for(location)
-    part = planned(Journal(location, options), options)
-    sqs = FakeSqs(available=4)
-
-    with pytest.raises(JournalOutcomeUnknown):
-        list(
-            read_partition(
-                part,
-                client_factory=lambda: sqs,
-                journal=journal_with(location, options, before=_lost_response),
-            )
-        )
+    options, _, sqs = _receive_into_a_failing_write(location, "before")
 
     # Whether it landed is unknown to the receiver: its messages stay invisible until the
     # visibility timeout, and the retry (which finds no entry) receives others.
@@ -391,13 +382,6 @@ def test_a_concurrent_delete_after_journal_attempt_stops_at_a_taken_part(locatio
 # -- orphan adoption interrupted by a crash --------------------------------------------------------
 
 
-class NoCallsSqs:
-    def _ok(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"Successful": [{"Id": e["Id"]} for e in Entries], "Failed": []}
-
-    delete_message_batch = change_message_visibility_batch = _ok
-
-
 @pytest.mark.parametrize(
     "crash_at",
     [
@@ -423,9 +407,7 @@ def test_two_orphan_adoptions_with_a_crash_between_deliver_each_entry_once(
         if (method, key) == crash_at:
             raise Crash
 
-    first = Coordinator(
-        options, NoCallsSqs(), QUEUE_URL, journal_with(location, options, after=crash)
-    )
+    first = Coordinator(options, FakeSqs(), QUEUE_URL, journal_with(location, options, after=crash))
     try:
         with pytest.raises(Crash):
             first.plan({"batch": 4}, {"batch": 7})
@@ -433,7 +415,7 @@ def test_two_orphan_adoptions_with_a_crash_between_deliver_each_entry_once(
         first.close()
 
     for _ in range(2):  # the restart, and any later replay of batch 7
-        state = Coordinator(options, NoCallsSqs(), QUEUE_URL, Journal(location, options))
+        state = Coordinator(options, FakeSqs(), QUEUE_URL, Journal(location, options))
         try:
             parts = state.plan({"batch": 4}, {"batch": 7})
         finally:
@@ -506,14 +488,14 @@ def test_a_replay_after_a_restart_with_other_options_uses_the_stored_plan(locati
     the first run's receivers and limits: new receivers would receive fresh messages that a
     write-then-skip sink drops (and the acknowledgement then deletes)."""
     first = options_for(location, numPartitions="2", maxMessagesPerTrigger="10")
-    state = Coordinator(first, NoCallsSqs(), QUEUE_URL, Journal(location, first))
+    state = Coordinator(first, FakeSqs(), QUEUE_URL, Journal(location, first))
     try:
         planned_first = state.plan({"batch": 0}, {"batch": 1})
     finally:
         state.close()
 
     later = options_for(location, numPartitions="4", maxMessagesPerTrigger="100")
-    restarted = Coordinator(later, NoCallsSqs(), QUEUE_URL, Journal(location, later))
+    restarted = Coordinator(later, FakeSqs(), QUEUE_URL, Journal(location, later))
     try:
         replayed = restarted.plan({"batch": 0}, {"batch": 1})
         # New options apply from the next new batch.

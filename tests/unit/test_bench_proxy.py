@@ -6,6 +6,8 @@ import http.client
 import json
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -30,11 +32,21 @@ class _Echo(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-def test_proxy_forwards_method_path_body_and_headers_and_counts_requests() -> None:
+@contextmanager
+def _proxy(delay: float) -> Iterator[DelayProxy]:
+    """A delay proxy in front of an echoing server."""
     upstream = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
     threading.Thread(target=upstream.serve_forever, daemon=True).start()
-    proxy = DelayProxy(f"http://127.0.0.1:{upstream.server_address[1]}", 0.0)
+    proxy = DelayProxy(f"http://127.0.0.1:{upstream.server_address[1]}", delay)
     try:
+        yield proxy
+    finally:
+        proxy.stop()
+        upstream.shutdown()
+
+
+def test_proxy_forwards_method_path_body_and_headers_and_counts_requests() -> None:
+    with _proxy(0.0) as proxy:
         conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=10)
         for i in range(2):  # two requests on one keep-alive connection
             conn.request(
@@ -48,22 +60,13 @@ def test_proxy_forwards_method_path_body_and_headers_and_counts_requests() -> No
                 "target": "AmazonSQS.Rx",
             }
         assert proxy.requests == 2
-    finally:
-        proxy.stop()
-        upstream.shutdown()
 
 
 def test_proxy_holds_each_request_for_the_delay() -> None:
-    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
-    threading.Thread(target=upstream.serve_forever, daemon=True).start()
-    proxy = DelayProxy(f"http://127.0.0.1:{upstream.server_address[1]}", 0.2)
-    try:
+    with _proxy(0.2) as proxy:
         conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=10)
         started = time.monotonic()
         conn.request("POST", "/", body=b"x")
         conn.getresponse().read()
         # A lower bound only: the delay is a sleep, so it can be longer, never shorter.
         assert time.monotonic() - started >= 0.2
-    finally:
-        proxy.stop()
-        upstream.shutdown()

@@ -43,19 +43,25 @@ def endpoint() -> Any:
     server.stop()
 
 
-def _client(endpoint: str, injector: FaultInjector | None = None) -> Any:
+def _boto(
+    service: str, endpoint: str, injector: FaultInjector | None = None, attempts: int = 1
+) -> Any:
     client = boto3.client(
-        "sqs",
+        service,
         region_name="us-east-1",
         endpoint_url=endpoint,
         aws_access_key_id="k",
         aws_secret_access_key="s",
-        # One attempt: the raw fault, not botocore's retry of it.
-        config=Config(retries={"total_max_attempts": 1}),
+        # One attempt by default: the raw fault, not botocore's retry of it.
+        config=Config(retries={"mode": "standard", "total_max_attempts": attempts}),
     )
     if injector is not None:
-        client.meta.events.register("before-send.sqs", injector)
+        client.meta.events.register(f"before-send.{service}", injector)
     return client
+
+
+def _client(endpoint: str, injector: FaultInjector | None = None) -> Any:
+    return _boto("sqs", endpoint, injector)
 
 
 def _queue_with_one_message(endpoint: str, name: str) -> tuple[Any, str]:
@@ -246,17 +252,7 @@ def test_process_table_gives_parent_session_and_command() -> None:
 
 
 def _s3_client(endpoint: str, injector: FaultInjector | None = None, attempts: int = 1) -> Any:
-    client = boto3.client(
-        "s3",
-        region_name="us-east-1",
-        endpoint_url=endpoint,
-        aws_access_key_id="k",
-        aws_secret_access_key="s",
-        config=Config(retries={"mode": "standard", "total_max_attempts": attempts}),
-    )
-    if injector is not None:
-        client.meta.events.register("before-send.s3", injector)
-    return client
+    return _boto("s3", endpoint, injector, attempts)
 
 
 def _bucket(endpoint: str, name: str) -> Any:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from spark_sqs.cli import main
 from spark_sqs.journal import Journal, JournalState
@@ -15,12 +14,8 @@ from tests.unit.factories import make_options, sqs_message
 
 
 @pytest.fixture
-def queue_url(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    with mock_aws():
-        yield boto3.client("sqs").create_queue(QueueName="cli")["QueueUrl"]
+def queue_url(mocked_sqs: Any) -> str:
+    return mocked_sqs.create_queue(QueueName="cli")["QueueUrl"]
 
 
 def test_send_then_inspect_reports_backlog_and_journal(queue_url, tmp_path, capsys) -> None:

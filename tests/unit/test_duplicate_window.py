@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +29,6 @@ from tests.fakes import FakeSqs, HookedStore
 from tests.unit.factories import FIFO_QUEUE_URL, QUEUE_URL, make_options, sqs_message
 
 NOW = 1_700_000_000.0
-
-
-@pytest.fixture(autouse=True)
-def fresh_workers() -> Iterator[None]:
-    duplicates.forget_all()
-    yield
-    duplicates.forget_all()
 
 
 @pytest.fixture(params=["local", "s3"])

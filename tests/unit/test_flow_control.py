@@ -7,6 +7,7 @@ import pytest
 from spark_sqs.driver import flow_control
 from spark_sqs.driver.flow_control import AvailableNow, FlowControl, default_read_limit
 from spark_sqs.options import SqsOptions
+from tests.fakes import Clock
 from tests.unit.factories import make_options
 
 needs_limits = pytest.mark.skipif(
@@ -14,16 +15,8 @@ needs_limits = pytest.mark.skipif(
 )
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def flow(**options: object) -> tuple[FlowControl, Clock]:
-    clock = Clock()
+    clock = Clock(1000.0)
     parsed: SqsOptions = make_options(**options)
     return FlowControl(parsed, clock=clock), clock
 

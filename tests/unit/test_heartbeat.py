@@ -11,150 +11,24 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
 
 from spark_sqs.driver.heartbeat import Heartbeat
 from spark_sqs.errors import SqsAccessError
 from spark_sqs.journal import EntryReceipts
 from spark_sqs.sqs.batching import BatchCaller
+from tests.fakes import NOW, TWELVE_HOURS, Clock, Failure, FakeJournal, VisibilitySqs, client_error
 from tests.unit.factories import QUEUE_URL
 
 VISIBILITY = 120
 INTERVAL = 24.0  # visibilityTimeout / 5, the default
 MONO = 5_000.0  # monotonic clock at the start of every test
-NOW = 1_700_000_000.0  # wall clock at the start of every test
-TWELVE_HOURS = 43_200.0
 WAIT = 5.0  # bound on every wait for another thread; never reached when the code is right
 
-Failure = tuple[str, bool]  # (Code, SenderFault) of a Failed entry
 INTERNAL_ERROR: Failure = ("InternalError", False)
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def client_error(code: str, status: int) -> ClientError:
-    return ClientError(
-        {
-            "Error": {"Code": code, "Message": f"{code} (injected)"},
-            "ResponseMetadata": {"HTTPStatusCode": status},
-        },
-        "ChangeMessageVisibilityBatch",
-    )
-
-
-@dataclass
-class Call:
-    at: float  # monotonic time of the call
-    entries: list[dict[str, Any]]
-
-    @property
-    def handles(self) -> list[str]:
-        return [e["ReceiptHandle"] for e in self.entries]
-
-    @property
-    def timeouts(self) -> set[int]:
-        return {e["VisibilityTimeout"] for e in self.entries}
-
-
-class FakeSqs:
-    """``change_message_visibility_batch`` with injected faults and SQS's visibility rules."""
-
-    def __init__(self, clock: Clock) -> None:
-        self.clock = clock
-        self.calls: list[Call] = []
-        # Raised by the next calls, one each, before any entry is looked at.
-        self.errors: list[Exception] = []
-        # Per receipt handle: failures for its next attempts, one each.
-        self.failures: dict[str, list[Failure]] = defaultdict(list)
-        # Per receipt handle of a message a test received: receive time and end of visibility.
-        self.received_at: dict[str, float] = {}
-        self.visible_at: dict[str, float] = {}
-        # Rejections by the SQS model itself (a correct heartbeat never causes one).
-        self.rejected: list[tuple[str, str]] = []
-        self.on_call: Callable[[], None] | None = None
-
-    def receive(self, handle: str, at: float, visibility: int) -> None:
-        self.received_at[handle] = at
-        self.visible_at[handle] = at + visibility
-
-    def change_message_visibility_batch(
-        self, QueueUrl: str, Entries: list[dict[str, Any]]
-    ) -> dict[str, Any]:
-        assert QueueUrl == QUEUE_URL
-        assert 1 <= len(Entries) <= 10, "SQS takes 1 to 10 entries per batch call"
-        now = self.clock()
-        self.calls.append(Call(now, [dict(e) for e in Entries]))
-        if self.on_call is not None:
-            self.on_call()
-        if self.errors:
-            raise self.errors.pop(0)
-        successful: list[dict[str, str]] = []
-        failed: list[dict[str, Any]] = []
-        for entry in Entries:
-            handle, timeout = entry["ReceiptHandle"], entry["VisibilityTimeout"]
-            failure = self._check(handle, timeout, now)
-            if failure is None:
-                successful.append({"Id": entry["Id"]})
-                if handle in self.visible_at:
-                    self.visible_at[handle] = now + timeout
-            else:
-                code, sender_fault = failure
-                failed.append(
-                    {"Id": entry["Id"], "Code": code, "SenderFault": sender_fault, "Message": code}
-                )
-        return {"Successful": successful, "Failed": failed}
-
-    def _check(self, handle: str, timeout: int, now: float) -> Failure | None:
-        if self.failures[handle]:
-            return self.failures[handle].pop(0)
-        if handle not in self.received_at:
-            return None
-        if self.visible_at[handle] <= now:
-            self.rejected.append((handle, "not in flight"))
-            return ("AWS.SimpleQueueService.MessageNotInflight", True)
-        if now + timeout > self.received_at[handle] + TWELVE_HOURS:
-            self.rejected.append((handle, "past 12 hours"))
-            return ("InvalidParameterValue", True)
-        return None
-
-    def handles_sent(self) -> list[str]:
-        return [h for c in self.calls for h in c.handles]
-
-
-class FakeJournal:
-    """``receivers`` and ``read_receipts``, in memory; records what the heartbeat reads."""
-
-    def __init__(self) -> None:
-        self.entries: dict[int, dict[int, EntryReceipts]] = defaultdict(dict)
-        self.listed: list[int] = []
-        self.read: list[tuple[int, int]] = []
-        self.unreadable: set[tuple[int, int]] = set()  # listed, but read_receipts answers None
-
-    def add(self, receipts: EntryReceipts) -> None:
-        self.entries[receipts.batch][receipts.receiver] = receipts
-
-    def receivers(self, batch: int) -> list[int]:
-        self.listed.append(batch)
-        return sorted(self.entries.get(batch, {}))
-
-    def read_receipts(self, batch: int, receiver: int) -> EntryReceipts | None:
-        self.read.append((batch, receiver))
-        if (batch, receiver) in self.unreadable:
-            self.unreadable.discard((batch, receiver))
-            return None
-        return self.entries.get(batch, {}).get(receiver)
+CHANGE_VISIBILITY = "ChangeMessageVisibilityBatch"
 
 
 def mid(batch: int, receiver: int, n: int) -> str:
@@ -180,7 +54,7 @@ class World:
         self.interval = interval
         self.mono = Clock(MONO)
         self.wall = Clock(NOW)
-        self.sqs = FakeSqs(self.mono)
+        self.sqs = VisibilitySqs(self.mono)
         self.journal = FakeJournal()
         self.sleeps: list[float] = []
         self.caller = BatchCaller(
@@ -726,7 +600,7 @@ def test_a_throttled_call_is_retried(code: str, status: int) -> None:
     hb = world.heartbeat
     hb.watch(1)
     ids = world.receive(1, 3, ago=100.0)
-    world.sqs.errors.append(client_error(code, status))
+    world.sqs.errors.append(client_error(code, status, CHANGE_VISIBILITY))
 
     hb.tick()
 
@@ -742,7 +616,7 @@ def test_throttling_that_outlasts_the_retries_leaves_the_messages_for_the_next_t
     hb = world.heartbeat
     hb.watch(1)
     ids = world.receive(1, 3, ago=100.0)
-    world.sqs.errors += [client_error("ThrottlingException", 400)] * 2
+    world.sqs.errors += [client_error("ThrottlingException", 400, CHANGE_VISIBILITY)] * 2
 
     hb.tick()
 
@@ -762,7 +636,7 @@ def test_access_denied_escapes_tick_and_keeps_the_messages_tracked() -> None:
     hb = world.heartbeat
     hb.watch(1)
     ids = world.receive(1, 2, ago=100.0)
-    world.sqs.errors.append(client_error("AccessDenied", 403))
+    world.sqs.errors.append(client_error("AccessDenied", 403, CHANGE_VISIBILITY))
 
     with pytest.raises(SqsAccessError, match="sqs:ChangeMessageVisibility"):
         hb.tick()
@@ -999,7 +873,7 @@ class FlakyJournal(FakeJournal):
 
 def test_the_thread_survives_a_failing_tick_and_stops(caplog: pytest.LogCaptureFixture) -> None:
     journal = FlakyJournal()
-    sqs = FakeSqs(Clock(0.0))
+    sqs = VisibilitySqs(Clock(0.0))
     caller = BatchCaller(sqs, QUEUE_URL, sleep=lambda s: None, parallelism=1)
     hb = Heartbeat(journal, caller, visibility_timeout=VISIBILITY, interval=0.01)
     hb.watch(1)
@@ -1026,10 +900,12 @@ def test_a_failure_a_person_must_fix_is_kept_for_the_driver_to_raise() -> None:
     world = World()
     world.receive(1, 3, ago=VISIBILITY - 1)
     world.heartbeat.watch(1)
-    world.sqs.errors = [client_error("AccessDenied", 403)]
+    world.sqs.errors = [client_error("AccessDenied", 403, CHANGE_VISIBILITY)]
 
     world.heartbeat.tick_safely()
-    world.sqs.errors = [client_error("AWS.SimpleQueueService.NonExistentQueue", 400)]
+    world.sqs.errors = [
+        client_error("AWS.SimpleQueueService.NonExistentQueue", 400, CHANGE_VISIBILITY)
+    ]
     world.heartbeat.tick_safely()
 
     # The first such failure is kept, naming the permission; the thread's ticks go on.
@@ -1049,7 +925,7 @@ def test_failures_a_retry_may_fix_are_never_fatal(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(world.journal, "receivers", unreachable)
     world.heartbeat.tick_safely()
     monkeypatch.undo()
-    world.sqs.errors = [client_error("ServiceUnavailable", 503)] * 5
+    world.sqs.errors = [client_error("ServiceUnavailable", 503, CHANGE_VISIBILITY)] * 5
     world.heartbeat.tick_safely()
 
     assert world.heartbeat.fatal is None
@@ -1088,6 +964,6 @@ def test_the_driver_extends_by_the_floor_unless_messages_must_come_back(
         str(tmp_path / "j"), visibilityTimeout="30", deleteOnCommit=delete_on_commit
     )
     state = Coordinator(
-        options, FakeSqs(Clock(MONO)), QUEUE_URL, Journal(options.journal_location, options)
+        options, VisibilitySqs(Clock(MONO)), QUEUE_URL, Journal(options.journal_location, options)
     )
     assert state.heartbeat.extend_by == expected

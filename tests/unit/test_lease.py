@@ -10,24 +10,17 @@ import pytest
 from spark_sqs.errors import JournalInUseError
 from spark_sqs.journal import LocalStore
 from spark_sqs.journal.lease import Lease
+from tests.fakes import NOW, Clock
 
 INTERVAL = 10.0
 
 
-class Clock:
-    """Wall and monotonic time that only move when someone sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-        self.on_sleep: list = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-        for hook in self.on_sleep:
-            hook()
+def acquire_at_once(store: LocalStore, clock: Clock, owner: str) -> Lease:
+    start = clock.now
+    taken = lease(store, clock, owner)
+    taken.acquire()
+    assert clock.now == start, "acquiring waited"
+    return taken
 
 
 @pytest.fixture
@@ -42,7 +35,7 @@ def lease(store: LocalStore, clock: Clock, owner: str) -> Lease:
 
 
 def test_a_fresh_journal_is_taken_at_once(store: LocalStore) -> None:
-    clock = Clock()
+    clock = Clock(NOW)
     first = lease(store, clock, "a")
     first.acquire()
     assert clock.now == 1_700_000_000.0
@@ -50,7 +43,7 @@ def test_a_fresh_journal_is_taken_at_once(store: LocalStore) -> None:
 
 
 def test_a_second_live_query_stops_with_an_error_naming_the_journal(store: LocalStore) -> None:
-    clock = Clock()
+    clock = Clock(NOW)
     first = lease(store, clock, "a")
     first.acquire()
     # The first query keeps renewing on its heartbeat while the second one watches.
@@ -64,7 +57,7 @@ def test_a_second_live_query_stops_with_an_error_naming_the_journal(store: Local
 def test_a_restart_after_the_driver_died_takes_over_within_two_intervals(
     store: LocalStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    clock = Clock()
+    clock = Clock(NOW)
     lease(store, clock, "dead").acquire()  # then SIGKILLed: never renews again
     clock.now += 1.0
 
@@ -77,26 +70,22 @@ def test_a_restart_after_the_driver_died_takes_over_within_two_intervals(
 
 
 def test_a_lease_older_than_two_intervals_is_taken_without_waiting(store: LocalStore) -> None:
-    clock = Clock()
+    clock = Clock(NOW)
     lease(store, clock, "dead").acquire()
     clock.now += 3 * INTERVAL
-    start = clock.now
-    lease(store, clock, "new").acquire()
-    assert clock.now == start
+    acquire_at_once(store, clock, "new")
 
 
 def test_a_released_lease_is_taken_without_waiting(store: LocalStore) -> None:
-    clock = Clock()
+    clock = Clock(NOW)
     stopped = lease(store, clock, "stopped")
     stopped.acquire()
     stopped.release()  # query.stop(): SIGTERM handler
-    start = clock.now
-    lease(store, clock, "next").acquire()
-    assert clock.now == start
+    acquire_at_once(store, clock, "next")
 
 
 def test_the_owner_that_was_taken_over_finds_out_at_its_next_renewal(store: LocalStore) -> None:
-    clock = Clock()
+    clock = Clock(NOW)
     paused = lease(store, clock, "paused")
     paused.acquire()
     clock.now += 3 * INTERVAL  # a long GC pause: the lease lapsed
@@ -107,7 +96,7 @@ def test_the_owner_that_was_taken_over_finds_out_at_its_next_renewal(store: Loca
 
 
 def test_renewals_keep_two_records(store: LocalStore) -> None:
-    clock = Clock()
+    clock = Clock(NOW)
     owner = lease(store, clock, "a")
     owner.acquire()
     for _ in range(5):
@@ -117,7 +106,7 @@ def test_renewals_keep_two_records(store: LocalStore) -> None:
 
 def test_a_lost_answer_to_taking_the_lease_is_not_another_query(store: LocalStore) -> None:
     # The conditional PUT took effect, its answer was lost, botocore retried it: 412.
-    clock = Clock()
+    clock = Clock(NOW)
     owner = lease(store, clock, "me")
     real_create = store.create
 
@@ -162,7 +151,7 @@ def racing(tmp_path: Path) -> Racing:
 def test_a_record_deleted_between_listing_and_read_is_not_a_free_journal(racing: Racing) -> None:
     # Seed 329: the owner renews twice within one tick (before and after it) and deletes
     # record 0 between the second query's listing and its read of record 0.
-    clock = Clock()
+    clock = Clock(NOW)
     owner = lease(racing, clock, "owner")
     owner.acquire()
     clock.on_sleep.append(lambda: owner.renew() if clock.now % INTERVAL < 1 else None)
@@ -174,7 +163,7 @@ def test_a_record_deleted_between_listing_and_read_is_not_a_free_journal(racing:
 
 
 def test_an_owner_back_from_a_long_pause_does_not_renew_into_a_hole(store: LocalStore) -> None:
-    clock = Clock()
+    clock = Clock(NOW)
     paused = lease(store, clock, "paused")
     paused.acquire()  # record 0
     clock.now += 3 * INTERVAL  # a long GC pause: the lease lapsed
@@ -189,7 +178,7 @@ def test_an_owner_back_from_a_long_pause_does_not_renew_into_a_hole(store: Local
 
 
 def test_a_takeover_of_a_lease_renewed_past_meanwhile_looks_again(racing: Racing) -> None:
-    clock = Clock()
+    clock = Clock(NOW)
     owner = lease(racing, clock, "slow")
     owner.acquire()  # record 0
     clock.now += 3 * INTERVAL  # looks dead to the next query, which will not wait ...
@@ -203,7 +192,7 @@ def test_a_takeover_of_a_lease_renewed_past_meanwhile_looks_again(racing: Racing
 
 
 def test_renewals_remove_a_crashed_runs_records(store: LocalStore) -> None:
-    clock = Clock()
+    clock = Clock(NOW)
     for run in ("a", "b", "c"):
         crashed = lease(store, clock, run)
         crashed.acquire()

@@ -7,9 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from spark_sqs.cli import main
 from spark_sqs.driver import poison as driver_poison
@@ -161,16 +159,11 @@ def test_policy_dead_letter_replays_only_what_the_narrowing_keeps(tmp_path: Any)
 
 
 @pytest.fixture
-def sqs(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    with mock_aws():
-        client = boto3.client("sqs", region_name="us-east-1")
-        client.create_queue(QueueName="orders")
-        client.create_queue(QueueName="orders-dlq")
-        client.create_queue(QueueName="orders-dlq.fifo", Attributes={"FifoQueue": "true"})
-        yield client
+def sqs(mocked_sqs: Any) -> Any:
+    mocked_sqs.create_queue(QueueName="orders")
+    mocked_sqs.create_queue(QueueName="orders-dlq")
+    mocked_sqs.create_queue(QueueName="orders-dlq.fifo", Attributes={"FifoQueue": "true"})
+    return mocked_sqs
 
 
 class _Driver:

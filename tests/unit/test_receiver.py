@@ -29,7 +29,7 @@ from spark_sqs.executor.receiver import (
 )
 from spark_sqs.journal import BatchPlan, Journal, JournalState, ReceiverPlan
 from spark_sqs.schema import arrow_output_schema, messages_to_table
-from tests.fakes import FakeSqs, client_error
+from tests.fakes import Clock, FakeSqs, client_error
 from tests.unit.factories import QUEUE_URL, make_options, sqs_message
 
 
@@ -61,14 +61,6 @@ def partition(
         queue_url=QUEUE_URL,
         options=opts,
     )
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 # -- receive_messages --------------------------------------------------------------------------

@@ -20,13 +20,6 @@ from tests.fakes import FakeSqs, HookedStore, client_error
 from tests.unit.factories import QUEUE_URL, make_options, sqs_message
 
 
-class QueueSqs(FakeSqs):
-    """The scripted queue, answering the driver's backlog poll too."""
-
-    def get_queue_attributes(self, QueueUrl: str, AttributeNames: list[str]) -> dict[str, Any]:
-        return {"Attributes": {name: str(len(self.queue)) for name in AttributeNames}}
-
-
 def deletes(sqs: FakeSqs, since: int = 0) -> list[str]:
     return [
         e["ReceiptHandle"]
@@ -36,18 +29,17 @@ def deletes(sqs: FakeSqs, since: int = 0) -> list[str]:
     ]
 
 
+def fast_options(location: str, **extra: str) -> Any:
+    """Receivers that do not long-poll an empty queue, a driver that polls it often."""
+    return make_options(location, waitTimeSeconds="0", queuePollInterval="0.01", **extra)
+
+
 @pytest.fixture
 def world(tmp_path: Path) -> Any:
     location = str(tmp_path / "journal")
-    options = make_options(
-        location,
-        numPartitions="3",
-        maxMessagesPerTrigger="9",
-        waitTimeSeconds="0",
-        queuePollInterval="0.01",
-    )
+    options = fast_options(location, numPartitions="3", maxMessagesPerTrigger="9")
     store = HookedStore(LocalStore(location))
-    sqs = QueueSqs(available=18)
+    sqs = FakeSqs(available=18)
     state = Coordinator(options, sqs, QUEUE_URL, Journal(location, options, store=store))
     yield state, sqs, store, Journal(location, options)
     state.close()
@@ -212,16 +204,11 @@ def test_a_committed_batch_that_fills_the_in_flight_limit_is_deleted_by_the_driv
     """With maxInFlightMessages = maxMessagesPerTrigger, a committed batch waiting for the next
     batch's receivers would keep that next batch from ever starting: the driver deletes it."""
     location = str(tmp_path / "journal")
-    options = make_options(
-        location,
-        numPartitions="2",
-        maxMessagesPerTrigger="6",
-        maxInFlightMessages="6",
-        waitTimeSeconds="0",
-        queuePollInterval="0.01",
+    options = fast_options(
+        location, numPartitions="2", maxMessagesPerTrigger="6", maxInFlightMessages="6"
     )
     journal = Journal(location, options)
-    sqs = QueueSqs(available=12)
+    sqs = FakeSqs(available=12)
     state = Coordinator(options, sqs, QUEUE_URL, journal)
     try:
         run(state.plan({"batch": 0}, state.latest_offset({"batch": 0})), sqs, journal)

@@ -7,9 +7,7 @@ import threading
 import time
 from typing import Any
 
-import boto3
 import pytest
-from botocore.config import Config
 from botocore.exceptions import ClientError
 from botocore.stub import ANY, Stubber
 
@@ -17,6 +15,7 @@ from spark_sqs.errors import QueueNotFoundError
 from spark_sqs.sink.errors import SinkSendError
 from spark_sqs.sink.rows import Entry
 from spark_sqs.sink.sending import Sender
+from tests.fakes import stub_sqs_client
 
 URL = "https://sqs.us-east-1.amazonaws.com/123456789012/q"
 FIFO_URL = URL + ".fifo"
@@ -24,13 +23,7 @@ FIFO_URL = URL + ".fifo"
 
 def _client() -> Any:
     # No botocore retries: the engine's own retries are under test.
-    return boto3.client(
-        "sqs",
-        region_name="us-east-1",
-        aws_access_key_id="a",
-        aws_secret_access_key="b",
-        config=Config(retries={"total_max_attempts": 1}),
-    )
+    return stub_sqs_client(attempts=1)
 
 
 def _entries(n: int, size: int = 10, groups: int = 0) -> list[Entry]:

@@ -11,23 +11,15 @@ import pytest
 from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.journal import Journal
 from spark_sqs.schema import messages_to_table
+from tests.fakes import FakeSqs
 from tests.unit.factories import QUEUE_URL, make_options, sqs_message
-
-
-class NoCallsSqs:
-    """Planning a replay must not need SQS; any batch call is answered as a success."""
-
-    def _ok(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"Successful": [{"Id": e["Id"]} for e in Entries], "Failed": []}
-
-    delete_message_batch = change_message_visibility_batch = _ok
 
 
 @pytest.fixture
 def driver(tmp_path: Path) -> Any:
     options = make_options(str(tmp_path / "journal"), numPartitions="2", deleteAfterJournal="true")
     journal = Journal(options.journal_location, options)
-    state = Coordinator(options, NoCallsSqs(), QUEUE_URL, journal)
+    state = Coordinator(options, FakeSqs(), QUEUE_URL, journal)
     yield state, journal
     state.close()
 
@@ -64,12 +56,12 @@ def test_a_batch_logged_before_a_restart_is_planned_within_max_in_flight(tmp_pat
         maxInFlightMessages="5",
     )
     journal = Journal(options.journal_location, options)
-    died = Coordinator(options, NoCallsSqs(), QUEUE_URL, journal)
+    died = Coordinator(options, FakeSqs(), QUEUE_URL, journal)
     died.plan({"batch": 0}, {"batch": 1})
     journal.write_entry(1, 0, messages_to_table([sqs_message(n) for n in range(3)], QUEUE_URL))
     died.close()
 
-    restarted = Coordinator(options, NoCallsSqs(), QUEUE_URL, journal)
+    restarted = Coordinator(options, FakeSqs(), QUEUE_URL, journal)
     restarted.plan({"batch": 1}, {"batch": 2})
     restarted.close()
 
