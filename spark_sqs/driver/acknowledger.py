@@ -207,13 +207,16 @@ class Acknowledger:
 
     def _valid_until(self, visibility: BatchVisibility | None) -> float:
         """The earliest time any handle of the batch may expire, as far as this driver knows:
-        only an extension the heartbeat made counts, else the receive baseline applies (the
-        receiver compares it with the entry's receive time)."""
-        if visibility is None or not visibility.expires_at:
+        only an extension the heartbeat made or a receiver recorded (its marker) counts, else
+        the receive baseline applies."""
+        known = (
+            [*visibility.expires_at.values(), *visibility.held_until.values()] if visibility else []
+        )
+        if visibility is None or not known:
             # Not extended yet: valid for a visibility timeout from the batch's planning,
             # which precedes every receive of it; inherited batches are uncertain.
             return visibility.valid_from + self._visibility if visibility else 0.0
-        return min(visibility.expires_at.values())
+        return min(known)
 
     def drop_ids(self, before_or_at: int, receive_window: float = 0.0) -> frozenset[str]:
         """Ids a receiver of batch ``before_or_at`` must drop: recorded uncertain
@@ -428,6 +431,9 @@ class Acknowledger:
         out: set[str] = set()
         for r in receipts:
             baseline = r.received_at + self._visibility
+            if visibility is not None:
+                # Its receiver extended the entry (marker) and the heartbeat has not read it.
+                baseline = max(baseline, visibility.held_until.get(r.receiver, 0.0))
             for message_id in r.message_ids:
                 expires = baseline
                 if visibility is not None:

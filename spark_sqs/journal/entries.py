@@ -8,6 +8,8 @@ Layout under ``journalLocation`` (keys of a ``JournalStore``)::
     batches/<N>/_plan.json                   the batch's plan, written once, before any receive
     batches/<N>/<receiver>.arrow             messages one receiver got (Arrow IPC file)
     batches/<N>/<receiver>.part-<k>.arrow    deleteAfterJournal: one receive call's messages
+    batches/<N>/<receiver>.extended-<T>      empty: the receiver extended its entry's messages
+                                             until epoch second T (executor/extension.py)
     drops/<N>-<sha256>.arrow                 a drop set of batch N (by content), referenced by its
                                              plan or by the partitions of its replay
     dedupe/<N>-<sha256>.arrow                ids whose acknowledgement may not have taken effect
@@ -40,6 +42,7 @@ logger = logging.getLogger(__name__)
 
 _ENTRY = re.compile(r"^(\d{5,})\.arrow$")
 _PART = re.compile(r"^(\d{5,})\.part-(\d{5})\.arrow$")
+_EXTENDED = re.compile(r"^(\d{5,})\.extended-(\d+)$")
 # drops/<batch>-<sha256>.arrow; a journal of an earlier version named them drops/<sha256>.arrow.
 _ACK_REPORT = re.compile(r"^acks/(\d{12})/")
 _DROPS = re.compile(r"^drops/(?:(\d{12})-)?([0-9a-f]{64})\.arrow$")
@@ -133,6 +136,10 @@ class BatchPlan:
     # Batches not yet acknowledged when this one was planned (itself included): a message
     # received again (ApproximateReceiveCount > 1) that one of them journaled is dropped.
     pending: tuple[int, ...] = ()
+    # Seconds each receiver extends its messages by right after journaling them, then records
+    # it with a marker (executor/extension.py); 0: the driver's heartbeat alone extends. Fixed
+    # with the plan, like the rest of it; a replayed receiver never extends.
+    extend_by: int = 0
 
     @property
     def acknowledges(self) -> list[int]:
@@ -162,6 +169,8 @@ class BatchPlan:
             "pending": list(self.pending),
             "acks": [[a.batch, a.receiver, a.by, a.valid_until, list(a.lost)] for a in self.acks],
         }
+        if self.extend_by:
+            doc["extendBy"] = self.extend_by
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
@@ -186,6 +195,7 @@ class BatchPlan:
                 AckAssignment(int(b), int(r), int(by), float(valid), tuple(lost))
                 for b, r, by, valid, lost in doc.get("acks", ())
             ),
+            extend_by=int(doc.get("extendBy", 0)),
         )
 
 
@@ -340,6 +350,24 @@ class Journal:
 
     def receivers(self, batch: int) -> list[int]:
         return sorted(int(m.group(1)) for n in self._batch_files(batch) if (m := _ENTRY.match(n)))
+
+    def batch_index(self, batch: int) -> tuple[list[int], dict[int, float]]:
+        """The receivers of ``batch`` with an entry, and the latest wall-clock time each
+        receiver that recorded an extension extended its messages to (one LIST)."""
+        names = self._batch_files(batch)
+        receivers = sorted(int(m.group(1)) for n in names if (m := _ENTRY.match(n)))
+        extended: dict[int, float] = {}
+        for name in names:
+            if match := _EXTENDED.match(name):
+                receiver = int(match.group(1))
+                extended[receiver] = max(extended.get(receiver, 0.0), float(match.group(2)))
+        return receivers, extended
+
+    def write_extension(self, batch: int, receiver: int, until: int) -> None:
+        """Record that the messages of the entry of ``receiver`` stay invisible until epoch
+        second ``until`` at least: the deadline is in the (empty) marker's name, so the
+        heartbeat learns it from the LIST it makes anyway."""
+        self.store.create(f"{self.batch_dir(batch)}/{receiver:05d}.extended-{int(until)}", b"")
 
     def batches(self) -> list[int]:
         """Batches with files in the journal (one LIST of everything under ``batches/``)."""
