@@ -110,8 +110,9 @@ class Acknowledger:
         # heartbeated them, so SQS may hand their messages out again until they are settled.
         self._inherited: set[int] = set()
         self._inherited_ids: dict[int, frozenset[str]] = {}
-        # Committed batch -> the batch whose receivers acknowledge it.
+        # Committed batch -> the batch whose receivers acknowledge it, and which of them.
         self._assigned: dict[int, int] = {}
+        self._reporters: dict[int, set[int]] = {}
         self._acked = 0
         self._not_before = 0.0
         self.dedupe: dict[str, float] = {}
@@ -182,6 +183,7 @@ class Acknowledger:
         for batch in plan.acknowledges:
             if batch in self._pending:
                 self._assigned[batch] = plan.batch
+                self._reporters[batch] = {a.by for a in plan.acks if a.batch == batch}
 
     def assignments(self, committed: int, receivers: list[int]) -> tuple[AckAssignment, ...]:
         """Spread the entries of the committed, unassigned pending batches over ``receivers``
@@ -264,8 +266,10 @@ class Acknowledger:
             if by is not None:
                 if by > batch:
                     break  # its receivers have not all run yet
-                self._settle(b, by, stats)
-                continue
+                if self._settle(b, by, stats):
+                    continue
+                self._not_before = self._clock() + self._retry_after
+                break
             if next_batch_follows and self._delete:
                 break
             if not self._acknowledge(b, stats):
@@ -291,9 +295,26 @@ class Acknowledger:
                 total += len(self._inherited_ids[batch])
         return total
 
-    def _settle(self, batch: int, by: int, stats: AckStats) -> None:
-        """``batch`` was acknowledged by the receivers of ``by``, which Spark committed."""
+    def _settle(self, batch: int, by: int, stats: AckStats) -> bool:
+        """``batch`` was acknowledged by the receivers of ``by``, which Spark committed: its
+        counters come from the names of their reports (LIST requests), the bodies are read
+        only for reports with uncertain ids. False if it must be retried later."""
         reports = self._journal.read_ack_reports(by)
+        missing = self._reporters.get(batch, set()) - {int(r["receiver"]) for r in reports}
+        if missing:
+            # Every receiver that acknowledges runs before it journals and the batch committed,
+            # so its report exists: a store whose LIST missed one must not make the driver
+            # forget an uncertain delete. It deletes the batch itself, as when no batch follows
+            # (deleting twice is harmless; expired handles count as uncertain).
+            logger.warning(
+                "batch %d: no acknowledgement report from receivers %s of batch %d; the driver "
+                "deletes the batch itself",
+                batch,
+                sorted(missing),
+                by,
+            )
+            self._assigned.pop(batch, None)
+            return self._acknowledge(batch, stats)
         mine = [e for r in reports for e in r["entries"] if e["batch"] == batch]
         uncertain = {i for e in mine for i in e["uncertain"]}
         self._record_uncertain(batch, uncertain, stats)
@@ -304,7 +325,7 @@ class Acknowledger:
         stats.per_batch.append(
             {
                 "batch": batch,
-                "receivers": len(mine),
+                "receivers": sum(int(e.get("entries", 1)) for e in mine),
                 "journaled": rows,
                 "duplicatesDropped": sum(e["dropped"] for e in mine),
                 "deleted": deleted,
@@ -317,6 +338,7 @@ class Acknowledger:
         self._finish(batch, rows, stats)
         if not any(b for b, m in self._assigned.items() if m == by):
             self._journal.remove_ack_reports(by)
+        return True
 
     def _finish(self, batch: int, rows: int, stats: AckStats) -> None:
         if self._heartbeat is not None:
@@ -328,6 +350,7 @@ class Acknowledger:
         self._collect()
         self._limits.pop(batch, None)
         self._assigned.pop(batch, None)
+        self._reporters.pop(batch, None)
         self._inherited.discard(batch)
         self._inherited_ids.pop(batch, None)
         stats.batches += 1
