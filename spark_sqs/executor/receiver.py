@@ -250,6 +250,7 @@ def read_partition(
             assigned,
             visibility_timeout=options.visibility_timeout,
             on_deleted=_payload_deleter(options),
+            wall_clock=wall_clock,
         )
     deleting = (
         plan.delete_after_journal
