@@ -195,13 +195,17 @@ class Acknowledger:
         out: list[AckAssignment] = []
         for batch in due:
             visibility = self._heartbeat.snapshot(batch) if self._heartbeat is not None else None
-            for entry in self._journal.receivers(batch):
+            valid_until = self._valid_until(visibility)
+            # The same LIST names the deadlines receivers extended their entries to (markers):
+            # the heartbeat may not have looked at the batch yet.
+            entries, extended = self._journal.batch_index(batch)
+            for entry in entries:
                 out.append(
                     AckAssignment(
                         batch,
                         entry,
                         receivers[len(out) % len(receivers)],
-                        valid_until=self._valid_until(visibility),
+                        valid_until=max(valid_until, extended.get(entry, 0.0)),
                         lost=tuple(sorted(visibility.lost)) if visibility else (),
                     )
                 )

@@ -285,3 +285,19 @@ def test_a_partly_failed_extension_writes_no_marker(tmp_path: Path) -> None:
         journal, Stale(), QUEUE_URL, 1, 0, _entry(NOW), 900, wall_clock=lambda: NOW
     )
     assert journal.batch_index(1)[1] == {}
+
+
+def test_assignments_take_each_entry_s_marker_deadline_before_the_heartbeat_looked(
+    world: World,
+) -> None:
+    """The next plan lists the committed batch anyway: its markers name how long each entry's
+    handles stay valid, so the deletes of a medium-slow pipeline are not judged uncertain
+    before the heartbeat has read the batch."""
+    parts = _slow_plan(world)
+    world.run(parts)
+    _, markers = world.journal.batch_index(2)
+    world.run(world.batch(2))  # no heartbeat tick in between
+    plan3 = world.journal.read_plan(3)
+    assert plan3 is not None
+    assert {a.receiver: a.valid_until for a in plan3.acks if a.batch == 2} == markers
+    assert world.journal.read_dedupe(world.wall.now) == {}
