@@ -254,8 +254,16 @@ class Acknowledger:
     def _may_lapse(self, batch: int, now: float, window: float) -> bool:
         if self._heartbeat is None:
             return True
-        valid_until = self._valid_until(self._heartbeat.snapshot(batch))
-        return valid_until < now + window + self._margin
+        visibility = self._heartbeat.snapshot(batch)
+        needed = now + window + self._margin
+        if self._valid_until(visibility) >= needed:
+            return False
+        if visibility.expires_at or visibility.lost:
+            return True
+        # Not read by the heartbeat yet: receivers that extended their own entries name the
+        # deadline in a marker (one LIST), which spares reading every entry of the batch.
+        entries, extended = self._journal.batch_index(batch)
+        return not entries or any(extended.get(e, 0.0) < needed for e in entries)
 
     def acknowledge_through(self, batch: int, *, next_batch_follows: bool = False) -> AckStats:
         """Acknowledge every pending batch up to ``batch`` (committed by Spark). With

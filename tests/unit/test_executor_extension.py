@@ -301,3 +301,19 @@ def test_assignments_take_each_entry_s_marker_deadline_before_the_heartbeat_look
     assert plan3 is not None
     assert {a.receiver: a.valid_until for a in plan3.acks if a.batch == 2} == markers
     assert world.journal.read_dedupe(world.wall.now) == {}
+
+
+def test_a_batch_its_receivers_extended_is_not_dropped_nor_read_when_planning_late(
+    world: World,
+) -> None:
+    """Planning the next batch when the committed one's receive baseline may lapse during the
+    next receive: without markers the driver reads every entry into the drop set; with them,
+    one LIST shows the handles valid for long enough."""
+    world.run(_slow_plan(world))
+    world.advance(VISIBILITY - 3)  # the heartbeat has not ticked
+    world.store.calls.clear()
+    world.batch(2)
+    plan3 = world.journal.read_plan(3)
+    assert plan3 is not None and plan3.drop_count == 0
+    reads = [k for m, k in world.store.calls if m == "read" and k.endswith(".arrow")]
+    assert not [k for k in reads if k.startswith("batches/000000000002/")]
