@@ -261,6 +261,8 @@ class FakeJournal:
         self.collected: list[int] = []  # oldest pending batch at each drop-set collection
         self.dedupe: dict[int, tuple[list[str], float]] = {}
         self.window: list[tuple[list[str], float]] = []  # duplicate-window segments written
+        # Per batch: receiver -> the deadline its extension marker names (executor/extension.py).
+        self.extended: dict[int, dict[int, float]] = defaultdict(dict)
         for batch, pairs in (batches or {}).items():
             self.add_pairs(batch, pairs, received_at)
 
@@ -275,6 +277,9 @@ class FakeJournal:
     def receivers(self, batch: int) -> list[int]:
         self.listed.append(batch)
         return sorted(self.entries.get(batch, {}))
+
+    def batch_index(self, batch: int) -> tuple[list[int], dict[int, float]]:
+        return self.receivers(batch), dict(self.extended.get(batch, {}))
 
     def read_receipts(self, batch: int, receiver: int) -> EntryReceipts | None:
         self.read.append((batch, receiver))

@@ -112,8 +112,9 @@ class Acknowledger:
         # heartbeated them, so SQS may hand their messages out again until they are settled.
         self._inherited: set[int] = set()
         self._inherited_ids: dict[int, frozenset[str]] = {}
-        # Committed batch -> the batch whose receivers acknowledge it.
+        # Committed batch -> the batch whose receivers acknowledge it, and which of them.
         self._assigned: dict[int, int] = {}
+        self._reporters: dict[int, set[int]] = {}
         self._acked = 0
         self._not_before = 0.0
         self.dedupe: dict[str, float] = {}
@@ -185,6 +186,7 @@ class Acknowledger:
         for batch in plan.acknowledges:
             if batch in self._pending:
                 self._assigned[batch] = plan.batch
+                self._reporters[batch] = {a.by for a in plan.acks if a.batch == batch}
 
     def assignments(self, committed: int, receivers: list[int]) -> tuple[AckAssignment, ...]:
         """Spread the entries of the committed, unassigned pending batches over ``receivers``
@@ -196,13 +198,17 @@ class Acknowledger:
         out: list[AckAssignment] = []
         for batch in due:
             visibility = self._heartbeat.snapshot(batch) if self._heartbeat is not None else None
-            for entry in self._journal.receivers(batch):
+            valid_until = self._valid_until(visibility)
+            # The same LIST names the deadlines receivers extended their entries to (markers):
+            # the heartbeat may not have looked at the batch yet.
+            entries, extended = self._journal.batch_index(batch)
+            for entry in entries:
                 out.append(
                     AckAssignment(
                         batch,
                         entry,
                         receivers[len(out) % len(receivers)],
-                        valid_until=self._valid_until(visibility),
+                        valid_until=max(valid_until, extended.get(entry, 0.0)),
                         lost=tuple(sorted(visibility.lost)) if visibility else (),
                     )
                 )
@@ -210,13 +216,16 @@ class Acknowledger:
 
     def _valid_until(self, visibility: BatchVisibility | None) -> float:
         """The earliest time any handle of the batch may expire, as far as this driver knows:
-        only an extension the heartbeat made counts, else the receive baseline applies (the
-        receiver compares it with the entry's receive time)."""
-        if visibility is None or not visibility.expires_at:
+        only an extension the heartbeat made or a receiver recorded (its marker) counts, else
+        the receive baseline applies."""
+        known = (
+            [*visibility.expires_at.values(), *visibility.held_until.values()] if visibility else []
+        )
+        if visibility is None or not known:
             # Not extended yet: valid for a visibility timeout from the batch's planning,
             # which precedes every receive of it; inherited batches are uncertain.
             return visibility.valid_from + self._visibility if visibility else 0.0
-        return min(visibility.expires_at.values())
+        return min(known)
 
     def drop_ids(self, before_or_at: int, receive_window: float = 0.0) -> frozenset[str]:
         """Ids a receiver of batch ``before_or_at`` must drop: recorded uncertain
@@ -248,8 +257,16 @@ class Acknowledger:
     def _may_lapse(self, batch: int, now: float, window: float) -> bool:
         if self._heartbeat is None:
             return True
-        valid_until = self._valid_until(self._heartbeat.snapshot(batch))
-        return valid_until < now + window + self._margin
+        visibility = self._heartbeat.snapshot(batch)
+        needed = now + window + self._margin
+        if self._valid_until(visibility) >= needed:
+            return False
+        if visibility.expires_at or visibility.lost:
+            return True
+        # Not read by the heartbeat yet: receivers that extended their own entries name the
+        # deadline in a marker (one LIST), which spares reading every entry of the batch.
+        entries, extended = self._journal.batch_index(batch)
+        return not entries or any(extended.get(e, 0.0) < needed for e in entries)
 
     def acknowledge_through(self, batch: int, *, next_batch_follows: bool = False) -> AckStats:
         """Acknowledge every pending batch up to ``batch`` (committed by Spark). With
@@ -264,8 +281,10 @@ class Acknowledger:
             if by is not None:
                 if by > batch:
                     break  # its receivers have not all run yet
-                self._settle(b, by, stats)
-                continue
+                if self._settle(b, by, stats):
+                    continue
+                self._not_before = self._clock() + self._retry_after
+                break
             if next_batch_follows and self._delete:
                 break
             if not self._acknowledge(b, stats):
@@ -293,9 +312,26 @@ class Acknowledger:
                 total += len(self._inherited_ids[batch])
         return total
 
-    def _settle(self, batch: int, by: int, stats: AckStats) -> None:
-        """``batch`` was acknowledged by the receivers of ``by``, which Spark committed."""
+    def _settle(self, batch: int, by: int, stats: AckStats) -> bool:
+        """``batch`` was acknowledged by the receivers of ``by``, which Spark committed: its
+        counters come from the names of their reports (LIST requests), the bodies are read
+        only for reports with uncertain ids. False if it must be retried later."""
         reports = self._journal.read_ack_reports(by)
+        missing = self._reporters.get(batch, set()) - {int(r["receiver"]) for r in reports}
+        if missing:
+            # Every receiver that acknowledges runs before it journals and the batch committed,
+            # so its report exists: a store whose LIST missed one must not make the driver
+            # forget an uncertain delete. It deletes the batch itself, as when no batch follows
+            # (deleting twice is harmless; expired handles count as uncertain).
+            logger.warning(
+                "batch %d: no acknowledgement report from receivers %s of batch %d; the driver "
+                "deletes the batch itself",
+                batch,
+                sorted(missing),
+                by,
+            )
+            self._assigned.pop(batch, None)
+            return self._acknowledge(batch, stats)
         mine = [e for r in reports for e in r["entries"] if e["batch"] == batch]
         uncertain = {i for e in mine for i in e["uncertain"]}
         self._record_uncertain(batch, uncertain, stats)
@@ -306,7 +342,7 @@ class Acknowledger:
         stats.per_batch.append(
             {
                 "batch": batch,
-                "receivers": len(mine),
+                "receivers": sum(int(e.get("entries", 1)) for e in mine),
                 "journaled": rows,
                 "duplicatesDropped": sum(e["dropped"] for e in mine),
                 "duplicateWindowDropped": sum(e.get("windowDropped", 0) for e in mine),
@@ -320,6 +356,7 @@ class Acknowledger:
         self._finish(batch, rows, stats)
         if not any(b for b, m in self._assigned.items() if m == by):
             self._journal.remove_ack_reports(by)
+        return True
 
     def _finish(self, batch: int, rows: int, stats: AckStats) -> None:
         if self._heartbeat is not None:
@@ -331,6 +368,7 @@ class Acknowledger:
         self._collect()
         self._limits.pop(batch, None)
         self._assigned.pop(batch, None)
+        self._reporters.pop(batch, None)
         self._inherited.discard(batch)
         self._inherited_ids.pop(batch, None)
         stats.batches += 1
@@ -450,6 +488,9 @@ class Acknowledger:
         out: set[str] = set()
         for r in receipts:
             baseline = r.received_at + self._visibility
+            if visibility is not None:
+                # Its receiver extended the entry (marker) and the heartbeat has not read it.
+                baseline = max(baseline, visibility.held_until.get(r.receiver, 0.0))
             for message_id in r.message_ids:
                 expires = baseline
                 if visibility is not None:

@@ -126,6 +126,12 @@ class Coordinator:
         if run_heartbeat:
             self.heartbeat.start()
         self._last_end: int | None = None
+        # When each batch of this run was planned (monotonic), until Spark commits it, and how
+        # long the last committed one took: the plan asks receivers to extend their messages
+        # themselves when batches are slow (_executor_extension).
+        self._planned_at: dict[int, float] = {}
+        self._last_duration = 0.0
+        self._extended_seen = 0
         self.flow = FlowControl(options, clock=clock)
         # Message limit of each batch handed to Spark but not planned yet.
         self._limits: dict[int, int] = {}
@@ -220,6 +226,7 @@ class Coordinator:
             # and before the first one nothing is known to be committed.
             committed = offsets.batch_of(start) if start is not None else self._last_end
             if committed is not None:
+                self._note_committed(committed)
                 # Settle what the receivers of committed batches acknowledged; the rest waits
                 # to see whether a next batch's receivers will delete it.
                 self._acknowledge(committed, next_batch_follows=True)
@@ -311,6 +318,8 @@ class Coordinator:
                     self._new_plan(batch, first)
                 )
             self._adopt(stored)
+            if not replay:
+                self._planned_at.setdefault(batch, self._clock())
             if replay and self.quarantine is not None:
                 # A batch that keeps failing is narrowed, its last message quarantined.
                 self.quarantine.prepare_replay(batch, [r.receiver for r in stored.receivers])
@@ -394,6 +403,7 @@ class Coordinator:
             drop_count=len(drop_ids),
             delete_after_journal=self.options.delete_after_journal,
         )
+        plan = replace(plan, extend_by=self._executor_extension())
         plan = with_queues(plan, self._visible_by_queue(), rotate=batch)
         # The receivers that will receive (not replay) delete the committed batches' messages
         # first: acknowledgement runs on the executors, spread over every receiver.
@@ -407,6 +417,28 @@ class Coordinator:
             acks=self.acknowledger.assignments(first, fresh),
             pending=tuple(b for b in self.acknowledger.pending if b <= batch),
         )
+
+    def _note_committed(self, committed: int) -> None:
+        done = [b for b in self._planned_at if b <= committed]
+        if done:
+            now = self._clock()
+            self._last_duration = max(now - self._planned_at.pop(b) for b in done)
+
+    def _executor_extension(self) -> int:
+        """Seconds the receivers of a new batch extend their own messages by once journaled
+        (executor/extension.py), or 0. Only when batches are slow: the last one took more than
+        a third of the visibility timeout, or the heartbeat had to extend messages since the
+        previous plan. A fast pipeline pays no extra SQS call; a slow one stops costing the
+        driver work per message. Not with deleteOnCommit=false (messages must come back after
+        about the timeout) nor deleteAfterJournal (messages are deleted right away)."""
+        extended = self.heartbeat.stats.extended
+        needed = extended > self._extended_seen
+        self._extended_seen = extended
+        if not self.options.delete_on_commit or self.options.delete_after_journal:
+            return 0
+        if needed or self._last_duration > self.options.visibility_timeout / 3:
+            return self.heartbeat.extend_by
+        return 0
 
     def _receive_window(self) -> float:
         """How long a batch's receivers receive: a pending message whose handle may expire

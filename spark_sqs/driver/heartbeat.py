@@ -8,6 +8,14 @@ cost nothing here), and extends with
 two ticks. It never asks for more than SQS's 12 hours from the receive, and warns, naming the
 batch, when a message gets within an hour of that ceiling.
 
+When the batch's plan asks for it (``BatchPlan.extend_by``: set by the driver once batches run
+long relative to the visibility timeout), each receiver makes the first extension itself right
+after journaling and records the deadline it reached in an empty marker's name
+(executor/extension.py). The heartbeat then learns every receiver's deadline from the LIST of
+the batch it makes anyway, and reads an entry only if it has no marker (its receiver died or
+failed in between) or once the marker's deadline nears: its cost per batch no longer grows
+with the number of messages.
+
 Failures are sorted: an entry whose handle is stale or whose message is gone can never be
 extended, so the message is marked lost (the acknowledger then records it for redelivery
 dedupe); transient failures are retried by the batch caller with backoff and again at the next
@@ -73,6 +81,9 @@ class BatchVisibility:
     # Wall-clock time the batch was planned in this run: no receive of it started earlier
     # (0.0 for a batch inherited from an earlier run).
     valid_from: float = 0.0
+    # Receiver -> wall-clock time until which its receiver's own extension keeps the entry's
+    # messages invisible (their marker), for entries the heartbeat has not read.
+    held_until: dict[int, float] = field(default_factory=dict)
 
 
 class Heartbeat:
@@ -105,6 +116,8 @@ class Heartbeat:
         self._valid_from: dict[int, float] = {}
         self._discover_after: dict[int, float] = {}
         self._lost: dict[int, set[str]] = defaultdict(set)
+        # Batch -> receiver -> monotonic time until which its receiver extended it (marker).
+        self._held: dict[int, dict[int, float]] = {}
         self._warned: set[int] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -144,6 +157,7 @@ class Heartbeat:
                 expires_at={i: wall + (t.expires - now) for i, t in tracked.items()},
                 lost=frozenset(self._lost.get(batch, ())),
                 valid_from=self._valid_from.get(batch, 0.0),
+                held_until={r: wall + (u - now) for r, u in self._held.get(batch, {}).items()},
             )
 
     def forget(self, batch: int) -> None:
@@ -153,6 +167,7 @@ class Heartbeat:
             self._valid_from.pop(batch, None)
             self._discover_after.pop(batch, None)
             self._lost.pop(batch, None)
+            self._held.pop(batch, None)
             self._warned.discard(batch)
 
     def watched(self) -> list[int]:
@@ -220,16 +235,30 @@ class Heartbeat:
                 for batch in self._tracked
                 if self._discover_after.get(batch, 0.0) <= now
             ]
-        found = []
+        found: list[tuple[EntryReceipts, float | None]] = []
+        held: list[tuple[int, int, float]] = []
+        # An entry its receiver extended is read only once the marker's deadline comes within
+        # one tick of the extension horizon: then it is tracked in time to be extended.
+        read_ahead = 3 * self._interval + 1.0 + max(2.0, 0.05 * self._visibility)
         for batch, seen in due:
-            for receiver in self._journal.receivers(batch):
-                if receiver not in seen:
-                    receipts = self._journal.read_receipts(batch, receiver)
-                    if receipts is not None:
-                        found.append(receipts)
+            receivers, extended = self._journal.batch_index(batch)
+            wall, now = self._wall(), self._clock()
+            for receiver in receivers:
+                if receiver in seen:
+                    continue
+                until = extended.get(receiver)
+                if until is not None and until - wall > read_ahead:
+                    held.append((batch, receiver, now + (until - wall)))
+                    continue
+                receipts = self._journal.read_receipts(batch, receiver)
+                if receipts is not None:
+                    found.append((receipts, until))
         with self.lock:
-            for receipts in found:
-                self._track_entry(receipts)
+            for batch, receiver, deadline in held:
+                if batch in self._tracked:
+                    self._held.setdefault(batch, {})[receiver] = deadline
+            for receipts, until in found:
+                self._track_entry(receipts, until)
             lost_before = self.stats.lost
             by_timeout, now = self._due_extensions()
         for timeout, entries in by_timeout.items():
@@ -241,19 +270,24 @@ class Heartbeat:
                 self.stats.lost - lost_before,
             )
 
-    def _track_entry(self, receipts: EntryReceipts) -> None:
+    def _track_entry(self, receipts: EntryReceipts, extended_until: float | None = None) -> None:
         tracked = self._tracked.get(receipts.batch)
         seen = self._seen_receivers.get(receipts.batch)
         if tracked is None or seen is None or receipts.receiver in seen:
             return  # forgotten (acknowledged) meanwhile, or seen by an earlier tick
         seen.add(receipts.receiver)
+        self._held.get(receipts.batch, {}).pop(receipts.receiver, None)
         # The receive happened at received_at (wall clock, on the executor); turn it into this
         # process's monotonic clock once, here.
         received = self._clock() - (self._wall() - receipts.received_at)
+        expires = received + self._visibility
+        if extended_until is not None:
+            # Its receiver extended every message of the entry until then (its marker).
+            expires = max(expires, self._clock() - (self._wall() - extended_until))
         for entry in entries_of(receipts):
             tracked[entry.message_id] = _Tracked(
                 handle=entry.receipt_handle,
-                expires=received + self._visibility,
+                expires=expires,
                 ceiling=received + MAX_INVISIBLE_SECONDS,
                 queue=entry.queue_url,
             )

@@ -39,6 +39,7 @@ from ..sqs.client import cached_client, classify, error_code
 from . import duplicates, poison
 from .acknowledgement import acknowledge_assigned, record_window
 from .envelopes import Prepared, merged_metadata, prepare
+from .extension import extend_journaled
 
 logger = logging.getLogger(__name__)
 
@@ -356,6 +357,20 @@ def read_partition(
             stats.calls,
             stats.seconds,
             stats.stopped_by,
+        )
+    if written and plan.extend_by:
+        # A slow pipeline (the plan says so): the first extension is made here, not by the
+        # driver one message at a time (extension.py).
+        extend_journaled(
+            journal,
+            client,
+            partition.queue_url,
+            partition.batch,
+            partition.receiver,
+            table,
+            plan.extend_by,
+            wall_clock=wall_clock,
+            sleep=sleep,
         )
     if dropped:
         _delete_redeliveries(journal, client, partition, dropped, clocks)

@@ -8,8 +8,14 @@ Layout under ``journalLocation`` (keys of a ``JournalStore``)::
     batches/<N>/_plan.json                   the batch's plan, written once, before any receive
     batches/<N>/<receiver>.arrow             messages one receiver got (Arrow IPC file)
     batches/<N>/<receiver>.part-<k>.arrow    deleteAfterJournal: one receive call's messages
+    batches/<N>/<receiver>.extended-<T>      empty: the receiver extended its entry's messages
+                                             until epoch second T (executor/extension.py)
     drops/<N>-<sha256>.arrow                 a drop set of batch N (by content), referenced by its
                                              plan or by the partitions of its replay
+    acks/<N>/<receiver>.s-<summary>.json     what a receiver of N acknowledged, summed per batch
+                                             in the name (read from the LIST alone), or
+    acks/<N>/<receiver>.json                 the same when only the body can hold it (uncertain
+                                             ids, a long summary, or an earlier version)
     dedupe/<N>-<sha256>.arrow                ids whose acknowledgement may not have taken effect
     window/<expires>-<N>-<who>.arrow         digests of acknowledged ids (duplicateWindow)
     metrics/<N>.json                         counters of acknowledged batches
@@ -34,6 +40,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import JournalError
+from ..lag import combine
 from ..schema import RECEIPT_HANDLE as RECEIPT
 from . import window
 from .stores import JournalStore, open_store
@@ -42,8 +49,13 @@ logger = logging.getLogger(__name__)
 
 _ENTRY = re.compile(r"^(\d{5,})\.arrow$")
 _PART = re.compile(r"^(\d{5,})\.part-(\d{5})\.arrow$")
+_EXTENDED = re.compile(r"^(\d{5,})\.extended-(\d+)$")
 # drops/<batch>-<sha256>.arrow; a journal of an earlier version named them drops/<sha256>.arrow.
 _ACK_REPORT = re.compile(r"^acks/(\d{12})/")
+_ACK_NAME = re.compile(r"^acks/\d{12}/(\d{5,})(?:\.s-([0-9a-z_-]+))?\.json$")
+_ACK_SEGMENT = re.compile(r"^b(\d+)e(\d+)r(\d+)p(\d+)d(\d+)f(\d+)(?:l(\d+)-(\d+)-(\d+))?$")
+# Object keys may be 1024 bytes; a summary longer than this goes in the body only.
+_ACK_NAME_LIMIT = 900
 _DROPS = re.compile(r"^drops/(?:(\d{12})-)?([0-9a-f]{64})\.arrow$")
 _BATCH_KEY = re.compile(r"^batches/(\d{12})/")
 _MARKER = re.compile(r"^state/(planned|acked|initial|retired)-(\d{12})$")
@@ -145,6 +157,10 @@ class BatchPlan:
     # Batches not yet acknowledged when this one was planned (itself included): a message
     # received again (ApproximateReceiveCount > 1) that one of them journaled is dropped.
     pending: tuple[int, ...] = ()
+    # Seconds each receiver extends its messages by right after journaling them, then records
+    # it with a marker (executor/extension.py); 0: the driver's heartbeat alone extends. Fixed
+    # with the plan, like the rest of it; a replayed receiver never extends.
+    extend_by: int = 0
 
     @property
     def acknowledges(self) -> list[int]:
@@ -174,6 +190,8 @@ class BatchPlan:
             "pending": list(self.pending),
             "acks": [[a.batch, a.receiver, a.by, a.valid_until, list(a.lost)] for a in self.acks],
         }
+        if self.extend_by:
+            doc["extendBy"] = self.extend_by
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
@@ -198,6 +216,7 @@ class BatchPlan:
                 AckAssignment(int(b), int(r), int(by), float(valid), tuple(lost))
                 for b, r, by, valid, lost in doc.get("acks", ())
             ),
+            extend_by=int(doc.get("extendBy", 0)),
         )
 
 
@@ -353,6 +372,24 @@ class Journal:
     def receivers(self, batch: int) -> list[int]:
         return sorted(int(m.group(1)) for n in self._batch_files(batch) if (m := _ENTRY.match(n)))
 
+    def batch_index(self, batch: int) -> tuple[list[int], dict[int, float]]:
+        """The receivers of ``batch`` with an entry, and the latest wall-clock time each
+        receiver that recorded an extension extended its messages to (one LIST)."""
+        names = self._batch_files(batch)
+        receivers = sorted(int(m.group(1)) for n in names if (m := _ENTRY.match(n)))
+        extended: dict[int, float] = {}
+        for name in names:
+            if match := _EXTENDED.match(name):
+                receiver = int(match.group(1))
+                extended[receiver] = max(extended.get(receiver, 0.0), float(match.group(2)))
+        return receivers, extended
+
+    def write_extension(self, batch: int, receiver: int, until: int) -> None:
+        """Record that the messages of the entry of ``receiver`` stay invisible until epoch
+        second ``until`` at least: the deadline is in the (empty) marker's name, so the
+        heartbeat learns it from the LIST it makes anyway."""
+        self.store.create(f"{self.batch_dir(batch)}/{receiver:05d}.extended-{int(until)}", b"")
+
     def batches(self) -> list[int]:
         """Batches with files in the journal (one LIST of everything under ``batches/``)."""
         return sorted(
@@ -495,17 +532,48 @@ class Journal:
     # -- acknowledgement reports ---------------------------------------------------------------
 
     def write_ack_report(self, batch: int, receiver: int, report: dict[str, Any]) -> None:
-        """What receiver ``receiver`` of ``batch`` acknowledged of earlier batches. Written
-        once: a retried attempt repeats the same deletes, and its report adds nothing new."""
-        key = f"acks/{batch:012d}/{receiver:05d}.json"
+        """What receiver ``receiver`` of ``batch`` acknowledged of earlier batches. Created if
+        absent. Its counters, summed per acknowledged batch, are in the key's name, so the
+        driver settles a batch from LIST requests alone; a report with uncertain ids (or too
+        long a summary) has a plain name, and the driver reads its body. A retried attempt
+        repeats the same deletes and may name its report differently: the reader keeps one
+        report per receiver (and every attempt's uncertain ids)."""
+        summary = _ack_summary(report)
+        name = f"{receiver:05d}.s-{summary}" if summary is not None else f"{receiver:05d}"
+        key = f"acks/{batch:012d}/{name}.json"
+        if len(key) > _ACK_NAME_LIMIT:
+            key = f"acks/{batch:012d}/{receiver:05d}.json"
         self.store.create(key, json.dumps(report, sort_keys=True).encode())
 
     def read_ack_reports(self, batch: int) -> list[dict[str, Any]]:
-        reports = []
+        """One report per receiver of ``batch`` that wrote one: from the key's name when it
+        holds the summary, else from the body (with every attempt's uncertain ids)."""
+        by_receiver: dict[int, list[tuple[str, str | None]]] = {}
         for key in self.store.list(f"acks/{batch:012d}"):
-            data = self.store.read(key)
-            if data is not None:
-                reports.append(json.loads(data))
+            match = _ACK_NAME.match(key)
+            if match is not None:
+                by_receiver.setdefault(int(match.group(1)), []).append((key, match.group(2)))
+        reports = []
+        for receiver in sorted(by_receiver):
+            keys = by_receiver[receiver]
+            named = [s for _, s in keys if s is not None]
+            bodies = []
+            for key, summary in keys:
+                if summary is None and (data := self.store.read(key)) is not None:
+                    bodies.append(json.loads(data))
+            if not bodies:
+                if named:
+                    reports.append({"receiver": receiver, "entries": _ack_entries(named[0])})
+                continue
+            report = bodies[0]
+            uncertain: dict[tuple[int, Any], set[str]] = {}
+            for body in bodies:
+                for e in body.get("entries", ()):
+                    entry = (int(e["batch"]), e.get("receiver"))
+                    uncertain.setdefault(entry, set()).update(e.get("uncertain", ()))
+            for e in report.get("entries", ()):
+                e["uncertain"] = sorted(uncertain.get((int(e["batch"]), e.get("receiver")), ()))
+            reports.append({**report, "receiver": receiver})
         return reports
 
     def remove_ack_reports(self, batch: int) -> None:
@@ -706,6 +774,60 @@ class Journal:
                 self.store.delete_many(leftover)
         except (OSError, JournalError):
             logger.debug("journal %s: could not remove old probe objects", self.location)
+
+
+def _ack_summary(report: dict[str, Any]) -> str | None:
+    """The counters of an acknowledgement report, summed per acknowledged batch, as a key
+    name fragment; None if the report holds uncertain ids (only its body can)."""
+    per_batch: dict[int, list[dict[str, Any]]] = {}
+    for e in report.get("entries", ()):
+        if e.get("uncertain"):
+            return None
+        per_batch.setdefault(int(e["batch"]), []).append(e)
+    segments = []
+    for b, entries in sorted(per_batch.items()):
+        segment = "b{}e{}r{}p{}d{}f{}".format(
+            b,
+            len(entries),
+            sum(int(e["rows"]) for e in entries),
+            sum(int(e["dropped"]) for e in entries),
+            sum(int(e["deleted"]) for e in entries),
+            sum(int(e["deleteFailures"]) for e in entries),
+        )
+        lag = combine(json.loads(e["lag"]) if e.get("lag") else None for e in entries)
+        if lag is not None:
+            segment += f"l{lag['messages']}-{lag['oldestAgeMs']}-{lag['medianAgeMs']}"
+        segments.append(segment)
+    return "_".join(segments) or "none"
+
+
+def _ack_entries(summary: str) -> list[dict[str, Any]]:
+    """The per-batch entries of a report from its key's summary (``_ack_summary``)."""
+    out: list[dict[str, Any]] = []
+    for segment in summary.split("_"):
+        match = _ACK_SEGMENT.match(segment)
+        if match is None:
+            continue  # "none": the receiver had nothing to acknowledge
+        b, entries, rows, dropped, deleted, failures, messages, oldest, median = match.groups()
+        lag = None
+        if messages is not None:
+            lag = json.dumps(
+                {"messages": int(messages), "oldestAgeMs": int(oldest), "medianAgeMs": int(median)},
+                sort_keys=True,
+            )
+        out.append(
+            {
+                "batch": int(b),
+                "entries": int(entries),
+                "rows": int(rows),
+                "dropped": int(dropped),
+                "deleted": int(deleted),
+                "deleteFailures": int(failures),
+                "uncertain": [],
+                "lag": lag,
+            }
+        )
+    return out
 
 
 def receipts_of(batch: int, receiver: int, table: pa.Table) -> EntryReceipts:

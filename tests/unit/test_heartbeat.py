@@ -967,3 +967,51 @@ def test_the_driver_extends_by_the_floor_unless_messages_must_come_back(
         options, VisibilitySqs(Clock(MONO)), QUEUE_URL, Journal(options.journal_location, options)
     )
     assert state.heartbeat.extend_by == expected
+
+
+# -- entries their receivers extended (executor/extension.py) ----------------------------------
+
+
+def test_an_entry_its_receiver_extended_is_read_only_once_its_marker_deadline_nears() -> None:
+    """Issue 14: a receiver extended its own entry and recorded the deadline in a marker: the
+    heartbeat costs nothing for it until then, and still keeps it invisible after. Receiver 1
+    died between journaling and its marker (or its extension failed): the heartbeat reads and
+    extends it as before."""
+    world = World(extend_by=900)
+    hb = world.heartbeat
+    hb.watch(1)
+    marked = world.receive(1, 3, receiver=0)
+    unmarked = world.receive(1, 2, receiver=1)
+    # What the receiver did: extend by 900 s, then create its marker.
+    for m in marked:
+        world.sqs.visible_at[handle_of(m)] = world.mono.now + 900
+    world.journal.extended[1][0] = NOW + 900
+
+    hb.tick()
+    assert world.journal.read == [(1, 1)]
+    assert hb.snapshot(1).held_until == {0: pytest.approx(NOW + 900)}
+    handles = [handle_of(m) for m in marked + unmarked]
+    for _ in range(int(1500 / INTERVAL)):
+        world.step()
+        world.assert_all_invisible(handles)
+    assert world.journal.read == [(1, 1), (1, 0)], "the marked entry is read once, late"
+    assert world.sqs.rejected == [] and hb.snapshot(1).lost == frozenset()
+    # Its first extension by the driver came within three ticks of the marker's deadline.
+    first = min(c.at for c in world.sqs.calls if handle_of(marked[0]) in c.handles)
+    assert MONO + 900 - 3 * INTERVAL - 10 <= first < MONO + 900
+    assert hb.snapshot(1).held_until == {}
+
+
+def test_a_marker_whose_deadline_already_nears_is_read_at_once() -> None:
+    world = World(extend_by=900)
+    hb = world.heartbeat
+    hb.watch(1)
+    [m] = world.receive(1, 1, receiver=0, ago=100.0)
+    world.sqs.visible_at[handle_of(m)] = world.mono.now + 30
+    world.journal.extended[1][0] = NOW + 30
+    hb.tick()
+    assert world.journal.read == [(1, 0)]
+    assert hb.snapshot(1).expires_at[m] == pytest.approx(NOW + 30)
+    world.step()
+    world.assert_all_invisible([handle_of(m)])
+    assert world.sqs.handles_sent() == [handle_of(m)]

@@ -101,6 +101,10 @@ def test_the_driver_reads_no_entry_in_steady_state(world: Any) -> None:
     store.calls.clear()
     state.acknowledge(2)  # Spark's commit(2) while batch 3 is constructed
     assert [k for m, k in store.calls if m == "read" and "/batches/" in f"/{k}"] == []
+    # Batch 1 was settled from the names of its acknowledgement reports: LIST, no GET.
+    assert journal.read_state().acked_batch == 1
+    assert [k for m, k in store.calls if m == "read" and k.startswith("acks/")] == []
+    assert [k for m, k in store.calls if m == "list" and k.startswith("acks/")] != []
 
 
 def test_a_replayed_next_batch_acknowledges_again_harmlessly(world: Any) -> None:
@@ -173,7 +177,9 @@ def test_handles_that_may_have_expired_or_were_lost_are_reported_uncertain(tmp_p
     assert set(by_entry) == {(1, 0), (1, 1)}
     assert by_entry[(1, 0)]["uncertain"] == [fresh[1]]
     assert by_entry[(1, 1)]["uncertain"] == sorted(stale)
-    assert journal.read_ack_reports(2) == [report]
+    # Uncertain ids: the report has a plain name, and the driver reads its body.
+    assert journal.read_ack_reports(2) == [{**report, "receiver": 0}]
+    assert journal.store.list("acks/000000000002") == ["acks/000000000002/00000.json"]
 
 
 def test_transient_delete_failures_fail_the_task_for_spark_to_retry(tmp_path: Path) -> None:
@@ -216,5 +222,47 @@ def test_a_committed_batch_that_fills_the_in_flight_limit_is_deleted_by_the_driv
         assert state.latest_offset({"batch": 1}) == {"batch": 2}
         assert len(deletes(sqs, calls)) == 6
         assert run(state.plan({"batch": 1}, {"batch": 2}), sqs, journal)
+    finally:
+        state.close()
+
+
+class HidingStore(HookedStore):
+    """A store whose LIST misses the keys ``hidden`` names (written, but not listed)."""
+
+    def __init__(self, inner: Any, hidden: Any) -> None:
+        super().__init__(inner)
+        self.hidden = hidden
+
+    def list(self, prefix: str) -> list[str]:
+        return [k for k in super().list(prefix) if not self.hidden(k)]
+
+
+def test_a_report_the_list_misses_makes_the_driver_delete_the_batch_itself(
+    tmp_path: Path,
+) -> None:
+    """Crash-table row: an acknowledgement report was written but the driver's LIST does not
+    show it. The driver must not settle the batch without it (an uncertain delete would be
+    forgotten): it deletes the batch's messages itself, as when no batch follows."""
+    location = str(tmp_path / "journal")
+    options = make_options(
+        location,
+        numPartitions="3",
+        maxMessagesPerTrigger="9",
+        waitTimeSeconds="0",
+        queuePollInterval="0.01",
+    )
+    store = HidingStore(LocalStore(location), lambda k: k.startswith("acks/000000000002/00001."))
+    sqs = FakeSqs(available=27)
+    state = Coordinator(options, sqs, QUEUE_URL, Journal(location, options, store=store))
+    journal = Journal(location, options)
+    try:
+        run(state.plan({"batch": 0}, state.latest_offset({"batch": 0})), sqs, journal)
+        run(state.plan({"batch": 1}, state.latest_offset({"batch": 1})), sqs, journal)
+        assert len(journal.store.list("acks/000000000002")) == 3
+        calls = len(sqs.batch_calls)
+        state.acknowledge(2)
+        again = deletes(sqs, calls)
+        assert sorted(again) == sorted(f"AQEB-receipt-{n}-1" for n in range(9)), "batch 1 again"
+        assert journal.read_state().acked_batch == 1 and 1 not in journal.batches()
     finally:
         state.close()
