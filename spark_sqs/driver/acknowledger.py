@@ -21,6 +21,7 @@ from ..lag import LAG, batch_lag
 from ..sqs.batching import BatchCaller, entries_of, handle_margin
 
 if TYPE_CHECKING:
+    from ..journal import Journal
     from .heartbeat import BatchVisibility, Heartbeat
 
 logger = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ class Acknowledger:
 
     def __init__(
         self,
-        journal: Any,
+        journal: Journal,
         caller: BatchCaller,
         *,
         delete: bool,

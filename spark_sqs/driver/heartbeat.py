@@ -36,11 +36,14 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..errors import JournalInUseError, QueueNotFoundError, SqsAccessError, SqsSourceError
 from ..journal import EntryReceipts
 from ..sqs.batching import BatchCaller, Entry, entries_of
+
+if TYPE_CHECKING:
+    from ..journal import Journal
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +92,7 @@ class BatchVisibility:
 class Heartbeat:
     def __init__(
         self,
-        journal: Any,
+        journal: Journal,
         caller: BatchCaller,
         *,
         visibility_timeout: int,

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -40,6 +40,10 @@ from ..journal.poison import (
 )
 from ..schema import RECEIPT_HANDLE
 from .planning import ADOPTED_FROM
+
+if TYPE_CHECKING:
+    from ..journal import BatchPlan, Journal
+    from ..options import SqsOptions
 
 logger = logging.getLogger(__name__)
 
@@ -116,11 +120,11 @@ class Quarantine:
 
     def __init__(
         self,
-        journal: Any,
+        journal: Journal,
         client: Any,
         queue_url: str,
         dead_letter_url: str | Mapping[str, str],
-        options: Any,
+        options: SqsOptions,
         *,
         reserve_batch: Callable[[], int],
         track: Callable[[int], None],
@@ -344,7 +348,7 @@ class Quarantine:
         self.journal.store.create(f"{batch_dir(batch)}/{SUSPECT}", json.dumps(doc).encode())
 
 
-def narrowed_without_policy(options: Any, batch: int) -> InvalidOptionError:
+def narrowed_without_policy(options: SqsOptions, batch: int) -> InvalidOptionError:
     """The error for a journal holding a narrowed batch under another poison policy."""
     return InvalidOptionError.for_option(
         "poisonMessagePolicy",
@@ -357,7 +361,7 @@ def narrowed_without_policy(options: Any, batch: int) -> InvalidOptionError:
     )
 
 
-def carry_batches(journal: Any, batches: list[int]) -> list[int]:
+def carry_batches(journal: Journal, batches: list[int]) -> list[int]:
     """Those of ``batches`` that hold messages carried out of a narrowed batch."""
     return [b for b in batches if journal.store.read(f"{batch_dir(b)}/{CARRY}") is not None]
 
@@ -397,7 +401,7 @@ def dead_letter_request(
     return request
 
 
-def resolve_dead_letter_queue(client: Any, queue_url: str, options: Any) -> str:
+def resolve_dead_letter_queue(client: Any, queue_url: str, options: SqsOptions) -> str:
     """``deadLetterQueueUrl``, else the queue's RedrivePolicy target; an error if neither."""
     if options.dead_letter_queue_url:
         return options.dead_letter_queue_url
@@ -427,7 +431,7 @@ def resolve_dead_letter_queue(client: Any, queue_url: str, options: Any) -> str:
 # -- spark-sqs release --
 
 
-def release_batch(journal: Any, client: Any, queue_url: str, batch: int) -> dict[str, Any]:
+def release_batch(journal: Journal, client: Any, queue_url: str, batch: int) -> dict[str, Any]:
     """Give a stuck batch's messages back to SQS (``spark-sqs release``; the query must be
     stopped: the caller holds the journal's lease).
 
@@ -507,7 +511,7 @@ def release_batch(journal: Any, client: Any, queue_url: str, batch: int) -> dict
     }
 
 
-def released_plan(journal: Any, batch: int) -> Any:
+def released_plan(journal: Journal, batch: int) -> BatchPlan | None:
     """The zero plan of a released batch whose plan a crashed release left missing."""
     data = journal.store.read(f"{batch_dir(batch)}/{RELEASED}")
     if data is None or "plan" not in json.loads(data):
@@ -517,7 +521,7 @@ def released_plan(journal: Any, batch: int) -> Any:
     return journal.write_plan(BatchPlan.from_json(json.dumps(json.loads(data)["plan"]).encode()))
 
 
-def _steps(journal: Any, batch: int, names: list[str]) -> list[Narrowing]:
+def _steps(journal: Journal, batch: int, names: list[str]) -> list[Narrowing]:
     out = []
     for name in names:
         if NARROW_RECORD.match(name):
@@ -527,7 +531,7 @@ def _steps(journal: Any, batch: int, names: list[str]) -> list[Narrowing]:
     return out
 
 
-def batch_report(journal: Any, batch: int) -> dict[str, Any]:
+def batch_report(journal: Journal, batch: int) -> dict[str, Any]:
     """What ``spark-sqs inspect`` shows of a batch's attempts and narrowing."""
     names = batch_names(journal, batch)
     attempts = read_attempts(journal, batch, names)
@@ -549,14 +553,14 @@ def batch_report(journal: Any, batch: int) -> dict[str, Any]:
     }
 
 
-def _carried_from(journal: Any, batch: int, names: list[str]) -> int | None:
+def _carried_from(journal: Journal, batch: int, names: list[str]) -> int | None:
     if CARRY not in names:
         return None
     data = journal.store.read(f"{batch_dir(batch)}/{CARRY}")
     return None if data is None else int(json.loads(data)["from"])
 
 
-def quarantined(journal: Any) -> list[dict[str, Any]]:
+def quarantined(journal: Journal) -> list[dict[str, Any]]:
     """Every quarantine decision in the journal, with whether it was sent."""
     keys = journal.store.list("quarantine")
     sent = {k.removesuffix(".sent") for k in keys if k.endswith(".sent")}

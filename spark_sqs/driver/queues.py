@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidOptionError, SqsSourceError
+
+if TYPE_CHECKING:
+    from ..options import SqsOptions
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +181,7 @@ def summed(per_queue: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
     return total
 
 
-def resolve_queue_urls(client: Any, options: Any) -> list[str]:
+def resolve_queue_urls(client: Any, options: SqsOptions) -> list[str]:
     """Every queue of the options as a URL (``GetQueueUrl`` for names)."""
     from ..sqs.client import classify
 

@@ -53,7 +53,7 @@ def record_window(
 
 
 def acknowledge_assigned(
-    journal: Any,
+    journal: Journal,
     client: Any,
     queue_url: str,
     batch: int,

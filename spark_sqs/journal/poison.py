@@ -38,9 +38,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from .entries import Journal
 
 FAIL = "fail"
 DEAD_LETTER = "deadLetter"
@@ -101,12 +104,12 @@ def batch_dir(batch: int) -> str:
     return f"batches/{batch:012d}"
 
 
-def batch_names(journal: Any, batch: int) -> list[str]:
+def batch_names(journal: Journal, batch: int) -> list[str]:
     prefix = batch_dir(batch) + "/"
     return [k[len(prefix) :] for k in journal.store.list(batch_dir(batch))]
 
 
-def read_attempts(journal: Any, batch: int, names: list[str] | None = None) -> list[Attempt]:
+def read_attempts(journal: Journal, batch: int, names: list[str] | None = None) -> list[Attempt]:
     """The attempts recorded for ``batch``, from the names alone (one LIST)."""
     out = []
     for name in names if names is not None else batch_names(journal, batch):
@@ -128,7 +131,9 @@ def attempts_by_step(attempts: list[Attempt]) -> dict[int, int]:
     return out
 
 
-def latest_narrowing(journal: Any, batch: int, names: list[str] | None = None) -> Narrowing | None:
+def latest_narrowing(
+    journal: Journal, batch: int, names: list[str] | None = None
+) -> Narrowing | None:
     names = names if names is not None else batch_names(journal, batch)
     steps = sorted(int(m.group(1)) for n in names if (m := NARROW_RECORD.match(n)))
     if not steps:
