@@ -17,15 +17,7 @@ import pyarrow as pa
 
 from ..driver.planning import ADOPTED_FROM
 from ..errors import JournalError, SqsSourceError
-from ..journal.poison import (
-    FAIL,
-    batch_dir,
-    batch_names,
-    first_attempt,
-    keep_only,
-    latest_narrowing,
-    read_attempts,
-)
+from ..journal import poison as records
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +52,7 @@ def record_attempt(journal: Any, batch: int, receiver: int, key: str, step: int)
     removed: its record would outlive the batch. The acknowledgement marks the batch finished
     before it removes the files, so a record created before that marker is removed with them,
     and one created after it sees the marker here and removes itself."""
-    name = f"{batch_dir(batch)}/attempts/{receiver:05d}-{key}-n{step}.json"
+    name = f"{records.batch_dir(batch)}/attempts/{receiver:05d}-{key}-n{step}.json"
     doc = {"receiver": receiver, "attempt": key, "step": step, "at": time.time()}
     try:
         journal.store.create(name, json.dumps(doc, sort_keys=True).encode())
@@ -76,14 +68,14 @@ def on_replay(journal: Any, partition: Any, table: pa.Table) -> pa.Table:
     """A receiver found its entry (a retried task, a replay): record the attempt, then either
     refuse (``fail``, too many attempts) or deliver what the batch's narrowing keeps."""
     options = partition.options
-    names = batch_names(journal, partition.batch)
-    narrowing = latest_narrowing(journal, partition.batch, names)
+    names = records.batch_names(journal, partition.batch)
+    narrowing = records.latest_narrowing(journal, partition.batch, names)
     step = narrowing.step if narrowing is not None else 0
     key = attempt_key(getattr(partition, "run", ""))
     record_attempt(journal, partition.batch, partition.receiver, key, step)
-    if options.poison_message_policy == FAIL:
-        earlier = {a.key for a in read_attempts(journal, partition.batch, names)}
-        first = first_attempt(table)
+    if options.poison_message_policy == records.FAIL:
+        earlier = {a.key for a in records.read_attempts(journal, partition.batch, names)}
+        first = records.first_attempt(table)
         if first is not None and partition.receiver < ADOPTED_FROM:
             earlier.add(first)
         earlier.discard(key)
@@ -91,7 +83,7 @@ def on_replay(journal: Any, partition: Any, table: pa.Table) -> pa.Table:
             raise PoisonBatchError(fail_message(options, partition.batch, len(earlier) + 1))
     if narrowing is None or partition.receiver not in narrowing.keep:
         return table
-    return keep_only(table, set(narrowing.keep[partition.receiver]))
+    return records.keep_only(table, set(narrowing.keep[partition.receiver]))
 
 
 def fail_message(options: Any, batch: int, attempts: int) -> str:
