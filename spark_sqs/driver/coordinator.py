@@ -20,7 +20,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..errors import SqsSourceError
 from ..journal import BatchPlan, Journal, JournalState
 from ..journal.lease import Lease
 from ..journal.poison import DEAD_LETTER, latest_narrowing
@@ -31,8 +30,9 @@ from . import offsets, poison
 from .acknowledger import Acknowledger, driver_parallelism
 from .flow_control import AvailableNow, FlowControl
 from .heartbeat import EXTENSION_FLOOR_SECONDS, Heartbeat
+from .metrics import BatchReporter
 from .planning import ReceiverPartition, new_plan, partitions_of
-from .queues import poll_backlog, resolve_queue_urls, summed, with_queues
+from .queues import BacklogPoller, resolve_queue_urls, with_queues
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,6 @@ class Coordinator:
         # no queue per receiver (written before) belongs to the journal's first queue.
         self.queue_urls = list(queue_urls or [queue_url])
         self.default_queue = default_queue or queue_url
-        self.queue_backlog: dict[str, dict[str, int]] = {}
         self.journal = journal
         self.lease = lease
         self.journal_state = journal.read_state()
@@ -135,13 +134,8 @@ class Coordinator:
         self.flow = FlowControl(options, clock=clock)
         # Message limit of each batch handed to Spark but not planned yet.
         self._limits: dict[int, int] = {}
-        # Receivers that replayed from the journal, by batch, for the batch counters.
-        self._replayed: dict[int, int] = {}
-        self._heartbeat_seen = (0, 0)
-        self._last_poll = float("-inf")
-        self._poll_due = True
-        self._visible = 0
-        self.backlog: dict[str, int] = {}
+        self.poller = BacklogPoller(client, self.queue_urls, options.queue_poll_interval, clock)
+        self.reporter = BatchReporter(journal, self.heartbeat, self.poller, wall_clock)
         # Names this run in the attempt records of its receivers (journal/poison.py): the lease's
         # owner, which is unique per run (and chosen by the simulation, so seeds replay).
         self.run_id = lease.owner[:12] if lease is not None else uuid.uuid4().hex[:12]
@@ -251,8 +245,8 @@ class Coordinator:
                 batch_limit = min(batch_limit, remaining)
             start_batch = bool(unsettled) or (
                 batch_limit > 0
-                and self._queue_has_messages()
-                and not self.flow.wait_for_more(self._visible)
+                and self.poller.has_messages()
+                and not self.flow.wait_for_more(self.poller.visible)
             )
             if not start_batch or self.flow.available_now is not None:
                 # No next batch (an idle queue), or Trigger.AvailableNow, which counts what it
@@ -270,21 +264,24 @@ class Coordinator:
     def prepare_available_now(self) -> None:
         """Trigger.AvailableNow: deliver the messages visible now, then report no more data."""
         with self.lock:
-            self._poll_due = True
-            self._queue_has_messages()
+            self.poller.poll_next_time()
+            self.poller.has_messages()
+            visible = self.poller.visible
             self.flow.available_now = AvailableNow(
-                target=self._visible, delivered_at_start=self.acknowledger.totals.messages
+                target=visible, delivered_at_start=self.acknowledger.totals.messages
             )
-            logger.info("Trigger.AvailableNow: delivering the %d visible messages", self._visible)
+            logger.info("Trigger.AvailableNow: delivering the %d visible messages", visible)
 
     def report(self) -> dict:
         """reportLatestOffset: the newest batch and the queue's backlog, for query progress."""
         with self.lock:
             report: dict[str, Any] = {
                 "batch": self.journal_state.planned_batch,
-                "visibleMessages": self.backlog.get("ApproximateNumberOfMessages", 0),
-                "inFlightMessages": self.backlog.get("ApproximateNumberOfMessagesNotVisible", 0),
-                "delayedMessages": self.backlog.get("ApproximateNumberOfMessagesDelayed", 0),
+                "visibleMessages": self.poller.total.get("ApproximateNumberOfMessages", 0),
+                "inFlightMessages": self.poller.total.get(
+                    "ApproximateNumberOfMessagesNotVisible", 0
+                ),
+                "delayedMessages": self.poller.total.get("ApproximateNumberOfMessagesDelayed", 0),
             }
             if len(self.queue_urls) > 1:
                 report["queues"] = self._queue_report()
@@ -298,7 +295,7 @@ class Coordinator:
                 "inFlightMessages": counts.get("ApproximateNumberOfMessagesNotVisible", 0),
                 "delayedMessages": counts.get("ApproximateNumberOfMessagesDelayed", 0),
             }
-            for url, counts in self.queue_backlog.items()
+            for url, counts in self.poller.per_queue.items()
         }
 
     def plan(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> list[ReceiverPartition]:
@@ -328,9 +325,9 @@ class Coordinator:
                 self.acknowledger.inherit(batch)
             self.acknowledger.assign(stored)
             # The queue is asked again after every batch, rather than after queuePollInterval.
-            self._poll_due = True
+            self.poller.poll_next_time()
             journaled = len(self.journal.receivers(batch))
-            self._replayed[batch] = journaled
+            self.reporter.replayed[batch] = journaled
             logger.info(
                 "batch %d: %d receivers (%s plan, %d with journal entries), %d ids to drop, "
                 "acknowledging %d entries of batches %s",
@@ -404,7 +401,7 @@ class Coordinator:
             delete_after_journal=self.options.delete_after_journal,
         )
         plan = replace(plan, extend_by=self._executor_extension())
-        plan = with_queues(plan, self._visible_by_queue(), rotate=batch)
+        plan = with_queues(plan, self.poller.visible_by_queue(), rotate=batch)
         # The receivers that will receive (not replay) delete the committed batches' messages
         # first: acknowledgement runs on the executors, spread over every receiver.
         fresh = [
@@ -517,45 +514,7 @@ class Coordinator:
         # journal unreadable) needs a person, and stopping beats redelivering everything.
         stats = self.acknowledger.acknowledge_through(batch, next_batch_follows=next_batch_follows)
         for counters in stats.per_batch:
-            self._report_batch(counters)
-
-    def _report_batch(self, counters: dict[str, Any]) -> None:
-        """One INFO line and one metrics file per acknowledged batch."""
-        hb = self.heartbeat.stats
-        extended, failed = hb.extended, hb.failed_permanent + hb.failed_transient
-        counters = {
-            **counters,
-            "replayedReceivers": self._replayed.pop(counters["batch"], 0),
-            "received": counters["journaled"] + counters["duplicatesDropped"],
-            # Heartbeat work since the previous acknowledged batch.
-            "visibilityExtensions": extended - self._heartbeat_seen[0],
-            "visibilityExtensionFailures": failed - self._heartbeat_seen[1],
-            # As last polled: the queue's ApproximateNumberOfMessagesNotVisible.
-            "inFlightMessages": self.backlog.get("ApproximateNumberOfMessagesNotVisible"),
-            "acknowledgedAt": self._wall(),
-        }
-        self._heartbeat_seen = (extended, failed)
-        logger.info(
-            "batch %d: received %d, journaled %d, replayed receivers %d, deleted %d, delete "
-            "failures %d, visibility extensions %d (failed %d), duplicates dropped %d, oldest "
-            "message age %s ms (median %s ms), in flight %s",
-            counters["batch"],
-            counters["received"],
-            counters["journaled"],
-            counters["replayedReceivers"],
-            counters["deleted"],
-            counters["deleteFailures"],
-            counters["visibilityExtensions"],
-            counters["visibilityExtensionFailures"],
-            counters["duplicatesDropped"],
-            counters.get("oldestMessageAgeMs"),
-            counters.get("medianMessageAgeMs"),
-            counters["inFlightMessages"],
-        )
-        try:
-            self.journal.write_metrics(counters["batch"], counters)
-        except SqsSourceError as exc:
-            logger.warning("could not write the metrics of batch %d: %s", counters["batch"], exc)
+            self.reporter.report(counters)
 
     def start_poison_policy(self) -> None:
         """``poisonMessagePolicy=deadLetter``: resolve each queue's dead-letter queue (an error
@@ -602,27 +561,6 @@ class Coordinator:
         )
         self.journal.write_state(state, known=self.journal_state)
         self.journal_state = state
-
-    def _queue_has_messages(self) -> bool:
-        now = self._clock()
-        if self._poll_due or now - self._last_poll >= self.options.queue_poll_interval:
-            self._last_poll = now
-            self._poll_due = False
-            # Every queue (queues.py); one that failed transiently is left out of this poll.
-            polled = poll_backlog(self.client, self.queue_urls)
-            if not polled:
-                return False
-            self.queue_backlog = polled
-            self.backlog = summed(polled)
-            self._visible = self.backlog.get("ApproximateNumberOfMessages", 0)
-        return self._visible > 0
-
-    def _visible_by_queue(self) -> dict[str, int]:
-        """Visible messages of each queue as last polled, for spreading receivers over them."""
-        return {
-            url: self.queue_backlog.get(url, {}).get("ApproximateNumberOfMessages", 0)
-            for url in self.queue_urls
-        }
 
 
 def _release_on_sigterm(lease: Lease) -> None:

@@ -8,7 +8,8 @@ per-queue that the rest of the source needs lives here, as small pure functions:
 - ``receivers_per_queue`` / ``assign_queues``: a batch's receivers spread over the queues in
   proportion to their backlog; a queue with visible messages keeps at least one receiver while
   there are as many receivers as such queues.
-- ``poll_backlog``: every queue's counts, per queue and summed.
+- ``poll_backlog``: every queue's counts, per queue and summed; ``BacklogPoller`` keeps the last
+  poll for the coordinator and polls again only when due.
 
 Where a receipt handle goes back to: each journaled row names its queue (the ``queueUrl``
 column), and every delete and visibility change is sent to the queue of its row
@@ -20,7 +21,7 @@ after a queue was removed from the options.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidOptionError, SqsSourceError
@@ -222,3 +223,50 @@ def with_queues(plan: Any, backlog: Mapping[str, int], *, rotate: int = 0) -> An
             dict(backlog),
         )
     return replace(plan, receivers=receivers)
+
+
+class BacklogPoller:
+    """The queues' backlog as last polled, polled again at most every ``interval`` seconds of
+    ``clock`` unless a poll is asked for (after each batch, at AvailableNow's start)."""
+
+    def __init__(
+        self, client: Any, queue_urls: Sequence[str], interval: float, clock: Callable[[], float]
+    ) -> None:
+        self._client = client
+        self._queue_urls = list(queue_urls)
+        self._interval = interval
+        self._clock = clock
+        self._last = float("-inf")
+        self._due = True
+        self.per_queue: dict[str, dict[str, int]] = {}
+        self.total: dict[str, int] = {}
+
+    @property
+    def visible(self) -> int:
+        """Visible messages of every queue, as last polled."""
+        return self.total.get("ApproximateNumberOfMessages", 0)
+
+    def poll_next_time(self) -> None:
+        self._due = True
+
+    def has_messages(self) -> bool:
+        """Whether the queues have visible messages, polling them if due. A poll that failed
+        transiently for every queue answers no (the next call polls again)."""
+        now = self._clock()
+        if self._due or now - self._last >= self._interval:
+            self._last = now
+            self._due = False
+            # One that failed transiently is left out of this poll.
+            polled = poll_backlog(self._client, self._queue_urls)
+            if not polled:
+                return False
+            self.per_queue = polled
+            self.total = summed(polled)
+        return self.visible > 0
+
+    def visible_by_queue(self) -> dict[str, int]:
+        """Visible messages of each queue as last polled, for spreading receivers over them."""
+        return {
+            url: self.per_queue.get(url, {}).get("ApproximateNumberOfMessages", 0)
+            for url in self._queue_urls
+        }

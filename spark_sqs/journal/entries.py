@@ -53,7 +53,9 @@ _EXTENDED = re.compile(r"^(\d{5,})\.extended-(\d+)$")
 # drops/<batch>-<sha256>.arrow; a journal of an earlier version named them drops/<sha256>.arrow.
 _ACK_REPORT = re.compile(r"^acks/(\d{12})/")
 _ACK_NAME = re.compile(r"^acks/\d{12}/(\d{5,})(?:\.s-([0-9a-z_-]+))?\.json$")
-_ACK_SEGMENT = re.compile(r"^b(\d+)e(\d+)r(\d+)p(\d+)d(\d+)f(\d+)(?:l(\d+)-(\d+)-(\d+))?$")
+_ACK_SEGMENT = re.compile(
+    r"^b(\d+)e(\d+)r(\d+)p(\d+)d(\d+)f(\d+)(?:w(\d+))?(?:l(\d+)-(\d+)-(\d+))?$"
+)
 # Object keys may be 1024 bytes; a summary longer than this goes in the body only.
 _ACK_NAME_LIMIT = 900
 _DROPS = re.compile(r"^drops/(?:(\d{12})-)?([0-9a-f]{64})\.arrow$")
@@ -794,6 +796,10 @@ def _ack_summary(report: dict[str, Any]) -> str | None:
             sum(int(e["deleted"]) for e in entries),
             sum(int(e["deleteFailures"]) for e in entries),
         )
+        # Copies dropped by the duplicate window; written only when some were (shorter names).
+        copies = sum(int(e.get("windowDropped", 0)) for e in entries)
+        if copies:
+            segment += f"w{copies}"
         lag = combine(json.loads(e["lag"]) if e.get("lag") else None for e in entries)
         if lag is not None:
             segment += f"l{lag['messages']}-{lag['oldestAgeMs']}-{lag['medianAgeMs']}"
@@ -808,7 +814,9 @@ def _ack_entries(summary: str) -> list[dict[str, Any]]:
         match = _ACK_SEGMENT.match(segment)
         if match is None:
             continue  # "none": the receiver had nothing to acknowledge
-        b, entries, rows, dropped, deleted, failures, messages, oldest, median = match.groups()
+        b, entries, rows, dropped, deleted, failures, copies, messages, oldest, median = (
+            match.groups()
+        )
         lag = None
         if messages is not None:
             lag = json.dumps(
@@ -823,6 +831,7 @@ def _ack_entries(summary: str) -> list[dict[str, Any]]:
                 "dropped": int(dropped),
                 "deleted": int(deleted),
                 "deleteFailures": int(failures),
+                "windowDropped": int(copies or 0),
                 "uncertain": [],
                 "lag": lag,
             }

@@ -582,7 +582,7 @@ def test_an_ack_report_without_uncertain_ids_is_read_from_its_name_alone(
 ) -> None:
     report = {
         "entries": [
-            _ack_entry(4, 0),
+            _ack_entry(4, 0, windowDropped=1),
             _ack_entry(4, 1, lag=json.dumps({"messages": 2, "oldestAgeMs": 900, "medianAgeMs": 5})),
             _ack_entry(3, 2, lag=None),
         ]
@@ -600,9 +600,11 @@ def test_an_ack_report_without_uncertain_ids_is_read_from_its_name_alone(
         "dropped": 2,
         "deleted": 18,
         "deleteFailures": 0,
+        "windowDropped": 1,
         "uncertain": [],
         "lag": None,
     }
+    assert by_batch[3]["windowDropped"] == 0
     assert json.loads(by_batch[4]["lag"]) == {
         "messages": 12,
         "oldestAgeMs": 900,

@@ -1,0 +1,79 @@
+"""The counters of each acknowledged batch: one INFO line and one metrics file. Runs on: driver.
+
+The acknowledger hands over what it settled (rows journaled, deleted, dropped, lag); this adds
+what only the driver knows (receivers that replayed, the heartbeat's work since the previous
+batch, the queue's in-flight count as last polled) and writes ``metrics/<batch>.json`` to the
+journal (docs/operations.md lists the fields).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import SqsSourceError
+
+if TYPE_CHECKING:
+    from ..journal import Journal
+    from .heartbeat import Heartbeat
+    from .queues import BacklogPoller
+
+logger = logging.getLogger(__name__)
+
+
+class BatchReporter:
+    def __init__(
+        self,
+        journal: Journal,
+        heartbeat: Heartbeat,
+        poller: BacklogPoller,
+        wall_clock: Callable[[], float],
+    ) -> None:
+        self._journal = journal
+        self._heartbeat = heartbeat
+        self._poller = poller
+        self._wall = wall_clock
+        # Receivers that replayed from the journal, by batch (set when the batch is planned).
+        self.replayed: dict[int, int] = {}
+        self._heartbeat_seen = (0, 0)
+
+    def report(self, counters: dict[str, Any]) -> dict[str, Any]:
+        """Log and write the counters of one acknowledged batch; returns what was written."""
+        hb = self._heartbeat.stats
+        extended, failed = hb.extended, hb.failed_permanent + hb.failed_transient
+        counters = {
+            **counters,
+            "replayedReceivers": self.replayed.pop(counters["batch"], 0),
+            "received": counters["journaled"] + counters["duplicatesDropped"],
+            # Heartbeat work since the previous acknowledged batch.
+            "visibilityExtensions": extended - self._heartbeat_seen[0],
+            "visibilityExtensionFailures": failed - self._heartbeat_seen[1],
+            # As last polled: the queue's ApproximateNumberOfMessagesNotVisible.
+            "inFlightMessages": self._poller.total.get("ApproximateNumberOfMessagesNotVisible"),
+            "acknowledgedAt": self._wall(),
+        }
+        self._heartbeat_seen = (extended, failed)
+        logger.info(
+            "batch %d: received %d, journaled %d, replayed receivers %d, deleted %d, delete "
+            "failures %d, visibility extensions %d (failed %d), duplicates dropped %d (copies "
+            "within duplicateWindow %d), oldest message age %s ms (median %s ms), in flight %s",
+            counters["batch"],
+            counters["received"],
+            counters["journaled"],
+            counters["replayedReceivers"],
+            counters["deleted"],
+            counters["deleteFailures"],
+            counters["visibilityExtensions"],
+            counters["visibilityExtensionFailures"],
+            counters["duplicatesDropped"],
+            counters.get("duplicateWindowDropped", 0),
+            counters.get("oldestMessageAgeMs"),
+            counters.get("medianMessageAgeMs"),
+            counters["inFlightMessages"],
+        )
+        try:
+            self._journal.write_metrics(counters["batch"], counters)
+        except SqsSourceError as exc:
+            logger.warning("could not write the metrics of batch %d: %s", counters["batch"], exc)
+        return counters
