@@ -86,6 +86,22 @@ def s3(moto_endpoint: str) -> Any:
     return boto3.client("s3", region_name=REGION, endpoint_url=moto_endpoint)
 
 
+@pytest.fixture(params=["local", "s3"])
+def journal_location(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+    """A fresh journal location, once on local files and once on moto's S3 server: every
+    protocol rule is tested on both stores."""
+    if request.param == "local":
+        return str(tmp_path / "journal")
+    endpoint = request.getfixturevalue("moto_endpoint")
+    s3 = request.getfixturevalue("s3")
+    try:
+        s3.create_bucket(Bucket="journals")
+    except s3.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    host = endpoint.split("://", 1)[1]
+    return f"s3://journals/{uuid.uuid4().hex}?endpoint_override={host}&scheme=http"
+
+
 @pytest.fixture
 def queue_url(sqs: Any) -> Iterator[str]:
     from tests.helpers import temporary_queue

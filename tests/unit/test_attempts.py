@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,18 +32,9 @@ class Crash(BaseException):
     handler of ours sees it)."""
 
 
-@pytest.fixture(params=["local", "s3"])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "local":
-        return str(tmp_path / "journal")
-    endpoint = request.getfixturevalue("moto_endpoint")
-    s3 = request.getfixturevalue("s3")
-    try:
-        s3.create_bucket(Bucket="attempts")
-    except s3.exceptions.BucketAlreadyOwnedByYou:
-        pass
-    host = endpoint.split("://", 1)[1]
-    return f"s3://attempts/{uuid.uuid4().hex}?endpoint_override={host}&scheme=http"
+@pytest.fixture
+def location(journal_location: str) -> str:
+    return journal_location
 
 
 def options_for(location: str, **extra: Any) -> SqsOptions:

@@ -4,8 +4,6 @@ the receiver's lookup and the acknowledgement's order, on a local and an ``s3://
 from __future__ import annotations
 
 import time
-import uuid
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -31,18 +29,9 @@ from tests.unit.factories import FIFO_QUEUE_URL, QUEUE_URL, make_options, sqs_me
 NOW = 1_700_000_000.0
 
 
-@pytest.fixture(params=["local", "s3"])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "local":
-        return str(tmp_path / "journal")
-    endpoint = request.getfixturevalue("moto_endpoint")
-    s3 = request.getfixturevalue("s3")
-    try:
-        s3.create_bucket(Bucket="window")
-    except s3.exceptions.BucketAlreadyOwnedByYou:
-        pass
-    host = endpoint.split("://", 1)[1]
-    return f"s3://window/{uuid.uuid4().hex}?endpoint_override={host}&scheme=http"
+@pytest.fixture
+def location(journal_location: str) -> str:
+    return journal_location
 
 
 def journal_at(location: str, **options: Any) -> tuple[Journal, HookedStore]:
