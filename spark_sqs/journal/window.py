@@ -2,21 +2,25 @@
 ``duplicateWindow`` seconds. Runs on: driver and executors.
 
 A standard queue may deliver a copy of a message after the message was deleted (the delete
-reached one SQS server, a copy on another is handed out later). Whoever acknowledges committed
-entries (a receiver of the next batch, or the driver when no next batch comes) first writes the
-ids it is about to delete as a *segment*, then deletes them; a receiver that later gets a
-message whose id is in a live segment drops it and deletes the copy. Writing before deleting
-means a copy can only exist after its segment does, so a receiver that looks the window up after
-its receive calls sees it.
+reached one SQS server, a copy on another is handed out later). Whoever deletes messages (a
+receiver of the next batch acknowledging its share, the driver when no next batch comes, a
+``deleteAfterJournal`` receiver after each part, a receiver deleting a redelivery it dropped,
+the quarantine of a poison message) first writes the ids it is about to delete as a *segment*,
+then deletes them; a receiver that later gets a message whose id is in a live segment drops it
+and deletes the copy. Writing before deleting means a copy can only exist after its segment
+does, so a receiver that looks the window up after its receive calls sees it.
 
 Layout under ``journalLocation``::
 
-    window/<expires>-<batch>-r<receiver>-ack.arrow     ids acknowledged by a receiver of <batch>
-    window/<expires>-<batch>-r<receiver>-p<k>.arrow    deleteAfterJournal: part k's ids, written
-                                                       before the receiver deletes them
-    window/<expires>-<batch>-driver.arrow        ids of <batch> acknowledged by the driver
-    window/<expires>-<batch>-merged.arrow        the r-segments of <batch>, merged by a later
-                                                 receiver (its plan's ``window_merge``)
+    window/<expires>-<batch>-r<receiver>-ack.arrow    ids a receiver of <batch> acknowledged
+    window/<expires>-<batch>-r<receiver>-p<k>.arrow   deleteAfterJournal: part k's ids
+    window/<expires>-<batch>-r<receiver>-d<hash>.arrow  redeliveries the receiver dropped
+    window/<expires>-<batch>-driver.arrow             ids of <batch> the driver acknowledged
+    window/<expires>-<batch>-q-<hash>.arrow           a message sent to the dead-letter queue
+    window/<expires>-<batch>-merged.arrow             the r-segments of <batch>, merged by one
+                                                      receiver of the next batch (the one its
+                                                      stored plan puts at <batch> modulo the
+                                                      receivers: executor/receiver.py)
 
 ``<expires>`` is the epoch second after which the ids may be forgotten, first in the key so that
 expiry and collection read key names only. A segment stores no id itself: two unsigned 64-bit
