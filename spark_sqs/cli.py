@@ -16,6 +16,7 @@ from typing import Any
 from .console import say
 from .options import SqsOptions
 from .producer import numbered_entries
+from .sqs.client import SqsClient
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,7 +59,7 @@ def _queue_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--region", default=None)
 
 
-def _client(args: argparse.Namespace) -> tuple[Any, SqsOptions]:
+def _client(args: argparse.Namespace) -> tuple[SqsClient, SqsOptions]:
     from .sqs.client import make_client
 
     raw = {"queueUrl": args.queue_url, "journalLocation": getattr(args, "journal", None) or "-"}

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceStreamReader,
@@ -42,7 +43,7 @@ from pyspark.sql.types import StructType
 
 from .driver import offsets
 from .driver.coordinator import Coordinator
-from .driver.flow_control import default_read_limit
+from .driver.flow_control import ReadLimit, default_read_limit
 from .driver.planning import ReceiverPartition
 from .errors import InvalidOptionError
 from .executor.receiver import read_partition
@@ -123,10 +124,10 @@ class SqsStreamReader(*_READER_BASES):  # type: ignore[misc]
     def initialOffset(self) -> dict:
         return offsets.make(self._state().fresh_start())
 
-    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
         return self._state().latest_offset(start, limit)
 
-    def getDefaultReadLimit(self) -> Any:
+    def getDefaultReadLimit(self) -> ReadLimit | None:
         return default_read_limit(self.options)
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -147,6 +148,6 @@ class SqsStreamReader(*_READER_BASES):  # type: ignore[misc]
 
     # -- executors ------------------------------------------------------------------------------
 
-    def read(self, partition: InputPartition) -> Iterator[Any]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ReceiverPartition)
         return read_partition(partition)

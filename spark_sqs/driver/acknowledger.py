@@ -21,7 +21,8 @@ from ..lag import LAG, batch_lag
 from ..sqs.batching import BatchCaller, entries_of, handle_margin
 
 if TYPE_CHECKING:
-    from ..journal import Journal
+    from ..executor.envelopes import PayloadDeleter
+    from ..journal import EntryReceipts, Journal
     from .heartbeat import BatchVisibility, Heartbeat
 
 logger = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ class Acknowledger:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         retry_after: float = 5.0,
-        on_deleted: Callable[[list[Any], set[str]], None] | None = None,
+        on_deleted: PayloadDeleter | None = None,
         duplicate_window: float = 0.0,
     ) -> None:
         self._journal = journal
@@ -482,7 +483,7 @@ class Acknowledger:
         if self._heartbeat is not None:
             self._heartbeat.watch(batch)
 
-    def _uncertain(self, batch: int, receipts: list[Any]) -> set[str]:
+    def _uncertain(self, batch: int, receipts: list[EntryReceipts]) -> set[str]:
         """Messages whose receipt handle may have expired, or that the heartbeat lost."""
         visibility = self._heartbeat.snapshot(batch) if self._heartbeat is not None else None
         now = self._wall()

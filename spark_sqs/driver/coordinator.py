@@ -18,21 +18,27 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..journal import BatchPlan, Journal, JournalState
 from ..journal.lease import Lease
 from ..journal.poison import DEAD_LETTER, latest_narrowing
 from ..options import SqsOptions
 from ..sqs.batching import BatchCaller
-from ..sqs.client import check_permissions, make_client, queue_attributes
+from ..sqs.client import SqsClient, check_permissions, make_client, queue_attributes
 from . import offsets, poison
 from .acknowledger import Acknowledger, driver_parallelism
-from .flow_control import AvailableNow, FlowControl
+from .flow_control import AvailableNow, FlowControl, ReadLimit
 from .heartbeat import EXTENSION_FLOOR_SECONDS, Heartbeat
 from .metrics import BatchReporter
 from .planning import ReceiverPartition, new_plan, partitions_of
 from .queues import BacklogPoller, resolve_queue_urls, with_queues
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from ..executor.envelopes import PayloadDeleter
+    from ..journal import EntryReceipts
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +49,7 @@ class Coordinator:
     def __init__(
         self,
         options: SqsOptions,
-        client: Any,
+        client: SqsClient,
         queue_url: str,
         journal: Journal,
         lease: Lease | None = None,
@@ -186,14 +192,14 @@ class Coordinator:
         )
         return state
 
-    def _payload_deleter(self) -> Any:
+    def _payload_deleter(self) -> PayloadDeleter:
         """deleteExtendedPayloads: S3 payloads go once their messages are deleted, never
         before, and never those of messages whose deletion may not have taken effect."""
         from ..executor.envelopes import delete_payloads, s3_client
 
         s3 = s3_client(self.options)
 
-        def delete(receipts: list[Any], uncertain: set[str]) -> None:
+        def delete(receipts: Sequence[EntryReceipts], uncertain: set[str]) -> None:
             delete_payloads(receipts, s3, exclude=uncertain)
 
         return delete
@@ -212,7 +218,9 @@ class Coordinator:
             assert self.journal_state.initial_batch is not None
             return self.journal_state.initial_batch
 
-    def latest_offset(self, start: Mapping[str, Any] | None, limit: Any = None) -> dict:
+    def latest_offset(
+        self, start: Mapping[str, Any] | None, limit: ReadLimit | None = None
+    ) -> dict:
         with self.lock:
             planned = self.journal_state.planned_batch
             # Spark calls latestOffset only once every batch up to `start` is in its commit
@@ -571,7 +579,7 @@ def _release_on_sigterm(lease: Lease) -> None:
         return
     previous = signal.getsignal(signal.SIGTERM)
 
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         try:
             lease.release()
         except Exception:

@@ -14,7 +14,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from ..options import SqsOptions
 
@@ -31,7 +30,7 @@ except ImportError:  # Spark 4.0/4.1: no read limits for Python sources
     ReadAllAvailable = ReadLimit = ReadMaxRows = ReadMinRows = None  # type: ignore[misc,assignment]
 
 
-def default_read_limit(options: SqsOptions) -> Any:
+def default_read_limit(options: SqsOptions) -> ReadLimit | None:
     """``getDefaultReadLimit`` for Spark 4.2+."""
     if ReadMaxRows is None:
         return None
@@ -53,7 +52,7 @@ class FlowControl:
         self._last_batch = clock()
         self.available_now: AvailableNow | None = None
 
-    def batch_limit(self, limit: Any, in_flight: int) -> int:
+    def batch_limit(self, limit: ReadLimit | None, in_flight: int) -> int:
         """Messages the next batch may take (0: none now)."""
         if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
             wanted = limit.max_rows

@@ -39,6 +39,7 @@ from ..journal.poison import (
     read_attempts,
 )
 from ..schema import RECEIPT_HANDLE
+from ..sqs.client import SqsClient
 from .planning import ADOPTED_FROM
 
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ class Quarantine:
     def __init__(
         self,
         journal: Journal,
-        client: Any,
+        client: SqsClient,
         queue_url: str,
         dead_letter_url: str | Mapping[str, str],
         options: SqsOptions,
@@ -401,7 +402,7 @@ def dead_letter_request(
     return request
 
 
-def resolve_dead_letter_queue(client: Any, queue_url: str, options: SqsOptions) -> str:
+def resolve_dead_letter_queue(client: SqsClient, queue_url: str, options: SqsOptions) -> str:
     """``deadLetterQueueUrl``, else the queue's RedrivePolicy target; an error if neither."""
     if options.dead_letter_queue_url:
         return options.dead_letter_queue_url
@@ -431,7 +432,9 @@ def resolve_dead_letter_queue(client: Any, queue_url: str, options: SqsOptions) 
 # -- spark-sqs release --
 
 
-def release_batch(journal: Journal, client: Any, queue_url: str, batch: int) -> dict[str, Any]:
+def release_batch(
+    journal: Journal, client: SqsClient, queue_url: str, batch: int
+) -> dict[str, Any]:
     """Give a stuck batch's messages back to SQS (``spark-sqs release``; the query must be
     stopped: the caller holds the journal's lease).
 

@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InvalidOptionError, SqsSourceError
 
 if TYPE_CHECKING:
+    from ..journal import BatchPlan
     from ..options import SqsOptions
+    from ..sqs.client import SqsClient
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +157,7 @@ def assign_queues(
     return dict(zip(sorted(receivers), queue_order, strict=True))
 
 
-def poll_backlog(client: Any, queue_urls: Sequence[str]) -> dict[str, dict[str, int]]:
+def poll_backlog(client: SqsClient, queue_urls: Sequence[str]) -> dict[str, dict[str, int]]:
     """Each queue's ``BACKLOG_ATTRIBUTES``. A queue whose poll fails transiently is left out
     (logged); a failure a person must fix raises."""
     from ..sqs.client import queue_attributes  # options.py imports this module; client imports it
@@ -182,7 +184,7 @@ def summed(per_queue: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
     return total
 
 
-def resolve_queue_urls(client: Any, options: SqsOptions) -> list[str]:
+def resolve_queue_urls(client: SqsClient, options: SqsOptions) -> list[str]:
     """Every queue of the options as a URL (``GetQueueUrl`` for names)."""
     from ..sqs.client import classify
 
@@ -202,7 +204,7 @@ def resolve_queue_urls(client: Any, options: SqsOptions) -> list[str]:
     return urls
 
 
-def with_queues(plan: Any, backlog: Mapping[str, int], *, rotate: int = 0) -> Any:
+def with_queues(plan: BatchPlan, backlog: Mapping[str, int], *, rotate: int = 0) -> BatchPlan:
     """``plan`` (a new ``BatchPlan``) with each receiver's queue recorded: the receivers that
     get a share of new messages are spread by ``assign_queues``; the others (replaying their
     own entry, or delivering an adopted one) receive nothing and name the first queue."""
@@ -230,7 +232,11 @@ class BacklogPoller:
     ``clock`` unless a poll is asked for (after each batch, at AvailableNow's start)."""
 
     def __init__(
-        self, client: Any, queue_urls: Sequence[str], interval: float, clock: Callable[[], float]
+        self,
+        client: SqsClient,
+        queue_urls: Sequence[str],
+        interval: float,
+        clock: Callable[[], float],
     ) -> None:
         self._client = client
         self._queue_urls = list(queue_urls)

@@ -12,12 +12,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import TransientSqsError
 from ..journal import AckAssignment, Journal, receipts_of, window
 from ..lag import LAG
 from ..sqs.batching import BatchCaller, entries_of, handle_margin
+from ..sqs.client import SqsClient
+
+if TYPE_CHECKING:
+    from .envelopes import PayloadDeleter
 
 logger = logging.getLogger(__name__)
 
@@ -54,14 +58,14 @@ def record_window(
 
 def acknowledge_assigned(
     journal: Journal,
-    client: Any,
+    client: SqsClient,
     queue_url: str,
     batch: int,
     receiver: int,
     assignments: Sequence[AckAssignment],
     *,
     visibility_timeout: int,
-    on_deleted: Callable[[list[Any], set[str]], None] | None = None,
+    on_deleted: PayloadDeleter | None = None,
     wall_clock: Callable[[], float] = time.time,
     duplicate_window: float = 0.0,
 ) -> dict[str, Any]:

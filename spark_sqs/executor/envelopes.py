@@ -38,11 +38,11 @@ import binascii
 import json
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.config import Config
 from botocore.exceptions import ClientError
@@ -54,10 +54,15 @@ from ..errors import (
     SqsSourceError,
     TransientSqsError,
 )
+from ..journal.entries import EntryReceipts
+from ..journal.stores import S3Client
 from ..lag import entry_lag_metadata, merged_lag_metadata
 from ..options import EXTENDED_RESERVED, SqsOptions
 from ..schema import SNS_KEY
 from ..sqs.client import error_code, make_session
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 logger = logging.getLogger(__name__)
 
@@ -255,11 +260,11 @@ def transform(
 
 # -- S3 ------------------------------------------------------------------------------------------
 
-_S3_CACHE: dict[SqsOptions, Any] = {}
+_S3_CACHE: dict[SqsOptions, S3Client] = {}
 _S3_LOCK = threading.Lock()
 
 
-def s3_client(options: SqsOptions) -> Any:
+def s3_client(options: SqsOptions) -> S3Client:
     """One S3 client per options per process, with the source's credentials."""
     with _S3_LOCK:
         client = _S3_CACHE.get(options)
@@ -278,7 +283,7 @@ def s3_client(options: SqsOptions) -> Any:
         return client
 
 
-def _fetch_one(s3: Any, message: Mapping[str, Any]) -> str:
+def _fetch_one(s3: S3Client, message: Mapping[str, Any]) -> str:
     pointer: S3Pointer = message[POINTER_KEY]
     where = f"s3://{pointer.bucket}/{pointer.key}"
     try:
@@ -328,7 +333,7 @@ def _s3_error(exc: BaseException, what: str) -> SqsSourceError:
 
 
 def fetch_payloads(
-    messages: list[dict[str, Any]], s3: Any, *, threads: int = FETCH_THREADS
+    messages: list[dict[str, Any]], s3: S3Client, *, threads: int = FETCH_THREADS
 ) -> list[dict[str, Any]]:
     """The messages with every recognised pointer's body replaced by its S3 object's text,
     fetched in parallel. Raises the first failure (``ExtendedPayloadError`` for a missing
@@ -373,9 +378,9 @@ def prepare(
     options: SqsOptions,
     *,
     now: float,
-    release: Any,
+    release: Callable[[list[dict[str, Any]]], object],
     where: str,
-    s3: Any = None,
+    s3: S3Client | None = None,
 ) -> Prepared:
     """Everything between receiving and journaling: unwrap, fetch, and the entry's metadata.
 
@@ -441,8 +446,16 @@ class PayloadDeletion:
     kept: int = 0  # pointers of excluded messages, left in S3
 
 
+# deleteExtendedPayloads: called by whoever deleted messages, with their entries and the ids
+# whose deletion may not have taken effect.
+PayloadDeleter = Callable[[Sequence[EntryReceipts], set[str]], None]
+
+
 def delete_payloads(
-    entries: Iterable[Any], s3: Any, *, exclude: Iterable[str] = ()
+    entries: Iterable[EntryReceipts | pa.Table],
+    s3: S3Client,
+    *,
+    exclude: Iterable[str] = (),
 ) -> PayloadDeletion:
     """Delete the S3 payloads recorded in acknowledged journal entries.
 

@@ -21,12 +21,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 import pyarrow as pa
 
-from ..journal import receipts_of
+from ..journal import Journal, receipts_of
 from ..sqs.batching import BatchCaller, entries_of
+from ..sqs.client import SqsClient
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +37,8 @@ CEILING_RESERVE_SECONDS = 60
 
 
 def extend_journaled(
-    journal: Any,
-    client: Any,
+    journal: Journal,
+    client: SqsClient,
     queue_url: str,
     batch: int,
     receiver: int,

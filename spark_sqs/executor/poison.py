@@ -11,13 +11,17 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from ..driver.planning import ADOPTED_FROM
+from ..driver.planning import ADOPTED_FROM, ReceiverPartition
 from ..errors import JournalError, SqsSourceError
 from ..journal import poison as records
+
+if TYPE_CHECKING:
+    from ..journal import Journal
+    from ..options import SqsOptions
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +49,7 @@ def attempt_key(run: str) -> str:
     return f"{run or 'norun'}-s{stage}-t{context.attemptNumber()}"
 
 
-def record_attempt(journal: Any, batch: int, receiver: int, key: str, step: int) -> None:
+def record_attempt(journal: Journal, batch: int, receiver: int, key: str, step: int) -> None:
     """Create this attempt's record; a record that cannot be written only undercounts.
 
     A straggler may read the entry just before the batch is acknowledged and its files
@@ -64,7 +68,7 @@ def record_attempt(journal: Any, batch: int, receiver: int, key: str, step: int)
         )
 
 
-def on_replay(journal: Any, partition: Any, table: pa.Table) -> pa.Table:
+def on_replay(journal: Journal, partition: ReceiverPartition, table: pa.Table) -> pa.Table:
     """A receiver found its entry (a retried task, a replay): record the attempt, then either
     refuse (``fail``, too many attempts) or deliver what the batch's narrowing keeps."""
     options = partition.options
@@ -86,7 +90,7 @@ def on_replay(journal: Any, partition: Any, table: pa.Table) -> pa.Table:
     return records.keep_only(table, set(narrowing.keep[partition.receiver]))
 
 
-def fail_message(options: Any, batch: int, attempts: int) -> str:
+def fail_message(options: SqsOptions, batch: int, attempts: int) -> str:
     return (
         f"batch {batch} has been read by {attempts} attempts and none completed "
         f"(poisonMessagePolicy=fail, maxBatchAttempts={options.max_batch_attempts}): a message "

@@ -12,9 +12,9 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from botocore.exceptions import ClientError
@@ -35,11 +35,16 @@ from ..journal import (
 from ..journal.poison import FIRST_ATTEMPT
 from ..schema import RECEIPT_HANDLE, messages_to_table, output_batches
 from ..sqs.batching import BatchCaller, Entry
-from ..sqs.client import cached_client, classify, error_code
+from ..sqs.client import SqsClient, cached_client, classify, error_code
 from . import duplicates, poison
 from .acknowledgement import acknowledge_assigned, record_window
-from .envelopes import Prepared, merged_metadata, prepare
+from .envelopes import PayloadDeleter, Prepared, merged_metadata, prepare
 from .extension import extend_journaled
+
+if TYPE_CHECKING:
+    from ..journal import EntryReceipts
+    from ..options import SqsOptions
+    from .envelopes import PayloadDeleter
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +73,7 @@ class ReceiveStats:
 
 
 def receive_messages(
-    client: Any,
+    client: SqsClient,
     partition: ReceiverPartition,
     *,
     clock: Callable[[], float] = time.monotonic,
@@ -177,7 +182,7 @@ def attempt_id(partition: ReceiverPartition, call: int) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def _receive(client: Any, request: dict[str, Any], partition: ReceiverPartition) -> Any:
+def _receive(client: SqsClient, request: dict[str, Any], partition: ReceiverPartition) -> Any:
     try:
         return client.receive_message(**request)
     except ClientError as exc:
@@ -204,7 +209,7 @@ def _attempt_not_retryable(exc: ClientError) -> bool:
 def read_partition(
     partition: ReceiverPartition,
     *,
-    client_factory: Callable[[], Any] | None = None,
+    client_factory: Callable[[], SqsClient] | None = None,
     journal: Journal | None = None,
     clock: Callable[[], float] = time.monotonic,
     wall_clock: Callable[[], float] = time.time,
@@ -511,7 +516,7 @@ class _StopReceiving(Exception):
 
 def _read_deleting_after_journal(
     journal: Journal,
-    client: Any,
+    client: SqsClient,
     partition: ReceiverPartition,
     drop_ids: frozenset[str],
     clocks: _Clocks | None = None,
@@ -556,7 +561,7 @@ def _read_deleting_after_journal(
 
 def _receive_parts(
     journal: Journal,
-    client: Any,
+    client: SqsClient,
     partition: ReceiverPartition,
     drop_ids: frozenset[str],
     earlier: list[tuple[int, pa.Table]],
@@ -683,7 +688,7 @@ def _seal(
 
 def _delete_redeliveries(
     journal: Journal,
-    client: Any,
+    client: SqsClient,
     partition: ReceiverPartition,
     dropped: list[dict[str, Any]],
     clocks: _Clocks,
@@ -719,7 +724,7 @@ def _delete_redeliveries(
 
 
 def _prepare(
-    client: Any, partition: ReceiverPartition, messages: list[dict[str, Any]], clocks: _Clocks
+    client: SqsClient, partition: ReceiverPartition, messages: list[dict[str, Any]], clocks: _Clocks
 ) -> Prepared:
     """``envelopes.prepare`` for this receiver: on a rejected message or a payload that cannot
     be fetched, every message of the call is released and the task fails."""
@@ -734,7 +739,9 @@ def _prepare(
     )
 
 
-def _release(client: Any, partition: ReceiverPartition, table: pa.Table, clocks: _Clocks) -> int:
+def _release(
+    client: SqsClient, partition: ReceiverPartition, table: pa.Table, clocks: _Clocks
+) -> int:
     """Make messages this attempt received but did not journal visible again at once."""
     if table.num_rows == 0:
         return 0
@@ -746,7 +753,7 @@ def _release(client: Any, partition: ReceiverPartition, table: pa.Table, clocks:
 
 
 def _release_entries(
-    client: Any, partition: ReceiverPartition, entries: list[Entry], clocks: _Clocks
+    client: SqsClient, partition: ReceiverPartition, entries: list[Entry], clocks: _Clocks
 ) -> None:
     try:
         BatchCaller(client, partition.queue_url, sleep=clocks.sleep).change_visibility(entries, 0)
@@ -760,14 +767,14 @@ def _release_entries(
         )
 
 
-def _payload_deleter(options: Any) -> Callable[[list[Any], set[str]], None] | None:
+def _payload_deleter(options: SqsOptions) -> PayloadDeleter | None:
     """deleteExtendedPayloads: a receiver that deletes committed messages deletes their S3
     payloads too, never those of messages whose deletion may not have taken effect."""
     if not options.delete_extended_payloads:
         return None
     from .envelopes import delete_payloads, s3_client
 
-    def delete(receipts: list[Any], uncertain: set[str]) -> None:
+    def delete(receipts: Sequence[EntryReceipts], uncertain: set[str]) -> None:
         delete_payloads(receipts, s3_client(options), exclude=uncertain)
 
     return delete

@@ -35,7 +35,7 @@ import re
 import uuid
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -44,6 +44,9 @@ from ..lag import combine
 from ..schema import RECEIPT_HANDLE as RECEIPT
 from . import window
 from .stores import JournalStore, open_store
+
+if TYPE_CHECKING:
+    from ..options import SqsOptions
 
 logger = logging.getLogger(__name__)
 
@@ -248,7 +251,10 @@ class Journal:
     """Reads and writes journal records; cheap to pickle (the store opens lazily)."""
 
     def __init__(
-        self, location: str, options: Any = None, store: JournalStore | None = None
+        self,
+        location: str,
+        options: SqsOptions | None = None,
+        store: JournalStore | None = None,
     ) -> None:
         self.location = location
         self._options = options

@@ -17,10 +17,17 @@ import logging
 import os
 import re
 import uuid
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs, urlparse
 
 from ..errors import InvalidOptionError, JournalError, JournalOutcomeUnknown
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from botocore.paginate import Paginator
+
+    from ..options import SqsOptions
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +81,7 @@ def check_location(location: str) -> None:
     )
 
 
-def open_store(location: str, options: Any = None) -> JournalStore:
+def open_store(location: str, options: SqsOptions | None = None) -> JournalStore:
     """The store for ``location`` (already checked by ``check_location``)."""
     parsed = urlparse(location)
     if parsed.scheme in ("s3", "s3a"):
@@ -227,6 +234,17 @@ _CONFLICT = {"ConditionalRequestConflict", "409"}
 _MISSING = {"NoSuchKey", "404", "NotFound"}
 
 
+class S3Client(Protocol):
+    """The calls the journal and the extended-payload code make on a boto3 S3 client (boto3
+    builds its class at run time); keyword arguments and parsed responses as in the S3 API."""
+
+    def put_object(self, **kwargs: Any) -> dict[str, Any]: ...
+    def get_object(self, **kwargs: Any) -> dict[str, Any]: ...
+    def delete_object(self, **kwargs: Any) -> dict[str, Any]: ...
+    def delete_objects(self, **kwargs: Any) -> dict[str, Any]: ...
+    def get_paginator(self, operation_name: str) -> Paginator: ...
+
+
 class S3Store:
     """S3 through boto3, because pyarrow.fs cannot send ``If-None-Match: *``.
 
@@ -239,20 +257,20 @@ class S3Store:
         bucket: str,
         prefix: str,
         *,
-        client_factory: Any,
+        client_factory: Callable[[], S3Client],
         kms_key_id: str | None = None,
     ) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self._client_factory = client_factory
-        self._client: Any = None
+        self._client: S3Client | None = None
         self._kms = kms_key_id
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_client": None}
 
     @classmethod
-    def from_location(cls, location: str, options: Any) -> S3Store:
+    def from_location(cls, location: str, options: SqsOptions | None) -> S3Store:
         parsed = urlparse(location)
         query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
         unknown = sorted(set(query) - set(_S3_PARAMETERS))
@@ -273,7 +291,7 @@ class S3Store:
         )
 
     @property
-    def client(self) -> Any:
+    def client(self) -> S3Client:
         if self._client is None:
             self._client = self._client_factory()
         return self._client
@@ -390,12 +408,14 @@ class S3Store:
 class _S3ClientFactory:
     """Builds the S3 client in each process (clients do not pickle)."""
 
-    def __init__(self, options: Any, endpoint: str | None, region: str | None) -> None:
+    def __init__(
+        self, options: SqsOptions | None, endpoint: str | None, region: str | None
+    ) -> None:
         self.options = options
         self.endpoint = endpoint
         self.region = region
 
-    def __call__(self) -> Any:
+    def __call__(self) -> S3Client:
         import boto3
         from botocore.config import Config
 

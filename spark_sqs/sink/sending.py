@@ -31,7 +31,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..sqs.client import classify, error_code
+from ..sqs.client import SqsClient, classify, error_code
 from .errors import SinkSendError
 from .rows import Entry
 
@@ -77,7 +77,7 @@ class SendCounters:
 class Sender:
     def __init__(
         self,
-        client: Any,
+        client: SqsClient,
         queue_url: str,
         *,
         fifo: bool,

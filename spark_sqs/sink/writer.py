@@ -24,7 +24,7 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 from pyspark.sql.types import StructType
 
 from ..options import SqsOptions
-from ..sqs.client import classify, make_client, queue_attributes, resolve_queue_url
+from ..sqs.client import SqsClient, classify, make_client, queue_attributes, resolve_queue_url
 from .errors import OversizeRowError, SinkInputError
 from .options import SinkOptions
 from .rows import DedupeIds, Entry, Layout, RowConverter
@@ -58,7 +58,7 @@ class SinkCommitMessage(WriterCommitMessage):
     counters: dict[str, int] = field(default_factory=dict)
 
 
-def _queue_info(client: Any, url: str) -> QueueInfo:
+def _queue_info(client: SqsClient, url: str) -> QueueInfo:
     attrs = queue_attributes(client, url, _QUEUE_ATTRIBUTES)
     return QueueInfo(
         url=url,
@@ -210,7 +210,7 @@ def write_partition(
     return SinkCommitMessage(partition=partition, counters=counters.as_dict())
 
 
-def _dead_letter(client: Any, target: WriteTarget, entry: Entry, where: str) -> None:
+def _dead_letter(client: SqsClient, target: WriteTarget, entry: Entry, where: str) -> None:
     dlq = target.dead_letter
     assert dlq is not None
     if entry.size > dlq.max_message_size:
@@ -290,11 +290,11 @@ def report(
     return summary
 
 
-_CLIENTS: dict[tuple[SqsOptions, int], Any] = {}
+_CLIENTS: dict[tuple[SqsOptions, int], SqsClient] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
-def _client(connection: SqsOptions, in_flight: int) -> Any:
+def _client(connection: SqsOptions, in_flight: int) -> SqsClient:
     """One client per connection and pool size per process (Python workers are reused across
     tasks, and a client per task is slow); a pool connection per call in flight."""
     key = (connection, in_flight)

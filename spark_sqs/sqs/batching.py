@@ -19,10 +19,13 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SqsSourceError
-from .client import classify, error_code
+from .client import SqsClient, classify, error_code
+
+if TYPE_CHECKING:
+    from ..journal.entries import EntryReceipts
 
 logger = logging.getLogger(__name__)
 
@@ -63,9 +66,9 @@ class Entry:
     queue_url: str | None = None
 
 
-def entries_of(receipts: Any) -> list[Entry]:
+def entries_of(receipts: EntryReceipts) -> list[Entry]:
     """The entries of a journal entry's ``EntryReceipts``, each with the queue of its row."""
-    queues = getattr(receipts, "queue_urls", ()) or (None,) * len(receipts.message_ids)
+    queues = receipts.queue_urls or (None,) * len(receipts.message_ids)
     return [
         Entry(i, h, q)
         for i, h, q in zip(receipts.message_ids, receipts.receipt_handles, queues, strict=True)
@@ -81,7 +84,7 @@ class BatchCaller:
 
     def __init__(
         self,
-        client: Any,
+        client: SqsClient,
         queue_url: str,
         *,
         parallelism: int = 8,

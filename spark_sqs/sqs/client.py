@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import boto3
 import botocore.session
@@ -65,7 +66,22 @@ _TRANSIENT = {
 }
 
 
-def make_client(options: SqsOptions, *, max_pool_connections: int = 16) -> Any:
+class SqsClient(Protocol):
+    """The calls this package makes on a boto3 SQS client. boto3 builds the client's class at
+    run time, so this names what we rely on; every call takes the API's keyword arguments and
+    returns its parsed response."""
+
+    def receive_message(self, **kwargs: Any) -> dict[str, Any]: ...
+    def delete_message(self, **kwargs: Any) -> dict[str, Any]: ...
+    def delete_message_batch(self, **kwargs: Any) -> dict[str, Any]: ...
+    def change_message_visibility_batch(self, **kwargs: Any) -> dict[str, Any]: ...
+    def send_message(self, **kwargs: Any) -> dict[str, Any]: ...
+    def send_message_batch(self, **kwargs: Any) -> dict[str, Any]: ...
+    def get_queue_url(self, **kwargs: Any) -> dict[str, Any]: ...
+    def get_queue_attributes(self, **kwargs: Any) -> dict[str, Any]: ...
+
+
+def make_client(options: SqsOptions, *, max_pool_connections: int = 16) -> SqsClient:
     """A new SQS client for this process."""
     config = Config(
         region_name=options.region,
@@ -130,11 +146,11 @@ def make_session(options: SqsOptions) -> boto3.session.Session:
     return boto3.session.Session(botocore_session=botocore_session, region_name=options.region)
 
 
-_CACHE: dict[SqsOptions, Any] = {}
+_CACHE: dict[SqsOptions, SqsClient] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def cached_client(options: SqsOptions) -> Any:
+def cached_client(options: SqsOptions) -> SqsClient:
     """One client per options per process: Python workers are reused across tasks, and a new
     client (and, with roleArn, a new AssumeRole call) per task is slow."""
     with _CACHE_LOCK:
@@ -205,7 +221,7 @@ def _message(exc: ClientError) -> str:
     return _LONG_TOKEN.sub("<redacted>", text)[:300]
 
 
-def resolve_queue_url(client: Any, options: SqsOptions) -> str:
+def resolve_queue_url(client: SqsClient, options: SqsOptions) -> str:
     """The queue URL, checked to exist and to be readable with these credentials."""
     if options.queue_url:
         url = options.queue_url
@@ -220,7 +236,7 @@ def resolve_queue_url(client: Any, options: SqsOptions) -> str:
     return url
 
 
-def queue_attributes(client: Any, queue_url: str, names: list[str]) -> dict[str, str]:
+def queue_attributes(client: SqsClient, queue_url: str, names: list[str]) -> dict[str, str]:
     try:
         return client.get_queue_attributes(QueueUrl=queue_url, AttributeNames=names).get(
             "Attributes", {}
@@ -229,7 +245,7 @@ def queue_attributes(client: Any, queue_url: str, names: list[str]) -> dict[str,
         raise classify(exc, "GetQueueAttributes", queue_url) from None
 
 
-def queue_counts(client: Any, queue_url: str) -> tuple[int, int]:
+def queue_counts(client: SqsClient, queue_url: str) -> tuple[int, int]:
     """(visible, in flight): SQS's approximate counts of the queue."""
     attrs = queue_attributes(
         client,
@@ -246,7 +262,7 @@ def queue_counts(client: Any, queue_url: str) -> tuple[int, int]:
 _PROBE_HANDLE = "spark-sqs-permission-probe"
 
 
-def check_permissions(client: Any, queue_url: str, *, delete: bool) -> None:
+def check_permissions(client: SqsClient, queue_url: str, *, delete: bool) -> None:
     """Fail at query start if the credentials may not change visibility or (``delete``) delete.
 
     Without this, a missing ``sqs:DeleteMessage`` shows only after the first micro-batch
@@ -256,7 +272,7 @@ def check_permissions(client: Any, queue_url: str, *, delete: bool) -> None:
     anything else (throttling, an emulator that answers differently) is logged and left to the
     real calls.
     """
-    checks: list[tuple[str, Any]] = [
+    checks: list[tuple[str, Callable[[], object]]] = [
         (
             "ChangeMessageVisibility",
             lambda: client.change_message_visibility_batch(

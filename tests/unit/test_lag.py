@@ -7,6 +7,7 @@ import json
 import pytest
 
 from spark_sqs.driver.acknowledger import Acknowledger
+from spark_sqs.journal import EntryReceipts
 from spark_sqs.lag import (
     LAG,
     batch_lag,
@@ -60,26 +61,27 @@ def test_combining_entries_weighs_each_median_by_its_messages() -> None:
     assert combine([b, a])["medianAgeMs"] == 2
 
 
-class _Receipts:
-    """What Journal.batch_receipts returns, as far as the acknowledger reads it."""
-
-    def __init__(self, ages: list[int]) -> None:
-        self.message_ids = tuple(f"m{i}" for i in range(len(ages)))
-        self.receipt_handles = tuple(f"h{i}" for i in range(len(ages)))
-        self.received_at = 1e12
-        self.rows = len(ages)
-        self.dropped = 0
-        self.window_dropped = 0
-        self.journaled = tuple((i, None) for i in self.message_ids)
-        summary = lag_summary(ages)
-        self.metadata = {LAG: json.dumps(summary).encode()} if summary else {}
+def _receipts(ages: list[int]) -> EntryReceipts:
+    """A journal entry whose messages have the given ages (ms) when received."""
+    ids = tuple(f"m{i}" for i in range(len(ages)))
+    summary = lag_summary(ages)
+    return EntryReceipts(
+        batch=1,
+        receiver=0,
+        received_at=1e12,
+        message_ids=ids,
+        receipt_handles=tuple(f"h{i}" for i in range(len(ages))),
+        rows=len(ages),
+        journaled=tuple((i, None) for i in ids),
+        metadata={LAG: json.dumps(summary).encode()} if summary else {},
+    )
 
 
 class _Journal:
-    def __init__(self, entries: list[_Receipts]) -> None:
+    def __init__(self, entries: list[EntryReceipts]) -> None:
         self.entries = entries
 
-    def batch_receipts(self, batch: int) -> list[_Receipts]:
+    def batch_receipts(self, batch: int) -> list[EntryReceipts]:
         return self.entries
 
     def remove_batch(self, batch: int) -> None:
@@ -106,7 +108,7 @@ class _Caller:
 
 
 def test_acknowledged_batch_counters_carry_the_lag() -> None:
-    journal = _Journal([_Receipts([100, 5000, 300]), _Receipts([]), _Receipts([200])])
+    journal = _Journal([_receipts([100, 5000, 300]), _receipts([]), _receipts([200])])
     ack = Acknowledger(
         journal,
         _Caller(),  # type: ignore[arg-type]
