@@ -701,7 +701,7 @@ class SparkSim:
         sched = self.sched
         driver = self._start_driver(group, opts)
         options = driver.options
-        self.event(f"driver started (journal planned={driver.journal_state.planned_batch})")
+        self.event(f"driver started (journal planned={driver.markers.planned})")
         if self.config.second_query and self.rng.random() < self.config.second_query and not drain:
             self._second_query(group, options)
         limit = default_read_limit(options) if default_read_limit else None

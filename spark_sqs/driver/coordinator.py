@@ -2,10 +2,10 @@
 
 ``spark_sqs.source.SqsStreamReader`` forwards Spark's driver calls here (``initialOffset``,
 ``latestOffset``, ``partitions``, ``commit``, ``reportLatestOffset``, ``stop``). The coordinator
-is created lazily on the first call and never pickled; it owns the journal's lease and state, and
-drives the parts that live beside it in this package: queue polling (``queues``), flow control
-(``flow_control``), planning (``planning``), the visibility heartbeat (``heartbeat``) and the
-acknowledger (``acknowledger``). The protocol it runs, per micro-batch, is described in
+is created lazily on the first call and never pickled; it owns the journal's lease and drives the
+parts that live beside it in this package: the state markers (``state``), queue polling
+(``queues``), flow control (``flow_control``), planning (``planning``), the visibility heartbeat
+(``heartbeat``), the acknowledger (``acknowledger``) and the batch counters (``metrics``). The protocol it runs, per micro-batch, is described in
 ``spark_sqs/source.py`` and docs/design.md.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..journal import BatchPlan, Journal, JournalState
+from ..journal import BatchPlan, Journal
 from ..journal.lease import Lease
 from ..journal.poison import DEAD_LETTER, latest_narrowing
 from ..options import SqsOptions
@@ -33,6 +33,7 @@ from .heartbeat import EXTENSION_FLOOR_SECONDS, Heartbeat
 from .metrics import BatchReporter
 from .planning import ReceiverPartition, new_plan, partitions_of
 from .queues import BacklogPoller, resolve_queue_urls, with_queues
+from .state import StateMarkers
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -75,7 +76,7 @@ class Coordinator:
         self.default_queue = default_queue or queue_url
         self.journal = journal
         self.lease = lease
-        self.journal_state = journal.read_state()
+        self.markers = StateMarkers(journal)
         self.lock = threading.Lock()
         caller = BatchCaller(
             client,
@@ -105,7 +106,7 @@ class Coordinator:
             journal,
             caller,
             delete=options.delete_on_commit,
-            on_acked=self._record_acked,
+            on_acked=lambda batch: self.markers.advance(acked=batch),
             visibility_timeout=options.visibility_timeout,
             dedupe_window=options.dedupe_window,
             heartbeat=self.heartbeat,
@@ -119,15 +120,15 @@ class Coordinator:
         # was acknowledged (or of a crash during the removal): none of them holds a message
         # that must still be delivered (see executor/receiver.py), so they are removed, never
         # adopted.
-        for leftover in [b for b in journaled if b <= self.journal_state.acked_batch]:
+        for leftover in [b for b in journaled if b <= self.markers.acked]:
             logger.info("removing leftover journal files of acknowledged batch %d", leftover)
             journal.remove_batch(leftover)
-        pending = [b for b in journaled if b > self.journal_state.acked_batch]
+        pending = [b for b in journaled if b > self.markers.acked]
         plans = {b: p for b in pending if (p := journal.read_plan(b)) is not None}
-        self.acknowledger.start(self.journal_state.acked_batch, pending, plans)
-        if self.journal_state.initial_batch is None:
+        self.acknowledger.start(self.markers.acked, pending, plans)
+        if self.markers.initial is None:
             # Fixed before any batch is numbered: Spark 4.0/4.1 ask for latestOffset first.
-            self._write_state(initial=self.journal_state.planned_batch)
+            self.markers.advance(initial=self.markers.planned)
         if run_heartbeat:
             self.heartbeat.start()
         self._last_end: int | None = None
@@ -186,8 +187,8 @@ class Coordinator:
             "%d batches awaiting acknowledgement",
             ", ".join(queue_urls),
             options.journal_location,
-            state.journal_state.planned_batch,
-            state.journal_state.acked_batch,
+            state.markers.planned,
+            state.markers.acked,
             len(state.acknowledger.pending),
         )
         return state
@@ -215,14 +216,14 @@ class Coordinator:
         """The initial offset: only asked for a new checkpoint, or when Spark restarts a query
         whose first batch never committed (and then replays it from this offset)."""
         with self.lock:
-            assert self.journal_state.initial_batch is not None
-            return self.journal_state.initial_batch
+            assert self.markers.initial is not None
+            return self.markers.initial
 
     def latest_offset(
         self, start: Mapping[str, Any] | None, limit: ReadLimit | None = None
     ) -> dict:
         with self.lock:
-            planned = self.journal_state.planned_batch
+            planned = self.markers.planned
             # Spark calls latestOffset only once every batch up to `start` is in its commit
             # log. Spark 4.0/4.1 pass no start: then the last batch planned in this run is it,
             # and before the first one nothing is known to be committed.
@@ -264,7 +265,7 @@ class Coordinator:
             if not start_batch:
                 return offsets.make(committed if committed is not None else planned)
             new_batch = max(planned, committed or 0) + 1
-            self._write_state(planned=new_batch)
+            self.markers.advance(planned=new_batch)
             self._limits[new_batch] = batch_limit
             self.flow.started_batch()
             return offsets.make(new_batch)
@@ -284,7 +285,7 @@ class Coordinator:
         """reportLatestOffset: the newest batch and the queue's backlog, for query progress."""
         with self.lock:
             report: dict[str, Any] = {
-                "batch": self.journal_state.planned_batch,
+                "batch": self.markers.planned,
                 "visibleMessages": self.poller.total.get("ApproximateNumberOfMessages", 0),
                 "inFlightMessages": self.poller.total.get(
                     "ApproximateNumberOfMessagesNotVisible", 0
@@ -312,8 +313,8 @@ class Coordinator:
             first = offsets.batch_of(start)
             if batch <= first:
                 return []
-            if batch > self.journal_state.planned_batch:
-                self._write_state(planned=batch)
+            if batch > self.markers.planned:
+                self.markers.advance(planned=batch)
             self._last_end = batch
             stored = self.journal.read_plan(batch)
             replay = stored is not None
@@ -544,31 +545,10 @@ class Coordinator:
             self.queue_url,
             dead_letters,
             self.options,
-            reserve_batch=self._reserve_batch,
+            reserve_batch=self.markers.reserve_batch,
             track=self.acknowledger.track,
             wall_clock=self._wall,
         )
-
-    def _reserve_batch(self) -> int:
-        """A journal batch number for messages carried out of a narrowed batch: never in
-        Spark's offset log, so the next new plan adopts it as an orphan."""
-        new = self.journal_state.planned_batch + 1
-        self._write_state(planned=new)
-        return new
-
-    def _record_acked(self, batch: int) -> None:
-        self._write_state(acked=batch)
-
-    def _write_state(
-        self, *, planned: int | None = None, acked: int | None = None, initial: int | None = None
-    ) -> None:
-        state = JournalState(
-            planned_batch=self.journal_state.planned_batch if planned is None else planned,
-            acked_batch=self.journal_state.acked_batch if acked is None else acked,
-            initial_batch=self.journal_state.initial_batch if initial is None else initial,
-        )
-        self.journal.write_state(state, known=self.journal_state)
-        self.journal_state = state
 
 
 def _release_on_sigterm(lease: Lease) -> None:

@@ -210,7 +210,7 @@ def test_latest_offset_on_an_empty_queue_starts_no_batch(world: World, spark: st
     # Nothing was received, and no batch number was used up.
     assert world.sqs.calls.get("ReceiveMessage", 0) == 0
     assert query.reader._driver is not None
-    assert query.reader._driver.journal_state.planned_batch == 0
+    assert query.reader._driver.markers.planned == 0
 
 
 @pytest.mark.parametrize("spark", SPARK_VERSIONS)
