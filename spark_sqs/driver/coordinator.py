@@ -5,8 +5,8 @@
 is created lazily on the first call and never pickled; it owns the journal's lease and drives the
 parts that live beside it in this package: the state markers (``state``), queue polling
 (``queues``), flow control (``flow_control``), planning (``planning``), the visibility heartbeat
-(``heartbeat``), the acknowledger (``acknowledger``) and the batch counters (``metrics``). The protocol it runs, per micro-batch, is described in
-``spark_sqs/source.py`` and docs/design.md.
+(``heartbeat``), the acknowledger (``acknowledger``) and the batch counters (``metrics``). The
+protocol it runs, per micro-batch, is described in ``spark_sqs/source.py`` and docs/design.md.
 """
 
 from __future__ import annotations
