@@ -319,7 +319,7 @@ class Acknowledger:
         counters come from the names of their reports (LIST requests), the bodies are read
         only for reports with uncertain ids. False if it must be retried later."""
         reports = self._journal.read_ack_reports(by)
-        missing = self._reporters.get(batch, set()) - {int(r["receiver"]) for r in reports}
+        missing = self._reporters.get(batch, set()) - {r.receiver for r in reports}
         if missing:
             # Every receiver that acknowledges runs before it journals and the batch committed,
             # so its report exists: a store whose LIST missed one must not make the driver
@@ -334,25 +334,25 @@ class Acknowledger:
             )
             self._assigned.pop(batch, None)
             return self._acknowledge(batch, stats)
-        mine = [e for r in reports for e in r["entries"] if e["batch"] == batch]
-        uncertain = {i for e in mine for i in e["uncertain"]}
+        mine = [e for r in reports for e in r.of_batch(batch)]
+        uncertain = {i for e in mine for i in e.uncertain}
         self._record_uncertain(batch, uncertain, stats)
-        rows = sum(e["rows"] for e in mine)
-        deleted = sum(e["deleted"] for e in mine)
+        rows = sum(e.rows for e in mine)
+        deleted = sum(e.deleted for e in mine)
         stats.deleted += deleted
-        stats.delete_failed += sum(e["deleteFailures"] for e in mine)
+        stats.delete_failed += sum(e.delete_failures for e in mine)
         stats.per_batch.append(
             {
                 "batch": batch,
-                "receivers": sum(int(e.get("entries", 1)) for e in mine),
+                "receivers": sum(e.entries for e in mine),
                 "journaled": rows,
-                "duplicatesDropped": sum(e["dropped"] for e in mine),
-                "duplicateWindowDropped": sum(e.get("windowDropped", 0) for e in mine),
+                "duplicatesDropped": sum(e.dropped for e in mine),
+                "duplicateWindowDropped": sum(e.window_dropped for e in mine),
                 "deleted": deleted,
-                "deleteFailures": sum(e["deleteFailures"] for e in mine),
+                "deleteFailures": sum(e.delete_failures for e in mine),
                 "uncertainAcknowledgements": len(uncertain),
                 "acknowledgedBy": by,
-                **batch_lag(_lag_metadata(e["lag"]) for e in mine),
+                **batch_lag(_lag_metadata(e.lag) for e in mine),
             }
         )
         self._finish(batch, rows, stats)

@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import TransientSqsError
-from ..journal import AckAssignment, Journal, receipts_of, window
+from ..journal import AckAssignment, AckedEntry, Journal, receipts_of, window
 from ..lag import LAG
 from ..sqs.batching import BatchCaller, entries_of, handle_margin
 from ..sqs.client import SqsClient
@@ -68,7 +68,7 @@ def acknowledge_assigned(
     on_deleted: PayloadDeleter | None = None,
     wall_clock: Callable[[], float] = time.time,
     duplicate_window: float = 0.0,
-) -> dict[str, Any]:
+) -> list[AckedEntry]:
     """Runs on executors: delete the messages of the committed entries assigned to receiver
     ``receiver`` of ``batch`` (spread over all of its receivers by the batch's plan), then
     record what was done. Idempotent: a retried or concurrent attempt deletes again (harmless)
@@ -77,7 +77,7 @@ def acknowledge_assigned(
     assigned delete was made."""
     caller = BatchCaller(client, queue_url)
     margin = handle_margin(visibility_timeout)
-    entries: list[dict[str, Any]] = []
+    entries: list[AckedEntry] = []
     uncertain: set[str] = set()
     found = [
         receipts_of(a.batch, a.receiver, table)
@@ -113,20 +113,19 @@ def acknowledge_assigned(
             on_deleted([receipts], doubtful)
         uncertain |= doubtful
         entries.append(
-            {
-                "uncertain": sorted(doubtful),
-                "batch": assignment.batch,
-                "receiver": assignment.receiver,
-                "rows": receipts.rows,
-                "dropped": receipts.dropped,
-                "windowDropped": receipts.window_dropped,
-                "deleted": len(result.succeeded),
-                "deleteFailures": len(result.permanent),
-                "lag": (receipts.metadata.get(LAG, b"").decode() or None),
-            }
+            AckedEntry(
+                batch=assignment.batch,
+                receiver=assignment.receiver,
+                rows=receipts.rows,
+                dropped=receipts.dropped,
+                window_dropped=receipts.window_dropped,
+                deleted=len(result.succeeded),
+                delete_failures=len(result.permanent),
+                uncertain=tuple(sorted(doubtful)),
+                lag=receipts.metadata.get(LAG, b"").decode() or None,
+            )
         )
-    report = {"entries": entries}
-    journal.write_ack_report(batch, receiver, report)
+    journal.write_ack_report(batch, receiver, entries)
     if entries:
         logger.info(
             "batch %d receiver %d: acknowledged %d entries of batches %s (%d messages deleted, "
@@ -134,8 +133,8 @@ def acknowledge_assigned(
             batch,
             receiver,
             len(entries),
-            sorted({e["batch"] for e in entries}),
-            sum(e["deleted"] for e in entries),
+            sorted({e.batch for e in entries}),
+            sum(e.deleted for e in entries),
             len(uncertain),
         )
-    return report
+    return entries

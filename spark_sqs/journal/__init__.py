@@ -2,7 +2,8 @@
 
 ``entries`` holds the record types and the ``Journal`` (entries, plans, drop sets, state
 markers); ``stores`` the create-if-absent stores (local files, S3) it writes through;
-``lease`` the single-owner lease of a journal; ``poison`` the records of poison batches
+``reports`` the acknowledgement reports receivers write for the driver; ``lease`` the
+single-owner lease of a journal; ``poison`` the records of poison batches
 (attempts, narrowing steps, carries) that the driver and the executors both read; ``window``
 the ids of acknowledged messages kept for ``duplicateWindow``.
 """
@@ -16,6 +17,8 @@ from .entries import (
     WINDOW_DROPPED,
     WINDOW_KEYS,
     AckAssignment,
+    AckedEntry,
+    AckReport,
     BatchPlan,
     EntryReceipts,
     Journal,
@@ -27,6 +30,8 @@ from .stores import JournalStore, LocalStore, S3Store, check_location, open_stor
 
 __all__ = [
     "AckAssignment",
+    "AckedEntry",
+    "AckReport",
     "DROPPED",
     "EXPIRES_AT",
     "SEAL",

@@ -33,16 +33,16 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from ..errors import JournalError
-from ..lag import combine
 from ..schema import RECEIPT_HANDLE as RECEIPT
-from . import window
+from . import reports, window
+from .reports import AckedEntry, AckReport
 from .stores import JournalStore, open_store
 
 if TYPE_CHECKING:
@@ -55,12 +55,6 @@ _PART = re.compile(r"^(\d{5,})\.part-(\d{5})\.arrow$")
 _EXTENDED = re.compile(r"^(\d{5,})\.extended-(\d+)$")
 # drops/<batch>-<sha256>.arrow; a journal of an earlier version named them drops/<sha256>.arrow.
 _ACK_REPORT = re.compile(r"^acks/(\d{12})/")
-_ACK_NAME = re.compile(r"^acks/\d{12}/(\d{5,})(?:\.s-([0-9a-z_-]+))?\.json$")
-_ACK_SEGMENT = re.compile(
-    r"^b(\d+)e(\d+)r(\d+)p(\d+)d(\d+)f(\d+)(?:w(\d+))?(?:l(\d+)-(\d+)-(\d+))?$"
-)
-# Object keys may be 1024 bytes; a summary longer than this goes in the body only.
-_ACK_NAME_LIMIT = 900
 _DROPS = re.compile(r"^drops/(?:(\d{12})-)?([0-9a-f]{64})\.arrow$")
 _BATCH_KEY = re.compile(r"^batches/(\d{12})/")
 _MARKER = re.compile(r"^state/(planned|acked|initial|retired)-(\d{12})$")
@@ -539,50 +533,34 @@ class Journal:
 
     # -- acknowledgement reports ---------------------------------------------------------------
 
-    def write_ack_report(self, batch: int, receiver: int, report: dict[str, Any]) -> None:
-        """What receiver ``receiver`` of ``batch`` acknowledged of earlier batches. Created if
-        absent. Its counters, summed per acknowledged batch, are in the key's name, so the
-        driver settles a batch from LIST requests alone; a report with uncertain ids (or too
-        long a summary) has a plain name, and the driver reads its body. A retried attempt
-        repeats the same deletes and may name its report differently: the reader keeps one
-        report per receiver (and every attempt's uncertain ids)."""
-        summary = _ack_summary(report)
-        name = f"{receiver:05d}.s-{summary}" if summary is not None else f"{receiver:05d}"
-        key = f"acks/{batch:012d}/{name}.json"
-        if len(key) > _ACK_NAME_LIMIT:
-            key = f"acks/{batch:012d}/{receiver:05d}.json"
-        self.store.create(key, json.dumps(report, sort_keys=True).encode())
+    def write_ack_report(self, batch: int, receiver: int, entries: Sequence[AckedEntry]) -> None:
+        """What receiver ``receiver`` of ``batch`` acknowledged of earlier batches, created if
+        absent (journal/reports.py). A retried attempt repeats the same deletes and may name
+        its report differently: the reader keeps one report per receiver (and every attempt's
+        uncertain ids)."""
+        self.store.create(reports.report_key(batch, receiver, entries), reports.body_of(entries))
 
-    def read_ack_reports(self, batch: int) -> list[dict[str, Any]]:
+    def read_ack_reports(self, batch: int) -> list[AckReport]:
         """One report per receiver of ``batch`` that wrote one: from the key's name when it
-        holds the summary, else from the body (with every attempt's uncertain ids)."""
+        holds the summary, else from the bodies (with every attempt's uncertain ids)."""
         by_receiver: dict[int, list[tuple[str, str | None]]] = {}
         for key in self.store.list(f"acks/{batch:012d}"):
-            match = _ACK_NAME.match(key)
-            if match is not None:
-                by_receiver.setdefault(int(match.group(1)), []).append((key, match.group(2)))
-        reports = []
+            parsed = reports.parse_key(key)
+            if parsed is not None:
+                by_receiver.setdefault(parsed[0], []).append((key, parsed[1]))
+        out = []
         for receiver in sorted(by_receiver):
             keys = by_receiver[receiver]
-            named = [s for _, s in keys if s is not None]
-            bodies = []
-            for key, summary in keys:
-                if summary is None and (data := self.store.read(key)) is not None:
-                    bodies.append(json.loads(data))
-            if not bodies:
-                if named:
-                    reports.append({"receiver": receiver, "entries": _ack_entries(named[0])})
-                continue
-            report = bodies[0]
-            uncertain: dict[tuple[int, Any], set[str]] = {}
-            for body in bodies:
-                for e in body.get("entries", ()):
-                    entry = (int(e["batch"]), e.get("receiver"))
-                    uncertain.setdefault(entry, set()).update(e.get("uncertain", ()))
-            for e in report.get("entries", ()):
-                e["uncertain"] = sorted(uncertain.get((int(e["batch"]), e.get("receiver")), ()))
-            reports.append({**report, "receiver": receiver})
-        return reports
+            bodies = [
+                reports.parse_body(data)
+                for key, summary in keys
+                if summary is None and (data := self.store.read(key)) is not None
+            ]
+            if bodies:
+                out.append(reports.merge_attempts(receiver, bodies))
+            elif named := [s for _, s in keys if s is not None]:
+                out.append(AckReport(receiver, tuple(reports.entries_of_summary(named[0]))))
+        return out
 
     def remove_ack_reports(self, batch: int) -> None:
         self.store.delete_many(self.store.list(f"acks/{batch:012d}"))
@@ -782,67 +760,6 @@ class Journal:
                 self.store.delete_many(leftover)
         except (OSError, JournalError):
             logger.debug("journal %s: could not remove old probe objects", self.location)
-
-
-def _ack_summary(report: dict[str, Any]) -> str | None:
-    """The counters of an acknowledgement report, summed per acknowledged batch, as a key
-    name fragment; None if the report holds uncertain ids (only its body can)."""
-    per_batch: dict[int, list[dict[str, Any]]] = {}
-    for e in report.get("entries", ()):
-        if e.get("uncertain"):
-            return None
-        per_batch.setdefault(int(e["batch"]), []).append(e)
-    segments = []
-    for b, entries in sorted(per_batch.items()):
-        segment = "b{}e{}r{}p{}d{}f{}".format(
-            b,
-            len(entries),
-            sum(int(e["rows"]) for e in entries),
-            sum(int(e["dropped"]) for e in entries),
-            sum(int(e["deleted"]) for e in entries),
-            sum(int(e["deleteFailures"]) for e in entries),
-        )
-        # Copies dropped by the duplicate window; written only when some were (shorter names).
-        copies = sum(int(e.get("windowDropped", 0)) for e in entries)
-        if copies:
-            segment += f"w{copies}"
-        lag = combine(json.loads(e["lag"]) if e.get("lag") else None for e in entries)
-        if lag is not None:
-            segment += f"l{lag['messages']}-{lag['oldestAgeMs']}-{lag['medianAgeMs']}"
-        segments.append(segment)
-    return "_".join(segments) or "none"
-
-
-def _ack_entries(summary: str) -> list[dict[str, Any]]:
-    """The per-batch entries of a report from its key's summary (``_ack_summary``)."""
-    out: list[dict[str, Any]] = []
-    for segment in summary.split("_"):
-        match = _ACK_SEGMENT.match(segment)
-        if match is None:
-            continue  # "none": the receiver had nothing to acknowledge
-        b, entries, rows, dropped, deleted, failures, copies, messages, oldest, median = (
-            match.groups()
-        )
-        lag = None
-        if messages is not None:
-            lag = json.dumps(
-                {"messages": int(messages), "oldestAgeMs": int(oldest), "medianAgeMs": int(median)},
-                sort_keys=True,
-            )
-        out.append(
-            {
-                "batch": int(b),
-                "entries": int(entries),
-                "rows": int(rows),
-                "dropped": int(dropped),
-                "deleted": int(deleted),
-                "deleteFailures": int(failures),
-                "windowDropped": int(copies or 0),
-                "uncertain": [],
-                "lag": lag,
-            }
-        )
-    return out
 
 
 def receipts_of(batch: int, receiver: int, table: pa.Table) -> EntryReceipts:

@@ -9,6 +9,7 @@ import pickle
 import stat
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,14 @@ import pyarrow as pa
 import pytest
 
 from spark_sqs.errors import JournalError
-from spark_sqs.journal import RECEIVED_AT, EntryReceipts, Journal, JournalState
+from spark_sqs.journal import (
+    RECEIVED_AT,
+    AckedEntry,
+    AckReport,
+    EntryReceipts,
+    Journal,
+    JournalState,
+)
 from spark_sqs.schema import messages_to_table
 from tests.fakes import HookedStore
 from tests.unit.factories import QUEUE_URL, make_options, sqs_message
@@ -549,26 +557,22 @@ def test_probe_writable_removes_probes_a_dead_driver_left(journal: Journal, loca
 
 def test_ack_reports_no_pending_batch_reads_are_collected(journal: Journal) -> None:
     for by in (2, 3, 5):
-        journal.write_ack_report(by, 0, {"entries": [_ack_entry(by - 1, 0)]})
+        journal.write_ack_report(by, 0, [_ack_entry(by - 1, 0)])
     # Batch 3's receivers acknowledge batch 4 (pending, oldest): their reports must stay.
     assert journal.collect_ack_reports(oldest_pending=4, keep={3}) == 1
     assert journal.read_ack_reports(2) == []
-    assert [e["batch"] for r in journal.read_ack_reports(3) for e in r["entries"]] == [2]
-    assert [e["batch"] for r in journal.read_ack_reports(5) for e in r["entries"]] == [4]
+    assert [e.batch for r in journal.read_ack_reports(3) for e in r.entries] == [2]
+    assert [e.batch for r in journal.read_ack_reports(5) for e in r.entries] == [4]
 
 
-def _ack_entry(batch: int, receiver: int, uncertain: tuple[str, ...] = (), **extra: Any) -> dict:
-    entry = {
-        "batch": batch,
-        "receiver": receiver,
-        "rows": 10,
-        "dropped": 1,
-        "deleted": 9,
-        "deleteFailures": 0,
-        "uncertain": sorted(uncertain),
-        "lag": json.dumps({"messages": 10, "oldestAgeMs": 500, "medianAgeMs": 200}),
-    }
-    return entry | extra
+_LAG = json.dumps({"messages": 10, "oldestAgeMs": 500, "medianAgeMs": 200})
+
+
+def _ack_entry(
+    batch: int, receiver: int, uncertain: tuple[str, ...] = (), **extra: Any
+) -> AckedEntry:
+    fields = {"rows": 10, "dropped": 1, "deleted": 9, "delete_failures": 0, "lag": _LAG} | extra
+    return AckedEntry(batch=batch, receiver=receiver, uncertain=uncertain, **fields)
 
 
 def _counted(journal: Journal) -> HookedStore:
@@ -580,60 +584,66 @@ def _counted(journal: Journal) -> HookedStore:
 def test_an_ack_report_without_uncertain_ids_is_read_from_its_name_alone(
     journal: Journal,
 ) -> None:
-    report = {
-        "entries": [
-            _ack_entry(4, 0, windowDropped=1),
-            _ack_entry(4, 1, lag=json.dumps({"messages": 2, "oldestAgeMs": 900, "medianAgeMs": 5})),
-            _ack_entry(3, 2, lag=None),
-        ]
-    }
-    journal.write_ack_report(5, 7, report)
+    entries = [
+        _ack_entry(4, 0, window_dropped=1),
+        _ack_entry(4, 1, lag=json.dumps({"messages": 2, "oldestAgeMs": 900, "medianAgeMs": 5})),
+        _ack_entry(3, 2, lag=None),
+    ]
+    journal.write_ack_report(5, 7, entries)
     store = _counted(journal)
     [read] = journal.read_ack_reports(5)
     assert [m for m, _ in store.calls] == ["list"], "no GET"
-    assert read["receiver"] == 7
-    by_batch = {e["batch"]: e for e in read["entries"]}
-    assert by_batch[4] | {"lag": None} == {
-        "batch": 4,
-        "entries": 2,
-        "rows": 20,
-        "dropped": 2,
-        "deleted": 18,
-        "deleteFailures": 0,
-        "windowDropped": 1,
-        "uncertain": [],
-        "lag": None,
-    }
-    assert by_batch[3]["windowDropped"] == 0
-    assert json.loads(by_batch[4]["lag"]) == {
-        "messages": 12,
-        "oldestAgeMs": 900,
-        "medianAgeMs": 200,
-    }
-    assert by_batch[3]["entries"] == 1 and by_batch[3]["lag"] is None
+    assert read.receiver == 7
+    by_batch = {e.batch: e for e in read.entries}
+    assert replace(by_batch[4], lag=None) == AckedEntry(
+        batch=4,
+        entries=2,
+        rows=20,
+        dropped=2,
+        deleted=18,
+        delete_failures=0,
+        window_dropped=1,
+    )
+    assert by_batch[3].window_dropped == 0
+    assert json.loads(by_batch[4].lag) == {"messages": 12, "oldestAgeMs": 900, "medianAgeMs": 200}
+    assert by_batch[3].entries == 1 and by_batch[3].lag is None
 
 
 def test_an_ack_report_with_uncertain_ids_is_read_from_its_body(journal: Journal) -> None:
-    report = {"entries": [_ack_entry(4, 0, uncertain=("m1", "m2")), _ack_entry(4, 1)]}
-    journal.write_ack_report(5, 2, report)
+    entries = (_ack_entry(4, 0, uncertain=("m1", "m2")), _ack_entry(4, 1))
+    journal.write_ack_report(5, 2, entries)
     assert journal.store.list("acks/000000000005") == ["acks/000000000005/00002.json"]
     store = _counted(journal)
-    assert journal.read_ack_reports(5) == [{**report, "receiver": 2}]
+    assert journal.read_ack_reports(5) == [AckReport(2, entries)]
     assert [m for m, _ in store.calls] == ["list", "read"]
 
 
 def test_a_summary_too_long_for_a_key_goes_in_the_body(journal: Journal) -> None:
-    report = {"entries": [_ack_entry(b, 0) for b in range(1000, 1040)]}
-    journal.write_ack_report(2000, 0, report)
+    entries = tuple(_ack_entry(b, 0) for b in range(1000, 1040))
+    journal.write_ack_report(2000, 0, entries)
     assert journal.store.list("acks/000000002000") == ["acks/000000002000/00000.json"]
-    assert journal.read_ack_reports(2000) == [{**report, "receiver": 0}]
+    assert journal.read_ack_reports(2000) == [AckReport(0, entries)]
 
 
 def test_an_ack_report_of_an_earlier_version_is_read_from_its_body(journal: Journal) -> None:
-    """A restart after an upgrade: the previous version named every report <receiver>.json."""
-    report = {"entries": [_ack_entry(4, 0)]}
-    journal.store.create("acks/000000000005/00003.json", json.dumps(report).encode())
-    assert journal.read_ack_reports(5) == [{**report, "receiver": 3}]
+    """A restart after an upgrade: the previous version named every report <receiver>.json
+    (and wrote no windowDropped)."""
+    body = {
+        "entries": [
+            {
+                "batch": 4,
+                "receiver": 0,
+                "rows": 10,
+                "dropped": 1,
+                "deleted": 9,
+                "deleteFailures": 0,
+                "uncertain": [],
+                "lag": _LAG,
+            }
+        ]
+    }
+    journal.store.create("acks/000000000005/00003.json", json.dumps(body).encode())
+    assert journal.read_ack_reports(5) == [AckReport(3, (_ack_entry(4, 0),))]
 
 
 def test_two_attempts_reports_count_once_and_keep_every_uncertain_id(journal: Journal) -> None:
@@ -641,11 +651,11 @@ def test_two_attempts_reports_count_once_and_keep_every_uncertain_id(journal: Jo
     first attempt's (an id found uncertain this time): one report per receiver counts, with
     every uncertain id. (Each attempt's report alone would do: it is written only once all of
     its deletes were made.)"""
-    journal.write_ack_report(5, 1, {"entries": [_ack_entry(4, 0)]})
-    journal.write_ack_report(5, 1, {"entries": [_ack_entry(4, 0, uncertain=("m9",), deleted=8)]})
-    journal.write_ack_report(5, 2, {"entries": [_ack_entry(4, 1)]})
+    journal.write_ack_report(5, 1, [_ack_entry(4, 0)])
+    journal.write_ack_report(5, 1, [_ack_entry(4, 0, uncertain=("m9",), deleted=8)])
+    journal.write_ack_report(5, 2, [_ack_entry(4, 1)])
     assert len(journal.store.list("acks/000000000005")) == 3
     reads = journal.read_ack_reports(5)
-    assert [r["receiver"] for r in reads] == [1, 2]
-    assert sum(e["rows"] for r in reads for e in r["entries"]) == 20
-    assert [e["uncertain"] for r in reads for e in r["entries"]] == [["m9"], []]
+    assert [r.receiver for r in reads] == [1, 2]
+    assert sum(e.rows for r in reads for e in r.entries) == 20
+    assert [e.uncertain for r in reads for e in r.entries] == [("m9",), ()]

@@ -259,7 +259,7 @@ def test_a_receiver_deletes_assigned_entries_on_the_queues_they_came_from(tmp_pa
     sqs = FakeSqs(queue_urls=(QUEUE_URL, OTHER))
     assigned = [AckAssignment(1, 0, 0, 5000.0), AckAssignment(1, 1, 0, 5000.0)]
     # The receiver's own queue (THIRD, today's options) is never named for these deletes.
-    report = acknowledge_assigned(
+    entries = acknowledge_assigned(
         journal,
         sqs,
         THIRD,
@@ -269,7 +269,7 @@ def test_a_receiver_deletes_assigned_entries_on_the_queues_they_came_from(tmp_pa
         visibility_timeout=30,
         wall_clock=lambda: 1010.0,
     )
-    assert sum(e["deleted"] for e in report["entries"]) == 17
+    assert sum(e.deleted for e in entries) == 17
     assert _calls_by_queue(sqs, "delete") == {
         QUEUE_URL: _handles(range(12)),
         OTHER: _handles(range(100, 105)),

@@ -14,7 +14,7 @@ from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.errors import TransientSqsError
 from spark_sqs.executor.acknowledgement import acknowledge_assigned
 from spark_sqs.executor.receiver import read_partition
-from spark_sqs.journal import AckAssignment, Journal, LocalStore
+from spark_sqs.journal import AckAssignment, AckReport, Journal, LocalStore
 from spark_sqs.schema import messages_to_table
 from tests.fakes import FakeSqs, HookedStore, client_error
 from tests.unit.factories import QUEUE_URL, make_options, sqs_message
@@ -161,7 +161,7 @@ def test_handles_that_may_have_expired_or_were_lost_are_reported_uncertain(tmp_p
         AckAssignment(1, 7, by=0, valid_until=2000.0),  # already acknowledged and removed
     ]
 
-    report = acknowledge_assigned(
+    entries = acknowledge_assigned(
         journal,
         sqs,
         QUEUE_URL,
@@ -173,12 +173,12 @@ def test_handles_that_may_have_expired_or_were_lost_are_reported_uncertain(tmp_p
     )
 
     assert len(deletes(sqs)) == 5
-    by_entry = {(e["batch"], e["receiver"]): e for e in report["entries"]}
+    by_entry = {(e.batch, e.receiver): e for e in entries}
     assert set(by_entry) == {(1, 0), (1, 1)}
-    assert by_entry[(1, 0)]["uncertain"] == [fresh[1]]
-    assert by_entry[(1, 1)]["uncertain"] == sorted(stale)
+    assert by_entry[(1, 0)].uncertain == (fresh[1],)
+    assert by_entry[(1, 1)].uncertain == tuple(sorted(stale))
     # Uncertain ids: the report has a plain name, and the driver reads its body.
-    assert journal.read_ack_reports(2) == [{**report, "receiver": 0}]
+    assert journal.read_ack_reports(2) == [AckReport(0, tuple(entries))]
     assert journal.store.list("acks/000000000002") == ["acks/000000000002/00000.json"]
 
 

@@ -1,0 +1,184 @@
+"""Acknowledgement reports: what the receivers of a batch deleted of earlier batches. Runs on:
+executors (written after a receiver's deletes) and the driver (read to settle a batch).
+
+A receiver of batch N+1 deletes the entries of batch N the plan assigned to it, then writes one
+report under ``acks/<N+1>/``. The counters, summed per acknowledged batch, go in the object's
+name (``<receiver>.s-<summary>.json``), so that the driver settles a batch from LIST requests
+alone; the body holds one ``AckedEntry`` per entry. Only the body can hold uncertain ids (a
+delete that may not have taken effect), so a report with any has a plain name
+(``<receiver>.json``) and the driver reads its body.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..lag import combine
+
+_NAME = re.compile(r"^acks/\d{12}/(\d{5,})(?:\.s-([0-9a-z_-]+))?\.json$")
+_SEGMENT = re.compile(r"^b(\d+)e(\d+)r(\d+)p(\d+)d(\d+)f(\d+)(?:w(\d+))?(?:l(\d+)-(\d+)-(\d+))?$")
+# Object keys may be 1024 bytes; a summary longer than this goes in the body only.
+NAME_LIMIT = 900
+
+
+@dataclass(frozen=True)
+class AckedEntry:
+    """What one receiver did about one journal entry of an earlier batch, or, read from a
+    report's name, about all the entries of that batch it acknowledged (``entries`` of them,
+    ``receiver`` unknown)."""
+
+    batch: int
+    rows: int  # rows journaled in the entry
+    dropped: int  # redeliveries its receiver dropped
+    deleted: int
+    delete_failures: int
+    window_dropped: int = 0  # of the dropped, copies the duplicate window caught
+    entries: int = 1
+    receiver: int | None = None  # the acknowledged entry's receiver
+    uncertain: tuple[str, ...] = ()  # ids whose delete may not have taken effect
+    lag: str | None = None  # the entry's lag summary, JSON (lag.py)
+
+    def to_json(self) -> dict[str, Any]:
+        # The keys a report body has always had: a driver reads reports of an earlier version.
+        return {
+            "batch": self.batch,
+            "receiver": self.receiver,
+            "rows": self.rows,
+            "dropped": self.dropped,
+            "windowDropped": self.window_dropped,
+            "deleted": self.deleted,
+            "deleteFailures": self.delete_failures,
+            "uncertain": sorted(self.uncertain),
+            "lag": self.lag,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> AckedEntry:
+        receiver = doc.get("receiver")
+        return cls(
+            batch=int(doc["batch"]),
+            rows=int(doc["rows"]),
+            dropped=int(doc["dropped"]),
+            deleted=int(doc["deleted"]),
+            delete_failures=int(doc["deleteFailures"]),
+            window_dropped=int(doc.get("windowDropped", 0)),
+            receiver=None if receiver is None else int(receiver),
+            uncertain=tuple(sorted(doc.get("uncertain", ()))),
+            lag=doc.get("lag"),
+        )
+
+
+@dataclass(frozen=True)
+class AckReport:
+    """One acknowledging receiver's report: ``receiver`` is its number in the acknowledging
+    batch, ``entries`` what it did about each entry (or each batch, from a name)."""
+
+    receiver: int
+    entries: tuple[AckedEntry, ...]
+
+    def of_batch(self, batch: int) -> list[AckedEntry]:
+        return [e for e in self.entries if e.batch == batch]
+
+
+def report_key(batch: int, receiver: int, entries: Sequence[AckedEntry]) -> str:
+    """The key of a report: with its summary in the name when it fits and holds no uncertain
+    ids, else plain."""
+    summary = summary_of(entries)
+    plain = f"acks/{batch:012d}/{receiver:05d}.json"
+    if summary is None:
+        return plain
+    key = f"acks/{batch:012d}/{receiver:05d}.s-{summary}.json"
+    return key if len(key) <= NAME_LIMIT else plain
+
+
+def body_of(entries: Sequence[AckedEntry]) -> bytes:
+    return json.dumps({"entries": [e.to_json() for e in entries]}, sort_keys=True).encode()
+
+
+def parse_key(key: str) -> tuple[int, str | None] | None:
+    """(reporting receiver, summary or None) of a report key; None if it is no report."""
+    match = _NAME.match(key)
+    return None if match is None else (int(match.group(1)), match.group(2))
+
+
+def parse_body(data: bytes) -> list[AckedEntry]:
+    return [AckedEntry.from_json(e) for e in json.loads(data).get("entries", ())]
+
+
+def merge_attempts(receiver: int, bodies: Sequence[list[AckedEntry]]) -> AckReport:
+    """One report from the bodies that attempts of one receiver wrote: the counters of the
+    first, the uncertain ids of all (an attempt may doubt a delete that another did not)."""
+    uncertain: dict[tuple[int, int | None], set[str]] = {}
+    for body in bodies:
+        for e in body:
+            uncertain.setdefault((e.batch, e.receiver), set()).update(e.uncertain)
+    return AckReport(
+        receiver,
+        tuple(
+            replace(e, uncertain=tuple(sorted(uncertain[(e.batch, e.receiver)]))) for e in bodies[0]
+        ),
+    )
+
+
+def summary_of(entries: Iterable[AckedEntry]) -> str | None:
+    """The counters of a report, summed per acknowledged batch, as a key name fragment; None
+    if the report holds uncertain ids (only its body can)."""
+    per_batch: dict[int, list[AckedEntry]] = {}
+    for e in entries:
+        if e.uncertain:
+            return None
+        per_batch.setdefault(e.batch, []).append(e)
+    segments = []
+    for b, group in sorted(per_batch.items()):
+        counts = (
+            sum(e.entries for e in group),
+            sum(e.rows for e in group),
+            sum(e.dropped for e in group),
+            sum(e.deleted for e in group),
+            sum(e.delete_failures for e in group),
+        )
+        segment = f"b{b}" + "".join(f"{tag}{n}" for tag, n in zip("erpdf", counts, strict=True))
+        # Copies dropped by the duplicate window; written only when some were (shorter names).
+        copies = sum(e.window_dropped for e in group)
+        if copies:
+            segment += f"w{copies}"
+        lag = combine(json.loads(e.lag) if e.lag else None for e in group)
+        if lag is not None:
+            segment += f"l{lag['messages']}-{lag['oldestAgeMs']}-{lag['medianAgeMs']}"
+        segments.append(segment)
+    return "_".join(segments) or "none"
+
+
+def entries_of_summary(summary: str) -> list[AckedEntry]:
+    """The per-batch entries of a report from its key's summary (``summary_of``)."""
+    out: list[AckedEntry] = []
+    for segment in summary.split("_"):
+        match = _SEGMENT.match(segment)
+        if match is None:
+            continue  # "none": the receiver had nothing to acknowledge
+        b, entries, rows, dropped, deleted, failures, copies, messages, oldest, median = (
+            match.groups()
+        )
+        lag = None
+        if messages is not None:
+            lag = json.dumps(
+                {"messages": int(messages), "oldestAgeMs": int(oldest), "medianAgeMs": int(median)},
+                sort_keys=True,
+            )
+        out.append(
+            AckedEntry(
+                batch=int(b),
+                rows=int(rows),
+                dropped=int(dropped),
+                deleted=int(deleted),
+                delete_failures=int(failures),
+                window_dropped=int(copies or 0),
+                entries=int(entries),
+                lag=lag,
+            )
+        )
+    return out
