@@ -15,6 +15,7 @@ from tests.helpers import (
     queue_counts,
     send_numbered,
     sqs_stream,
+    start_query,
     wait_until,
 )
 
@@ -333,12 +334,8 @@ def test_the_source_drops_a_rewritten_rows_copies_by_the_sinks_attribute(
         maxMessagesPerTrigger=20,
         duplicateAttribute=DEDUPE_ATTRIBUTE,
     )
-    query = (
-        stream.writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(processingTime="0 seconds")
-        .start()
+    query = start_query(
+        stream, "parquet", tmp_path / "ckpt", trigger={"processingTime": "0 seconds"}, path=out
     )
     try:
         process_all_available(query, timeout=240)
