@@ -6,7 +6,14 @@ import math
 
 import pytest
 
-from bench.inflight import IN_FLIGHT_LIMIT, hold_summary, holds_by_phase, modes, rate_bound
+from bench.inflight import (
+    IN_FLIGHT_LIMIT,
+    hold_summary,
+    holds_by_phase,
+    holds_per_batch,
+    modes,
+    rate_bound,
+)
 
 
 def test_the_bound_is_the_limit_over_the_seconds_held() -> None:
@@ -45,3 +52,9 @@ def test_every_mode_at_every_size() -> None:
         (250, "true"),
         (1000, "true"),
     ]
+
+
+def test_each_message_belongs_to_the_batch_that_started_before_its_receive() -> None:
+    received = {"early": 0.5, "a": 1.0, "b": 1.5, "c": 5.0}
+    deleted = {"early": 1.0, "a": 4.0, "b": 4.5, "c": 6.0}
+    assert holds_per_batch(received, deleted, [1.0, 5.0]) == [[3.0, 3.0], [1.0]]
