@@ -421,17 +421,9 @@ def main(argv: list[str] | None = None) -> int:
         with InFlightClock() as clock:
             # The session's first query starts the JVM's code paths and the Python workers:
             # a small drain first, not reported, so the first measured mode does not pay it.
-            run_mode(
-                spark,
-                server.endpoint,
-                clock,
-                workdir,
-                Mode("warm-up", 100),
-                200,
-                args.receivers,
-                args.timeout,
-            )
-            for mode in modes(args.sizes):
+            warm_up = Mode("warm-up", 100)
+            for mode in [warm_up, *modes(args.sizes)]:
+                backlog = 200 if mode is warm_up else mode.per_trigger * args.batches
                 # A shared machine can fail a query for Spark's own reasons (a Python worker
                 # that does not connect back in time): one more try on a fresh queue.
                 for attempt in (1, 2):
@@ -442,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
                             clock,
                             workdir,
                             mode,
-                            mode.per_trigger * args.batches,
+                            backlog,
                             args.receivers,
                             args.timeout,
                         )
@@ -451,8 +443,9 @@ def main(argv: list[str] | None = None) -> int:
                             raise
                         logger.warning("%s failed; once more", mode.name, exc_info=True)
                         continue
-                    run["attempt"] = attempt
-                    runs.append(run)
+                    if mode is not warm_up:
+                        run["attempt"] = attempt
+                        runs.append(run)
                     break
     finally:
         spark.stop()
