@@ -6,7 +6,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 LINTED := spark_sqs devtools tests notebooks chaos bench sim
 
-.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick chaos-sink chaos-poison soak bench conformance bench-sink bench-driver bench-window sim mutations
+.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick chaos-sink chaos-poison soak bench conformance bench-sink bench-driver bench-window bench-inflight sim mutations
 
 venv:
 	@scripts/bootstrap.sh $(VENV) $(LOCK)
@@ -85,6 +85,13 @@ bench-driver: venv
 # (bench/results/window.md), projected to 50,000 msg/s for duplicateWindow's 600 s.
 bench-window: venv
 	$(PY) -m bench.window $(BENCH_ARGS)
+
+# SQS's in-flight limit (about 120,000 per queue) as a throughput bound per acknowledgement mode
+# (issue 14): seconds from receive to delete, stamped inside an embedded moto, through Spark, for
+# the default mode and deleteAfterJournal at two maxMessagesPerTrigger values (about 6 minutes;
+# BENCH_ARGS="--quick" is smaller). Results: bench/results/inflight.md and inflight.json.
+bench-inflight: venv
+	$(PY) -m bench.inflight $(BENCH_ARGS)
 
 # The deterministic simulation (docs/simulation.md): SEEDS seeds, standard and FIFO queues as
 # each seed picks; a failing seed prints the command that replays it. SIM_ARGS passes options,
