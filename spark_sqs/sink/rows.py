@@ -244,9 +244,12 @@ class RowConverter:
         max_message_size: int,
         oversize_allowed: bool,
         where: str,
+        dedupe_attribute: bool = True,
     ) -> None:
         self.layout = layout
         self.fifo = fifo
+        # Standard queues only: FIFO queues deduplicate by MessageDeduplicationId themselves.
+        self.dedupe_attribute = dedupe_attribute and not fifo
         self.dedupe = dedupe
         self.max_message_size = max_message_size
         self.oversize_allowed = oversize_allowed
@@ -283,7 +286,7 @@ class RowConverter:
                 dedupe_id = self.dedupe.from_message_id(message_id)
             else:
                 dedupe_id = self.dedupe.from_content(content_digest(body, group, delay, attributes))
-        if not self.fifo:
+        if self.dedupe_attribute:
             # Standard queues take no deduplication id: consumers get it as an attribute.
             attributes = dict(attributes or {})
             if DEDUPE_ATTRIBUTE in attributes or len(attributes) < MAX_ATTRIBUTES:

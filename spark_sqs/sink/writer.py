@@ -175,6 +175,7 @@ def write_partition(
         max_message_size=target.queue.max_message_size,
         oversize_allowed=target.dead_letter is not None,
         where=f"partition {partition} of {what}",
+        dedupe_attribute=options.dedupe_attribute,
     )
     sender = Sender(
         client,
