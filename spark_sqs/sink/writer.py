@@ -302,7 +302,9 @@ def _client(connection: SqsOptions, in_flight: int) -> Any:
     with _CLIENTS_LOCK:
         client = _CLIENTS.get(key)
         if client is None:
+            # Requests are built from rows checked by RowConverter (types, ranges, sizes):
+            # botocore's validation of every entry again would only cost CPU on each call.
             client = _CLIENTS[key] = make_client(
-                connection, max_pool_connections=max(16, in_flight + 2)
+                connection, max_pool_connections=max(16, in_flight + 2), parameter_validation=False
             )
         return client
