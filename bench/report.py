@@ -173,6 +173,7 @@ def plot_hotpath(hotpath: dict[str, Any], path: Path) -> bool:
 
 
 SINK_TARGET_RATIO = 0.8
+SINK_HEADING = "## SQS sink against plain boto3 SendMessageBatch"
 
 
 def _net_rate(sink: dict[str, Any]) -> float | None:
@@ -192,7 +193,7 @@ def sink_lines(sink: dict[str, Any] | None) -> list[str]:
     verdict = "meets" if ratio >= SINK_TARGET_RATIO else "**misses**"
     runs = sink.get("runs", {})
     return [
-        "## SQS sink against plain boto3 SendMessageBatch",
+        SINK_HEADING,
         "",
         f"The same {sink['messages']} messages of {sink.get('bodyBytes', '?')} B into a fresh "
         f"standard queue on {sink['server']}"

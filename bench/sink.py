@@ -304,6 +304,9 @@ def compare(
 
 
 def _store(result: dict[str, Any], out_dir: Path) -> None:
+    """Section ``sink`` of ``results.json``, and that section of ``README.md`` replaced (or
+    inserted before the hot path's), the rest of both kept as the last ``make bench`` wrote
+    them (regenerating the whole README would redraw its plots)."""
     from bench import report
 
     path = out_dir / "results.json"
@@ -314,7 +317,16 @@ def _store(result: dict[str, Any], out_dir: Path) -> None:
         "by": "python -m bench.sink",
     }
     path.write_text(json.dumps(results, indent=2, default=str))
-    report.write(results, out_dir)
+    readme = out_dir / "README.md"
+    text = readme.read_text()
+    section = "\n".join(report.sink_lines(results["sink"]))
+    start = text.find(report.SINK_HEADING)
+    if start < 0:
+        start = end = text.find("## Hot path") if "## Hot path" in text else len(text)
+    else:
+        following = text.find("\n## ", start + 1)
+        end = following + 1 if following >= 0 else len(text)
+    readme.write_text(text[:start] + section + "\n" + text[end:])
 
 
 def main(argv: list[str] | None = None) -> int:
