@@ -11,6 +11,11 @@ wall time of ``save()``, Spark's job overhead included.
 moto scans every stored message on each send, so each run starts from an empty queue and the
 message count is kept small: read the ratio, not the absolute rates (2 shared cores).
 
+``--server localstack`` measures on LocalStack (``.venv-localstack``) as ``make bench`` does,
+and ``--results bench/results`` stores the result as that run's ``sink`` section. Each repeat
+also runs the baseline with the sink's ``spark_sqs.dedupeId`` attribute on every message (like
+for like on a standard queue), and takes client and server CPU per message from /proc.
+
 ``compare`` is the measurement itself; ``make bench`` (``bench/run.py``, section ``sink``) runs
 it against LocalStack as well.
 """
@@ -144,9 +149,9 @@ def baseline(
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """CPU seconds (user + system) of a process and all its descendants, from /proc (0 where
-    there is no /proc)."""
+def tree_cpu_seconds(pid: int) -> dict[int, float]:
+    """CPU seconds (user + system) of a process and each of its descendants, by process id,
+    from /proc (empty where there is no /proc)."""
     children: dict[int, list[int]] = {}
     stats: dict[int, list[str]] = {}
     for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
@@ -158,13 +163,20 @@ def tree_cpu_seconds(pid: int) -> float:
                 continue
             stats[int(name)] = fields
             children.setdefault(int(fields[1]), []).append(int(name))
-    total, todo = 0.0, [pid]
+    out: dict[int, float] = {}
+    todo = [pid]
     while todo:
         current = todo.pop()
         if current in stats:
-            total += (int(stats[current][11]) + int(stats[current][12])) / _TICK
+            out[current] = (int(stats[current][11]) + int(stats[current][12])) / _TICK
         todo.extend(children.get(current, []))
-    return total
+    return out
+
+
+def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds between two ``tree_cpu_seconds`` snapshots. Processes that exited in
+    between (Spark retires idle Python workers) count for nothing rather than negatively."""
+    return sum(max(0.0, seconds - before.get(pid, 0.0)) for pid, seconds in after.items())
 
 
 # The plain loop, the same loop with the sink's dedupe attribute on every message, the sink.
@@ -214,9 +226,13 @@ def compare(
     this process when they were started here); the server side is those. Less noisy than the
     rates on a shared machine: it is what each kind costs, not what it got."""
 
-    def cpu() -> tuple[float, float]:
-        servers_cpu = sum(tree_cpu_seconds(pid) for pid in server_pids)
-        return tree_cpu_seconds(os.getpid()) - servers_cpu, servers_cpu
+    def cpu() -> tuple[dict[int, float], dict[int, float]]:
+        server_side: dict[int, float] = {}
+        for pid in server_pids:
+            server_side.update(tree_cpu_seconds(pid))
+        everything = tree_cpu_seconds(os.getpid())
+        client = {pid: t for pid, t in everything.items() if pid not in server_side}
+        return client, server_side
 
     bodies = [(load.body(n, body_bytes),) for n in range(messages)]
     df = spark.createDataFrame(bodies, "body string").repartition(partitions).cache()
@@ -250,8 +266,8 @@ def compare(
                 else:
                     seconds = sink(spark, df, via, url, in_flight, options)
                 client_after, server_after = cpu()
-                client_us[kind].append(1e6 * (client_after - client_before) / messages)
-                server_us[kind].append(1e6 * (server_after - server_before) / messages)
+                client_us[kind].append(1e6 * cpu_spent(client_before, client_after) / messages)
+                server_us[kind].append(1e6 * cpu_spent(server_before, server_after) / messages)
                 arrived = _count(direct, url, messages)
                 if arrived != messages:
                     raise RuntimeError(f"{kind}: {arrived} of {messages} messages arrived")
