@@ -173,6 +173,7 @@ def plot_hotpath(hotpath: dict[str, Any], path: Path) -> bool:
 
 
 SINK_TARGET_RATIO = 0.8
+SINK_HEADING = "## SQS sink against plain boto3 SendMessageBatch"
 
 
 def _net_rate(sink: dict[str, Any]) -> float | None:
@@ -192,7 +193,7 @@ def sink_lines(sink: dict[str, Any] | None) -> list[str]:
     verdict = "meets" if ratio >= SINK_TARGET_RATIO else "**misses**"
     runs = sink.get("runs", {})
     return [
-        "## SQS sink against plain boto3 SendMessageBatch",
+        SINK_HEADING,
         "",
         f"The same {sink['messages']} messages of {sink.get('bodyBytes', '?')} B into a fresh "
         f"standard queue on {sink['server']}"
@@ -218,7 +219,48 @@ def sink_lines(sink: dict[str, Any] | None) -> list[str]:
         f"| {', '.join(_f(r) for r in runs.get('baseline', []))}; "
         f"{', '.join(_f(r) for r in runs.get('sink', []))} |",
         "",
+        *_sink_like_for_like(sink),
     ]
+
+
+def _sink_like_for_like(sink: dict[str, Any]) -> list[str]:
+    """The baseline with the sink's dedupe attribute, and CPU per message, when measured."""
+    lines: list[str] = []
+    attributed = sink.get("attributedBaselineMsgPerSec")
+    if attributed:
+        runs = sink.get("runs", {}).get("attributed", [])
+        lines += [
+            "Like for like: the same loop with the `spark_sqs.dedupeId` attribute the sink adds "
+            f"to every message on a standard queue ran at {_f(attributed)} msgs/s "
+            f"({', '.join(_f(r) for r in runs)}): ratio {sink['ratioAttributed']:.2f}. "
+            "Per repeat (sink / baseline, sink / attributed baseline): "
+            + ", ".join(
+                f"{a:.2f} / {b:.2f}"
+                for a, b in zip(
+                    sink.get("pairRatios", []), sink.get("pairRatiosAttributed", []), strict=False
+                )
+            )
+            + ".",
+            "",
+        ]
+    cpu = sink.get("cpuMicrosPerMessage")
+    if cpu:
+        lines += [
+            "CPU per message (us; client: the bench process with Spark's JVM and Python workers; "
+            "server: SQS server and delay proxy): "
+            + "; ".join(f"{kind} {v['client']:.0f} + {v['server']:.0f}" for kind, v in cpu.items())
+            + ".",
+            "",
+        ]
+    if sink.get("loadAverage"):
+        lines += [f"Load average after the runs: {_f(sink['loadAverage'][0], 1)}.", ""]
+    if sink.get("measured"):
+        lines += [
+            f"This section was measured on its own on {sink['measured']} (`{sink['by']}`), "
+            "not in the run the other sections come from.",
+            "",
+        ]
+    return lines
 
 
 def write(results: dict[str, Any], out_dir: Path) -> Path:

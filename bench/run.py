@@ -178,6 +178,13 @@ class Endpoints:
             via = f"http://127.0.0.1:{self.localstack_proxy.value}"
         return (via if proxied else direct), direct
 
+    def pids(self, server: str) -> tuple[int, ...]:
+        """The server's and its delay proxy's process ids (for CPU accounting)."""
+        if server == "moto":
+            return (self.moto.pid, self.moto_proxy.pid)
+        assert self.localstack is not None and self.localstack_proxy is not None
+        return (self.localstack.pid, self.localstack_proxy.pid)
+
     def stop(self) -> None:
         for child in reversed(self._children):
             try:
@@ -414,8 +421,14 @@ def sink_section(spark: Any, eps: Endpoints, args: argparse.Namespace) -> dict:
         in_flight=SINK_IN_FLIGHT,
         repeats=args.sink_repeats,
         body_bytes=args.body_bytes,
+        server_pids=eps.pids(server),
     )
-    return {"server": server, "proxied": True, "delayMs": args.delay_ms, **result}
+    return {
+        "server": server,
+        "proxied": True,
+        "delayMs": args.delay_ms,
+        **result,
+    }
 
 
 def hotpath_section(eps: Endpoints, args: argparse.Namespace, out_dir: Path) -> dict:

@@ -68,6 +68,14 @@ SINK_OPTIONS: tuple[OptionSpec, ...] = (
         "failing the write.",
     ),
     OptionSpec(
+        "dedupeAttribute",
+        "true",
+        "Standard queues: add the message attribute `spark_sqs.dedupeId` (the row's "
+        "deduplication id) to every message, so consumers can drop copies. `false` sends no "
+        "such attribute (consumers then cannot tell a copy from a new message); FIFO queues "
+        "never get it.",
+    ),
+    OptionSpec(
         "metricsLocation",
         None,
         "Local directory: one JSON file of counters per committed batch/write.",
@@ -98,6 +106,7 @@ class SinkOptions:
     max_send_attempts: int
     oversize_dead_letter_queue_url: str | None
     metrics_location: str | None
+    dedupe_attribute: bool = True
 
     @property
     def is_fifo(self) -> bool:
@@ -188,4 +197,5 @@ class SinkOptions:
             max_send_attempts=_int(get, "maxSendAttempts", 1, 100),
             oversize_dead_letter_queue_url=dlq,
             metrics_location=metrics.removeprefix("file://") if metrics else None,
+            dedupe_attribute=_bool(get, "dedupeAttribute"),
         )

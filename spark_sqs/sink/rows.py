@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import (
     BinaryType,
@@ -34,6 +34,9 @@ from pyspark.sql.types import (
 )
 
 from .errors import OversizeRowError, SinkInputError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Row
 
 # The message attribute carrying the deduplication id on standard queues, for consumers.
 DEDUPE_ATTRIBUTE = "spark_sqs.dedupeId"
@@ -244,16 +247,19 @@ class RowConverter:
         max_message_size: int,
         oversize_allowed: bool,
         where: str,
+        dedupe_attribute: bool = True,
     ) -> None:
         self.layout = layout
         self.fifo = fifo
+        # Standard queues only: FIFO queues deduplicate by MessageDeduplicationId themselves.
+        self.dedupe_attribute = dedupe_attribute and not fifo
         self.dedupe = dedupe
         self.max_message_size = max_message_size
         self.oversize_allowed = oversize_allowed
         self.where = where
         self.dedupe_attribute_skipped = 0
 
-    def convert(self, position: int, row: Any) -> Entry:
+    def convert(self, position: int, row: Row) -> Entry:
         lay = self.layout
         body = row[lay.body]
         if body is None or body == "":
@@ -283,7 +289,7 @@ class RowConverter:
                 dedupe_id = self.dedupe.from_message_id(message_id)
             else:
                 dedupe_id = self.dedupe.from_content(content_digest(body, group, delay, attributes))
-        if not self.fifo:
+        if self.dedupe_attribute:
             # Standard queues take no deduplication id: consumers get it as an attribute.
             attributes = dict(attributes or {})
             if DEDUPE_ATTRIBUTE in attributes or len(attributes) < MAX_ATTRIBUTES:

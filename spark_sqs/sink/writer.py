@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
@@ -29,6 +29,9 @@ from .errors import OversizeRowError, SinkInputError
 from .options import SinkOptions
 from .rows import DedupeIds, Entry, Layout, RowConverter
 from .sending import SendCounters, Sender
+
+if TYPE_CHECKING:
+    from pyspark.sql import Row
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +114,7 @@ class SqsBatchWriter(DataSourceWriter):
         # same ids: this writer, and its id, is pickled once into every task.
         return cls(target, sink.write_id or f"auto-{uuid.uuid4()}")
 
-    def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
+    def write(self, iterator: Iterator[Row]) -> SinkCommitMessage:
         from pyspark import TaskContext
 
         context = TaskContext.get()
@@ -137,7 +140,7 @@ class SqsStreamWriter(DataSourceStreamWriter):
     def create(cls, options: Mapping[str, str], schema: StructType) -> SqsStreamWriter:
         return cls(prepare(SinkOptions.parse(options), schema))
 
-    def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
+    def write(self, iterator: Iterator[Row]) -> SinkCommitMessage:
         from pyspark import TaskContext
 
         context = TaskContext.get()
@@ -163,7 +166,7 @@ class SqsStreamWriter(DataSourceStreamWriter):
 
 
 def write_partition(
-    target: WriteTarget, rows: Iterator[Any], scope: str, partition: int, what: str
+    target: WriteTarget, rows: Iterator[Row], scope: str, partition: int, what: str
 ) -> SinkCommitMessage:
     """Send one partition's rows; runs in a Spark task."""
     options = target.options
@@ -175,6 +178,7 @@ def write_partition(
         max_message_size=target.queue.max_message_size,
         oversize_allowed=target.dead_letter is not None,
         where=f"partition {partition} of {what}",
+        dedupe_attribute=options.dedupe_attribute,
     )
     sender = Sender(
         client,
@@ -301,7 +305,9 @@ def _client(connection: SqsOptions, in_flight: int) -> SqsClient:
     with _CLIENTS_LOCK:
         client = _CLIENTS.get(key)
         if client is None:
+            # Requests are built from rows checked by RowConverter (types, ranges, sizes):
+            # botocore's validation of every entry again would only cost CPU on each call.
             client = _CLIENTS[key] = make_client(
-                connection, max_pool_connections=max(16, in_flight + 2)
+                connection, max_pool_connections=max(16, in_flight + 2), parameter_validation=False
             )
         return client

@@ -193,6 +193,14 @@ def test_extra_columns_can_be_ignored(spark, moto_endpoint, sqs, queue_url):
     assert sorted(m["Body"] for m in _receive_all(sqs, queue_url, 2)) == ["a", "b"]
 
 
+def test_dedupe_attribute_can_be_turned_off(spark, moto_endpoint, sqs, queue_url):
+    df = spark.createDataFrame([("a",), ("b",)], "body string")
+    _write(df, moto_endpoint, queue_url, dedupeAttribute="false")
+    messages = _receive_all(sqs, queue_url, 2)
+    assert sorted(m["Body"] for m in messages) == ["a", "b"]
+    assert all("MessageAttributes" not in m for m in messages)
+
+
 def test_fifo_queue_without_group_column_fails(spark, moto_endpoint, sqs, fifo_queue_url):
     df = spark.createDataFrame([("a",)], "body string")
     text = _write_fails(df, moto_endpoint, fifo_queue_url, writeId="w")

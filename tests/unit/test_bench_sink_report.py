@@ -36,6 +36,29 @@ def test_sink_section_reports_the_ratio_and_whether_it_meets_the_target() -> Non
     assert sink_lines(None) == []  # section skipped or failed
 
 
+def test_sink_section_reports_the_like_for_like_ratio_and_cpu() -> None:
+    sink = {
+        **_sink(400.0, 360.0),
+        "attributedBaselineMsgPerSec": 380.0,
+        "ratioAttributed": round(360 / 380, 3),
+        "runs": {"baseline": [400.0], "attributed": [380.0], "sink": [360.0]},
+        "pairRatios": [0.9],
+        "pairRatiosAttributed": [0.947],
+        "cpuMicrosPerMessage": {
+            "baseline": {"client": 120.0, "server": 250.0},
+            "sink": {"client": 200.0, "server": 270.0},
+        },
+        "loadAverage": [7.5, 7.0, 6.0],
+    }
+    text = "\n".join(sink_lines(sink))
+    assert "ran at 380 msgs/s (380): ratio 0.95" in text
+    assert "0.90 / 0.95" in text
+    assert "baseline 120 + 250; sink 200 + 270." in text
+    assert "Load average after the runs: 7.5." in text
+    # Older results without them: no such lines.
+    assert "Like for like" not in "\n".join(sink_lines(_sink(400.0, 360.0)))
+
+
 def test_quick_mode_shrinks_the_sink_runs() -> None:
     full, quick = _args([]), _args(["--quick"])
     assert (full.sink_messages, full.sink_repeats) == (20000, 3)

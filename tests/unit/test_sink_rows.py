@@ -111,6 +111,29 @@ def test_standard_rows_carry_the_dedupe_id_as_an_attribute():
     assert entry.size == message_size("hello", entry.attributes)
 
 
+def test_dedupe_attribute_false_sends_no_attribute_on_a_standard_queue():
+    opts = SinkOptions.parse({"queueUrl": URL, "dedupeAttribute": "false"}, env={})
+    assert not opts.dedupe_attribute
+    assert SinkOptions.parse({"queueUrl": URL}, env={}).dedupe_attribute
+    conv = RowConverter(
+        _layout("body string, messageAttributes map<string,string>"),
+        fifo=False,
+        dedupe=DedupeIds("s", 0),
+        max_message_size=1024,
+        oversize_allowed=False,
+        where="partition 0 of batch 3",
+        dedupe_attribute=opts.dedupe_attribute,
+    )
+    plain = conv.convert(0, ("hello", None))
+    assert plain.attributes is None and plain.size == len("hello")
+    assert plain.request("0", fifo=False).keys() == {"Id", "MessageBody"}
+    # The row's own attributes still go; the id is still derived (a FIFO dead-letter queue
+    # uses it).
+    own = conv.convert(1, ("hello", {"a": "1"}))
+    assert own.attributes == {"a": {"DataType": "String", "StringValue": "1"}}
+    assert own.dedupe_id and len(own.dedupe_id) == 64
+
+
 def test_source_attribute_structs_are_written_back_unchanged():
     conv = _converter("body string, messageAttributes attributes")
     attrs = {
