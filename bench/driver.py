@@ -437,6 +437,21 @@ def _summarise(
     cpu_per_10k = cpu / acknowledged * 10_000 if acknowledged else None
     reads = ("GET", "HEAD")
     journal = point.journal == "s3"
+    # A second projection, paced by batches: the driver's CPU in the calls Spark makes once per
+    # batch (latestOffset, commit, partitions, pickling) costs per batch; its CPU while the
+    # workers read (the heartbeat, lease renewals) costs per second of wall time, a fraction
+    # of a core whatever the rate. The bench's workers share 2 cores, so its batches last
+    # minutes and that per-second work is charged to few messages by the first projection;
+    # at the ceiling a batch lasts M / rate seconds. Ceiling = M * (1 - H) / C_batch.
+    read_phase = "read (workers; driver: heartbeat)"
+    batch_cpu = sum(v for k, v in m["phase_cpu"].items() if k != read_phase) / n if n else 0.0
+    read_wall = m["phase_wall"].get(read_phase, 0.0)
+    background = m["phase_cpu"].get(read_phase, 0.0) / read_wall if read_wall else 0.0
+    paced = (
+        round(point.messages * (1.0 - background) / batch_cpu)
+        if batch_cpu > 0 and background < 1.0
+        else None
+    )
     result: dict[str, Any] = {
         "point": asdict(point),
         "settings": asdict(settings),
@@ -448,6 +463,9 @@ def _summarise(
         "driver_wall_seconds": round(m["measured_wall"], 4),
         "driver_cpu_per_10k_messages": None if cpu_per_10k is None else round(cpu_per_10k, 5),
         "projected_ceiling_msgs_per_s": round(10_000 / cpu_per_10k) if cpu_per_10k else None,
+        "driver_cpu_per_batch_outside_read": round(batch_cpu, 4),
+        "driver_background_cpu_per_wall_s": round(background, 5),
+        "projected_ceiling_batch_paced_msgs_per_s": paced,
         "driver_cpu_by_phase": m["phase_cpu"],
         "wall_by_phase": m["phase_wall"],
         "sqs_calls_per_batch": {
@@ -565,7 +583,8 @@ def summary_lines(results: list[dict[str, Any]], baseline: dict[str, Any] | None
     lines = [
         "receivers  msgs/batch  drop-set  journal | driver CPU s/10k  ceiling msg/s | "
         "SQS calls/batch (driver, workers) | journal req/batch (driver, workers) | "
-        "driver reads/entry | pickled B/partition | driver RSS MiB"
+        "driver reads/entry | pickled B/partition | driver RSS MiB | "
+        "CPU s/batch (no read), heartbeat CPU/s, paced ceiling msg/s"
         + (" | CPU vs baseline" if base else "")
     ]
     for r in results:
@@ -586,6 +605,12 @@ def summary_lines(results: list[dict[str, Any]], baseline: dict[str, Any] | None
             f"{r['pickled_bytes_per_partition']['mean']:>12,} | "
             f"{r['driver_rss_peak_bytes'] / 2**20:>8,.0f}"
         )
+        if r.get("projected_ceiling_batch_paced_msgs_per_s"):
+            line += (
+                f" | {r['driver_cpu_per_batch_outside_read']:>6.3f}, "
+                f"{r['driver_background_cpu_per_wall_s']:.4f}, "
+                f"{r['projected_ceiling_batch_paced_msgs_per_s']:>10,}"
+            )
         b = base.get(json.dumps(p, sort_keys=True))
         if b and b.get("driver_cpu_per_10k_messages"):
             ratio = b["driver_cpu_per_10k_messages"] / r["driver_cpu_per_10k_messages"]
@@ -617,6 +642,21 @@ def summary_lines(results: list[dict[str, Any]], baseline: dict[str, Any] | None
             for r in sel
         )
         lines.append(f"  {receivers} receivers: {parts}")
+    paced = [r for r in ok if r.get("projected_ceiling_batch_paced_msgs_per_s")]
+    if paced:
+        lines.append("")
+        lines.append(
+            "Paced by batches (M x (1 - heartbeat CPU per wall second) / driver CPU per batch "
+            "outside the read phase):"
+        )
+        for receivers in sorted({r["point"]["receivers"] for r in paced}):
+            sel = [r for r in paced if r["point"]["receivers"] == receivers]
+            parts = ", ".join(
+                f"{r['projected_ceiling_batch_paced_msgs_per_s']:,} msg/s "
+                f"(M={r['point']['messages']:,}, drop {r['point']['drop_ids']:,})"
+                for r in sel
+            )
+            lines.append(f"  {receivers} receivers: {parts}")
     return lines
 
 
