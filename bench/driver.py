@@ -611,6 +611,8 @@ def summary_lines(results: list[dict[str, Any]], baseline: dict[str, Any] | None
                 f"{r['driver_background_cpu_per_wall_s']:.4f}, "
                 f"{r['projected_ceiling_batch_paced_msgs_per_s']:>10,}"
             )
+        if r.get("measured_at_commit"):
+            line += f" | measured at {r['measured_at_commit']}"
         b = base.get(json.dumps(p, sort_keys=True))
         if b and b.get("driver_cpu_per_10k_messages"):
             ratio = b["driver_cpu_per_10k_messages"] / r["driver_cpu_per_10k_messages"]
@@ -898,7 +900,11 @@ SQS ({delay_ms:g} ms per call, no cost per message) and moto's S3 as the journal
 requests by sender. Driver CPU = the driver process's CPU over {batches} measured batch(es) after
 {warmup} warm-up batch(es), every thread included (the delete pool, the heartbeat every
 visibilityTimeout/5 = {heartbeat:g} s, the S3 client's threads); per 10,000 messages acknowledged
-in that window. Ceiling = 10,000 / that figure. The machine ({cpus} cores) was shared (load
+in that window. Ceiling = 10,000 / that figure. Paced ceiling = M x (1 - H) / C: C the driver's
+CPU per batch in the calls Spark makes once a batch (latestOffset, commit, partitions, pickling),
+H its CPU per wall second while the workers read (the heartbeat, lease renewals: a share of a
+core whatever the rate, which the first figure charges to the few batches these minutes-long
+batches make). The machine ({cpus} cores) was shared (load
 average {load}): CPU seconds are less sensitive to that than wall time, but compare figures
 measured in the same conditions.
 """
@@ -938,10 +944,12 @@ def report(doc: dict[str, Any], baseline: dict[str, Any] | None, out: Path) -> l
         cpus=doc["machine"]["cpu_count"],
         load=", ".join(f"{x:.1f}" for x in doc["machine"]["load_average_at_end"]),
     )
+    notes = "".join(f"\n{n}\n" for n in doc.get("notes", ()))
     md = out / "driver.md"
     md.write_text(
         "# Driver ceiling without Spark (issue 14)\n\n"
         + method
+        + notes
         + "\n![driver](driver.png)\n\n```\n"
         + "\n".join(lines)
         + "\n```\n"
