@@ -200,34 +200,38 @@ class Acknowledger:
         out: list[AckAssignment] = []
         for batch in due:
             visibility = self._heartbeat.snapshot(batch) if self._heartbeat is not None else None
-            valid_until = self._valid_until(visibility)
             # The same LIST names the deadlines receivers extended their entries to (markers):
             # the heartbeat may not have looked at the batch yet.
             entries, extended = self._journal.batch_index(batch)
+            lost = tuple(sorted(visibility.lost)) if visibility else ()
             for entry in entries:
                 out.append(
                     AckAssignment(
                         batch,
                         entry,
                         receivers[len(out) % len(receivers)],
-                        valid_until=max(valid_until, extended.get(entry, 0.0)),
-                        lost=tuple(sorted(visibility.lost)) if visibility else (),
+                        valid_until=max(
+                            self._entry_valid_until(visibility, entry), extended.get(entry, 0.0)
+                        ),
+                        lost=lost,
                     )
                 )
         return tuple(out)
 
-    def _valid_until(self, visibility: BatchVisibility | None) -> float:
-        """The earliest time any handle of the batch may expire, as far as this driver knows:
-        only an extension the heartbeat made or a receiver recorded (its marker) counts, else
-        the receive baseline applies."""
-        known = (
-            [*visibility.expires_at.values(), *visibility.held_until.values()] if visibility else []
-        )
-        if visibility is None or not known:
-            # Not extended yet: valid for a visibility timeout from the batch's planning,
-            # which precedes every receive of it; inherited batches are uncertain.
-            return visibility.valid_from + self._visibility if visibility else 0.0
-        return min(known)
+    def _entry_valid_until(self, visibility: BatchVisibility | None, entry: int) -> float:
+        """The earliest time a handle of ``entry`` may expire, as far as this driver knows:
+        what the heartbeat tracks of that entry, else the deadline its marker named when the
+        heartbeat listed it, else the receive baseline (a visibility timeout from the batch's
+        planning; 0 for an inherited batch). Not the batch's earliest: one entry near expiry
+        must not make every delete of the batch uncertain, and an entry the heartbeat has not
+        read yet is bounded by its own receive, never by other entries' extensions."""
+        if visibility is None:
+            return 0.0
+        if entry in visibility.entry_expires:
+            return visibility.entry_expires[entry]
+        if entry in visibility.held_until:
+            return visibility.held_until[entry]
+        return visibility.valid_from + self._visibility if visibility.valid_from else 0.0
 
     def drop_ids(self, before_or_at: int, receive_window: float = 0.0) -> frozenset[str]:
         """Ids a receiver of batch ``before_or_at`` must drop: recorded uncertain
@@ -261,14 +265,15 @@ class Acknowledger:
             return True
         visibility = self._heartbeat.snapshot(batch)
         needed = now + window + self._margin
-        if self._valid_until(visibility) >= needed:
-            return False
-        if visibility.expires_at or visibility.lost:
-            return True
-        # Not read by the heartbeat yet: receivers that extended their own entries name the
-        # deadline in a marker (one LIST), which spares reading every entry of the batch.
+        # Entry by entry (one LIST): an entry the heartbeat has not read is bounded by its own
+        # marker or receive, never by what the heartbeat extended of other entries. Receivers
+        # that extended their own entries name the deadline in a marker, which spares reading
+        # every entry of the batch. Lost ids are dropped apart (drop_ids).
         entries, extended = self._journal.batch_index(batch)
-        return not entries or any(extended.get(e, 0.0) < needed for e in entries)
+        return not entries or any(
+            max(self._entry_valid_until(visibility, e), extended.get(e, 0.0)) < needed
+            for e in entries
+        )
 
     def acknowledge_through(self, batch: int, *, next_batch_follows: bool = False) -> AckStats:
         """Acknowledge every pending batch up to ``batch`` (committed by Spark). With

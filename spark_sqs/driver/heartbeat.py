@@ -73,6 +73,7 @@ class _Tracked:
     expires: float  # monotonic time at which the message becomes visible again
     ceiling: float  # monotonic time 12 h after the receive
     queue: str | None = None  # the queue of the message (several queues: queues.py)
+    receiver: int = -1  # the journal entry it came from
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,10 @@ class BatchVisibility:
     # Receiver -> wall-clock time until which its receiver's own extension keeps the entry's
     # messages invisible (their marker), for entries the heartbeat has not read.
     held_until: dict[int, float] = field(default_factory=dict)
+    # Receiver -> wall-clock time the first of its entry's tracked messages becomes visible
+    # again, for entries the heartbeat read: a bound on that entry alone, where the batch's
+    # earliest would make every entry's deletes uncertain for one entry's sake.
+    entry_expires: dict[int, float] = field(default_factory=dict)
 
 
 class Heartbeat:
@@ -156,11 +161,17 @@ class Heartbeat:
         with self.lock:
             now, wall = self._clock(), self._wall()
             tracked = self._tracked.get(batch, {})
+            entry_expires: dict[int, float] = {}
+            for t in tracked.values():
+                at = wall + (t.expires - now)
+                if at < entry_expires.get(t.receiver, float("inf")):
+                    entry_expires[t.receiver] = at
             return BatchVisibility(
                 expires_at={i: wall + (t.expires - now) for i, t in tracked.items()},
                 lost=frozenset(self._lost.get(batch, ())),
                 valid_from=self._valid_from.get(batch, 0.0),
                 held_until={r: wall + (u - now) for r, u in self._held.get(batch, {}).items()},
+                entry_expires=entry_expires,
             )
 
     def forget(self, batch: int) -> None:
@@ -293,6 +304,7 @@ class Heartbeat:
                 expires=expires,
                 ceiling=received + MAX_INVISIBLE_SECONDS,
                 queue=entry.queue_url,
+                receiver=receipts.receiver,
             )
 
     def _due_extensions(self) -> tuple[dict[int, list[tuple[int, str, _Tracked]]], float]:

@@ -317,3 +317,34 @@ def test_a_batch_its_receivers_extended_is_not_dropped_nor_read_when_planning_la
     assert plan3 is not None and plan3.drop_count == 0
     reads = [k for m, k in world.store.calls if m == "read" and k.endswith(".arrow")]
     assert not [k for k in reads if k.startswith("batches/000000000002/")]
+
+
+def test_an_entry_the_heartbeat_has_not_read_is_bounded_by_its_own_receive(world: World) -> None:
+    """Acknowledgement assignments and drop sets bound each entry by what is known of it: an
+    entry journaled after the heartbeat's last read (no marker: the batch was not flagged
+    slow) keeps its receive baseline, however far the heartbeat extended the other entries;
+    and an entry the heartbeat extended is not held back by another entry near expiry."""
+    parts = world.batch(0)  # batch 1, planned at NOW, no executor extension
+    assert world.journal.read_plan(1).extend_by == 0
+    first, late = parts[:2], parts[2:]
+    world.run(first)
+    world.advance(20)  # past the heartbeat's discovery delay, within two ticks of expiry
+    world.state.heartbeat.tick()
+    extended = {e["ReceiptHandle"] for e in world.extensions()}
+    early = {h for p in first for h in _handles(world.journal, 1, p.receiver)}
+    assert early and early <= extended
+    world.run(late)  # journaled after the tick: unknown to the heartbeat, no marker
+    world.advance(5)  # its receive baseline may now lapse while batch 2 receives
+    world.batch(1)  # commits batch 1, plans batch 2 (its receivers delete batch 1)
+    plan2 = world.journal.read_plan(2)
+    assert plan2 is not None
+    valid = {a.receiver: a.valid_until for a in plan2.acks if a.batch == 1}
+    assert valid[late[0].receiver] == pytest.approx(NOW + VISIBILITY)
+    for p in first:
+        assert valid[p.receiver] == pytest.approx(NOW + 20 + 900)
+    assert not plan2.acks[0].lost
+    # The late entry's handles may lapse while batch 2 receives: its ids are dropped.
+    entry = world.journal.read_entry(1, late[0].receiver)
+    assert entry is not None
+    drops = world.journal.read_drops(plan2.drops)
+    assert set(entry.column("messageId").to_pylist()) <= drops

@@ -461,6 +461,30 @@ def test_s3_journal(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert journal.read_state() == JournalState(2, 1)
 
 
+def test_s3_journal_client_leaves_timestamps_unparsed(
+    s3_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A LIST page's LastModified values cost most of its parsing; the journal never reads them.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    location = f"s3://journal-bucket/{uuid.uuid4().hex}?endpoint_override={s3_endpoint}&scheme=http"
+    journal = Journal(location, make_options(location, region="us-east-1"))
+    journal.write_entry(1, 0, table_of(0))
+    assert journal.receivers(1) == [0]
+    store = journal.store
+    page = store.client.list_objects_v2(Bucket=store.bucket, Prefix=store.prefix + "/")
+    stamp = page["Contents"][0]["LastModified"]
+    assert isinstance(stamp, str) and stamp[:2] == "20", stamp
+    # Other clients (SQS's, the user's) keep botocore's parsing.
+    import boto3
+
+    other = boto3.client(
+        "s3", region_name="us-east-1", endpoint_url=f"http://{s3_endpoint}"
+    ).list_objects_v2(Bucket=store.bucket, Prefix=store.prefix + "/")
+    assert not isinstance(other["Contents"][0]["LastModified"], str)
+
+
 def test_s3_journal_rejects_unknown_location_parameters(s3_endpoint: str) -> None:
     location = f"s3://journal-bucket/j?endpoint_override={s3_endpoint}&colour=blue"
     journal = Journal(location, make_options(location, region="us-east-1"))
