@@ -44,7 +44,6 @@ from .extension import extend_journaled
 if TYPE_CHECKING:
     from ..journal import EntryReceipts
     from ..options import SqsOptions
-    from .envelopes import PayloadDeleter
 
 logger = logging.getLogger(__name__)
 

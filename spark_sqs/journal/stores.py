@@ -25,6 +25,7 @@ from ..errors import InvalidOptionError, JournalError, JournalOutcomeUnknown
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    import boto3.session
     from botocore.paginate import Paginator
 
     from ..options import SqsOptions
@@ -438,7 +439,7 @@ def _keep_raw(value: str) -> str:
     return value
 
 
-def _skip_timestamps(session: Any) -> None:
+def _skip_timestamps(session: boto3.session.Session) -> None:
     """The journal reads keys and bodies, never a timestamp; botocore parses every
     ``LastModified`` of a LIST page with dateutil, about three quarters of the CPU a LIST of
     500 keys costs (measured: 40-50 ms a page; the driver lists each batch's entries, markers
