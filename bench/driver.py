@@ -636,14 +636,7 @@ def summary_lines(results: list[dict[str, Any]], baseline: dict[str, Any] | None
     lines.append("")
     lines.append("Projected ceiling of one driver (10,000 / driver CPU s per 10k msgs):")
     ok = [r for r in results if "error" not in r and r.get("driver_cpu_per_10k_messages")]
-    for receivers in sorted({r["point"]["receivers"] for r in ok}):
-        sel = [r for r in ok if r["point"]["receivers"] == receivers]
-        parts = ", ".join(
-            f"{r['projected_ceiling_msgs_per_s']:,} msg/s (M={r['point']['messages']:,}, "
-            f"drop {r['point']['drop_ids']:,}, {r['point']['journal']})"
-            for r in sel
-        )
-        lines.append(f"  {receivers} receivers: {parts}")
+    lines += _ceilings_by_receivers(ok, "projected_ceiling_msgs_per_s", with_journal=True)
     paced = [r for r in ok if r.get("projected_ceiling_batch_paced_msgs_per_s")]
     if paced:
         lines.append("")
@@ -651,14 +644,25 @@ def summary_lines(results: list[dict[str, Any]], baseline: dict[str, Any] | None
             "Paced by batches (M x (1 - heartbeat CPU per wall second) / driver CPU per batch "
             "outside the read phase):"
         )
-        for receivers in sorted({r["point"]["receivers"] for r in paced}):
-            sel = [r for r in paced if r["point"]["receivers"] == receivers]
-            parts = ", ".join(
-                f"{r['projected_ceiling_batch_paced_msgs_per_s']:,} msg/s "
-                f"(M={r['point']['messages']:,}, drop {r['point']['drop_ids']:,})"
-                for r in sel
-            )
-            lines.append(f"  {receivers} receivers: {parts}")
+        lines += _ceilings_by_receivers(
+            paced, "projected_ceiling_batch_paced_msgs_per_s", with_journal=False
+        )
+    return lines
+
+
+def _ceilings_by_receivers(
+    rows: list[dict[str, Any]], key: str, *, with_journal: bool
+) -> list[str]:
+    """One line per receiver count: the ceiling ``key`` of each of its points."""
+    lines = []
+    for receivers in sorted({r["point"]["receivers"] for r in rows}):
+        parts = ", ".join(
+            f"{r[key]:,} msg/s (M={r['point']['messages']:,}, drop {r['point']['drop_ids']:,}"
+            + (f", {r['point']['journal']})" if with_journal else ")")
+            for r in rows
+            if r["point"]["receivers"] == receivers
+        )
+        lines.append(f"  {receivers} receivers: {parts}")
     return lines
 
 
