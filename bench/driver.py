@@ -269,8 +269,8 @@ def run_point(point: Point, settings: Settings) -> dict[str, Any]:
             "numPartitions": str(point.receivers),
             "maxMessagesPerTrigger": str(point.messages),
             # Room for the committed batch (deleted by the next batch's receivers) and the
-            # next one; a batch of 120,000 fills SQS's in-flight limit alone, so its deletes
-            # fall back to the driver.
+            # next one; a batch of 120,000 fills SQS's in-flight limit alone, so every other
+            # batch only acknowledges the one before it.
             "maxInFlightMessages": str(min(120_000, max(60_000, 2 * point.messages))),
             "visibilityTimeout": str(settings.visibility_timeout),
         }
@@ -447,9 +447,12 @@ def _summarise(
     batch_cpu = sum(v for k, v in m["phase_cpu"].items() if k != read_phase) / n if n else 0.0
     read_wall = m["phase_wall"].get(read_phase, 0.0)
     background = m["phase_cpu"].get(read_phase, 0.0) / read_wall if read_wall else 0.0
+    # M: messages acknowledged per measured batch, not the point's batch size: when a batch
+    # fills maxInFlightMessages, the next one only acknowledges it (no messages of its own).
+    per_batch_msgs = acknowledged / n if n else 0.0
     paced = (
-        round(point.messages * (1.0 - background) / batch_cpu)
-        if batch_cpu > 0 and background < 1.0
+        round(per_batch_msgs * (1.0 - background) / batch_cpu)
+        if batch_cpu > 0 and background < 1.0 and per_batch_msgs
         else None
     )
     result: dict[str, Any] = {
@@ -642,7 +645,7 @@ def summary_lines(results: list[dict[str, Any]], baseline: dict[str, Any] | None
         lines.append("")
         lines.append(
             "Paced by batches (M x (1 - heartbeat CPU per wall second) / driver CPU per batch "
-            "outside the read phase):"
+            "outside the read phase; M the messages acknowledged per measured batch):"
         )
         lines += _ceilings_by_receivers(
             paced, "projected_ceiling_batch_paced_msgs_per_s", with_journal=False
@@ -904,13 +907,14 @@ SQS ({delay_ms:g} ms per call, no cost per message) and moto's S3 as the journal
 requests by sender. Driver CPU = the driver process's CPU over {batches} measured batch(es) after
 {warmup} warm-up batch(es), every thread included (the delete pool, the heartbeat every
 visibilityTimeout/5 = {heartbeat:g} s, the S3 client's threads); per 10,000 messages acknowledged
-in that window. Ceiling = 10,000 / that figure. Paced ceiling = M x (1 - H) / C: C the driver's
-CPU per batch in the calls Spark makes once a batch (latestOffset, commit, partitions, pickling),
-H its CPU per wall second while the workers read (the heartbeat, lease renewals: a share of a
-core whatever the rate, which the first figure charges to the few batches these minutes-long
-batches make). The machine ({cpus} cores) was shared (load
-average {load}): CPU seconds are less sensitive to that than wall time, but compare figures
-measured in the same conditions.
+in that window. Ceiling = 10,000 / that figure. Paced ceiling = M x (1 - H) / C: M the messages
+acknowledged per measured batch (half a full batch when every other batch only acknowledges,
+at 120,000 a batch), C the driver's CPU per batch in the calls Spark makes once a batch
+(latestOffset, commit, partitions, pickling), H its CPU per wall second while the workers
+read (the heartbeat, lease renewals: a share of a core whatever the rate, which the first
+figure charges to the few batches these minutes-long batches make). The machine ({cpus}
+cores) was shared (load average {load}): CPU seconds are less sensitive to that than wall
+time, but compare figures measured in the same conditions.
 """
 
 

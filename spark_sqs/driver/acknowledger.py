@@ -190,13 +190,20 @@ class Acknowledger:
                 self._assigned[batch] = plan.batch
                 self._reporters[batch] = {a.by for a in plan.acks if a.batch == batch}
 
+    def unassigned(self, committed: int) -> list[int]:
+        """Committed pending batches whose deletes no planned batch's receivers were given yet
+        (none without deleteOnCommit: nothing is deleted, the driver removes the entries)."""
+        if not self._delete:
+            return []
+        return [b for b in sorted(self._pending) if b <= committed and b not in self._assigned]
+
     def assignments(self, committed: int, receivers: list[int]) -> tuple[AckAssignment, ...]:
         """Spread the entries of the committed, unassigned pending batches over ``receivers``
         of the batch being planned (only with deleteOnCommit: otherwise nothing is deleted
         and the driver removes the entries itself)."""
-        if not self._delete or not receivers:
+        if not receivers:
             return ()
-        due = [b for b in sorted(self._pending) if b <= committed and b not in self._assigned]
+        due = self.unassigned(committed)
         out: list[AckAssignment] = []
         for batch in due:
             visibility = self._heartbeat.snapshot(batch) if self._heartbeat is not None else None

@@ -244,18 +244,32 @@ class Coordinator:
             # is needed to deliver or settle them, queue empty or not.
             unsettled = [b for b in self.acknowledger.pending if committed is None or b > committed]
             batch_limit = self.flow.batch_limit(limit, self.acknowledger.pending_messages())
+            acknowledge_only = False
             if batch_limit == 0 and committed is not None and self.acknowledger.pending:
-                # The committed batches alone fill maxInFlightMessages: the next batch, whose
-                # receivers would delete them, cannot start. The driver deletes them itself.
-                self._acknowledge(committed)
-                batch_limit = self.flow.batch_limit(limit, self.acknowledger.pending_messages())
+                # The committed batches alone fill maxInFlightMessages: no batch may receive
+                # before they are deleted. While the queue has more, the next batch only
+                # acknowledges (its receivers delete them on the executors and receive
+                # nothing); otherwise (an idle queue, AvailableNow, deleteOnCommit=false) no
+                # next batch would come, and the driver deletes them itself.
+                acknowledge_only = (
+                    self.flow.available_now is None
+                    and bool(self.acknowledger.unassigned(committed))
+                    and self.poller.has_messages()
+                )
+                if not acknowledge_only:
+                    self._acknowledge(committed)
+                    batch_limit = self.flow.batch_limit(limit, self.acknowledger.pending_messages())
             remaining = self.flow.remaining_available_now(self.acknowledger.totals.messages)
             if remaining is not None:
                 batch_limit = min(batch_limit, remaining)
-            start_batch = bool(unsettled) or (
-                batch_limit > 0
-                and self.poller.has_messages()
-                and not self.flow.wait_for_more(self.poller.visible)
+            start_batch = (
+                bool(unsettled)
+                or acknowledge_only
+                or (
+                    batch_limit > 0
+                    and self.poller.has_messages()
+                    and not self.flow.wait_for_more(self.poller.visible)
+                )
             )
             if not start_batch or self.flow.available_now is not None:
                 # No next batch (an idle queue), or Trigger.AvailableNow, which counts what it
@@ -265,6 +279,13 @@ class Coordinator:
             if not start_batch:
                 return offsets.make(committed if committed is not None else planned)
             new_batch = max(planned, committed or 0) + 1
+            if acknowledge_only:
+                logger.info(
+                    "batch %d acknowledges batches %s only: they fill maxInFlightMessages=%d",
+                    new_batch,
+                    self.acknowledger.unassigned(committed or 0),
+                    self.options.max_in_flight_messages,
+                )
             self.markers.advance(planned=new_batch)
             self._limits[new_batch] = batch_limit
             self.flow.started_batch()
@@ -408,6 +429,7 @@ class Coordinator:
             drops=self.journal.write_drops(drop_ids, batch),
             drop_count=len(drop_ids),
             delete_after_journal=self.options.delete_after_journal,
+            acknowledging=bool(self.acknowledger.unassigned(first)),
         )
         plan = replace(plan, extend_by=self._executor_extension())
         plan = with_queues(plan, self.poller.visible_by_queue(), rotate=batch)

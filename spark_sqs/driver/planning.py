@@ -65,6 +65,7 @@ def new_plan(
     drops: str | None = None,
     drop_count: int = 0,
     delete_after_journal: bool | None = None,
+    acknowledging: bool = False,
 ) -> BatchPlan:
     """The plan of a batch planned for the first time.
 
@@ -72,9 +73,14 @@ def new_plan(
     that journaled parts but no entry (``deleteAfterJournal``): both are always planned, with no
     share of new messages if ``numPartitions`` has since been lowered, because their messages
     must reach the sink. ``adopted`` lists (batch, receiver) entries of orphaned batches that
-    this batch delivers, as receivers ``ADOPTED_FROM`` and up.
+    this batch delivers, as receivers ``ADOPTED_FROM`` and up. ``acknowledging``: the batch's
+    receivers delete committed batches first; with nothing to receive (an acknowledge-only
+    batch) it still has ``numPartitions`` receivers, which share those deletes.
     """
-    limits = split(max_messages, num_partitions)
+    if max_messages == 0 and acknowledging:
+        limits = dict.fromkeys(range(max(1, num_partitions)), 0)
+    else:
+        limits = split(max_messages, num_partitions)
     for receiver in (*journaled, *resuming):
         limits.setdefault(receiver, 0)
     receivers = [ReceiverPlan(r, limits[r]) for r in sorted(limits)]

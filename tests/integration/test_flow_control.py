@@ -39,6 +39,29 @@ def test_max_messages_per_trigger_bounds_every_batch_and_counters_are_recorded(
     assert all(m["received"] == m["journaled"] for m in metrics)
 
 
+def test_batches_that_fill_max_in_flight_are_deleted_by_acknowledge_only_batches(
+    spark, sqs, queue_url, tmp_path, source
+):
+    """maxInFlightMessages = maxMessagesPerTrigger: a full batch leaves no room for the next
+    to receive. The next batch's tasks delete it and receive nothing (an empty micro-batch),
+    and the batch after it receives again: the driver deletes only the last one."""
+    helpers.send_numbered(sqs, queue_url, 300)
+    out, journal = tmp_path / "out", tmp_path / "journal"
+    df = source(journal=journal, maxMessagesPerTrigger=100, maxInFlightMessages=100)
+    query = helpers.drain_to_parquet(df, out, tmp_path / "ckpt", sqs, queue_url, timeout=300)
+    assert helpers.body_numbers(spark.read.parquet(str(out)).collect()) == list(range(300))
+    rows = [p["numInputRows"] for p in query.recentProgress]
+    assert max(rows) <= 100, rows
+    metrics = {m["batch"]: m for m in Journal(str(journal)).read_metrics()}
+    full = sorted(b for b, m in metrics.items() if m["journaled"])
+    assert sum(metrics[b]["journaled"] for b in full) == 300
+    assert sum(m["deleted"] for m in metrics.values()) == 300
+    # Every full batch but the last was deleted by the receivers of the empty batch after it.
+    for batch in full[:-1]:
+        assert metrics[batch].get("acknowledgedBy") == batch + 1, metrics[batch]
+        assert metrics[batch + 1]["journaled"] == 0, metrics[batch + 1]
+
+
 @needs_4_2
 def test_available_now_drains_what_is_there_acknowledges_and_terminates(
     spark, sqs, queue_url, tmp_path, source

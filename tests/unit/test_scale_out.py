@@ -204,11 +204,13 @@ def test_transient_delete_failures_fail_the_task_for_spark_to_retry(tmp_path: Pa
     assert journal.read_ack_reports(2) == []
 
 
-def test_a_committed_batch_that_fills_the_in_flight_limit_is_deleted_by_the_driver(
+def test_a_committed_batch_that_fills_the_in_flight_limit_is_deleted_by_an_acknowledge_only_batch(
     tmp_path: Path,
 ) -> None:
-    """With maxInFlightMessages = maxMessagesPerTrigger, a committed batch waiting for the next
-    batch's receivers would keep that next batch from ever starting: the driver deletes it."""
+    """With maxInFlightMessages = maxMessagesPerTrigger, no batch may receive while the
+    committed batch is in flight. The next batch only acknowledges: every receiver deletes a
+    share of it on the executors and receives nothing; the driver deletes nothing itself, and
+    the batch after it receives again."""
     location = str(tmp_path / "journal")
     options = fast_options(
         location, numPartitions="2", maxMessagesPerTrigger="6", maxInFlightMessages="6"
@@ -217,11 +219,49 @@ def test_a_committed_batch_that_fills_the_in_flight_limit_is_deleted_by_the_driv
     sqs = FakeSqs(available=12)
     state = Coordinator(options, sqs, QUEUE_URL, journal)
     try:
-        run(state.plan({"batch": 0}, state.latest_offset({"batch": 0})), sqs, journal)
+        first = run(state.plan({"batch": 0}, state.latest_offset({"batch": 0})), sqs, journal)
+        assert len(first) == 6
         calls = len(sqs.batch_calls)
         assert state.latest_offset({"batch": 1}) == {"batch": 2}
+        parts = state.plan({"batch": 1}, {"batch": 2})
+        assert deletes(sqs, calls) == [], "the driver deletes nothing"
+        plan = journal.read_plan(2)
+        assert plan is not None
+        assert [(r.receiver, r.limit) for r in plan.receivers] == [(0, 0), (1, 0)]
+        assert {a.by for a in plan.acks} == {0, 1}, "the deletes are shared by both receivers"
+        received = len(sqs.receive_calls)
+        assert run(parts, sqs, journal) == []
+        assert len(sqs.receive_calls) == received, "acknowledge-only receivers ask SQS nothing"
+        assert sorted(deletes(sqs, calls)) == sorted(f"AQEB-receipt-{n}-1" for n in range(6))
+
+        # Batch 2 committed: batch 1 is settled from the reports, and batch 3 has room again.
+        calls = len(sqs.batch_calls)
+        assert state.latest_offset({"batch": 2}) == {"batch": 3}
+        assert deletes(sqs, calls) == []
+        assert journal.read_state().acked_batch == 1
+        second = run(state.plan({"batch": 2}, {"batch": 3}), sqs, journal)
+        assert len(second) == 6 and not set(first) & set(second)
+    finally:
+        state.close()
+
+
+def test_a_committed_batch_that_fills_the_in_flight_limit_of_an_idle_queue_is_deleted_by_the_driver(
+    tmp_path: Path,
+) -> None:
+    """No next batch comes to an idle queue, acknowledge-only or not: the driver deletes."""
+    location = str(tmp_path / "journal")
+    options = fast_options(
+        location, numPartitions="2", maxMessagesPerTrigger="6", maxInFlightMessages="6"
+    )
+    journal = Journal(location, options)
+    sqs = FakeSqs(available=6)
+    state = Coordinator(options, sqs, QUEUE_URL, journal)
+    try:
+        run(state.plan({"batch": 0}, state.latest_offset({"batch": 0})), sqs, journal)
+        calls = len(sqs.batch_calls)
+        assert state.latest_offset({"batch": 1}) == {"batch": 1}
         assert len(deletes(sqs, calls)) == 6
-        assert run(state.plan({"batch": 1}, {"batch": 2}), sqs, journal)
+        assert journal.read_state().acked_batch == 1
     finally:
         state.close()
 
