@@ -785,6 +785,13 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         help="explicit points instead of the grid: R/M/D[/journal] separated by commas",
     )
     p.add_argument("--delay-ms", type=float, default=5.0, help="stub SQS: ms per call")
+    p.add_argument(
+        "--visibility-timeout",
+        type=int,
+        default=Settings.visibility_timeout,
+        help="the source's visibilityTimeout: above the emulated batches' duration to measure "
+        "the driver's cost per batch without the slow-batch extensions this machine forces",
+    )
     p.add_argument("--processes", type=int, default=Settings.processes)
     p.add_argument("--threads", type=int, default=Settings.threads)
     p.add_argument("--point-timeout", type=float, default=900.0)
@@ -842,6 +849,7 @@ def main(argv: list[str] | None = None) -> int:
         batches=args.batches,
         warmup=args.warmup,
         delay=args.delay_ms / 1000.0,
+        visibility_timeout=args.visibility_timeout,
         processes=args.processes,
         threads=args.threads,
     )
