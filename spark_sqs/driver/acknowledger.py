@@ -284,8 +284,8 @@ class Acknowledger:
 
     def acknowledge_through(self, batch: int, *, next_batch_follows: bool = False) -> AckStats:
         """Acknowledge every pending batch up to ``batch`` (committed by Spark). With
-        ``next_batch_follows``, committed batches no receivers were assigned yet are left for
-        the batch about to be planned."""
+        ``next_batch_follows``, ``batch`` itself, if no receivers were assigned it yet, is left
+        for the batch about to be planned."""
         stats = AckStats()
         due = sorted(b for b in self._pending if b <= batch)
         if not due or self._clock() < self._not_before:
@@ -299,8 +299,12 @@ class Acknowledger:
                     continue
                 self._not_before = self._clock() + self._retry_after
                 break
-            if next_batch_follows and self._delete:
+            if next_batch_follows and self._delete and b == batch:
                 break
+            # A committed batch before ``batch`` that no batch's receivers were given: it had no
+            # entries when the next batch was planned (an orphan nothing adopted), or that batch
+            # had no receiver that receives (a replay). Waiting for a plan to assign it could
+            # wait forever (an entry-less batch is never assigned): the driver acknowledges it.
             if not self._acknowledge(b, stats):
                 # Later batches wait too: the acknowledged watermark must never pass a batch
                 # whose messages are still in SQS.

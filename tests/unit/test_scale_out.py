@@ -266,6 +266,44 @@ def test_a_committed_batch_that_fills_the_in_flight_limit_of_an_idle_queue_is_de
         state.close()
 
 
+def test_an_entry_less_orphan_does_not_hold_back_acknowledgement_at_the_in_flight_limit(
+    tmp_path: Path,
+) -> None:
+    """Simulation seed 1148: a run died after writing batch 1's plan, before any receiver ran.
+    The next run (a new checkpoint) inherits batch 1 with no entries; nothing adopts or assigns
+    it, since acknowledgement assignments list entries. It must not hold back the batches
+    after it: at the in-flight limit every batch was acknowledge-only, for ever."""
+    from spark_sqs.driver.planning import new_plan
+    from spark_sqs.driver.state import StateMarkers
+
+    location = str(tmp_path / "journal")
+    options = fast_options(
+        location, numPartitions="2", maxMessagesPerTrigger="6", maxInFlightMessages="6"
+    )
+    journal = Journal(location, options)
+    journal.write_plan(new_plan(1, 6, 2))
+    StateMarkers(journal).advance(planned=1)
+    sqs = FakeSqs(available=12)
+    state = Coordinator(options, sqs, QUEUE_URL, journal)
+    try:
+        assert state.acknowledger.pending == [1]
+        end = state.latest_offset({"batch": 0})
+        assert end == {"batch": 2}
+        first = run(state.plan({"batch": 0}, end), sqs, journal)
+        assert len(first) == 6
+        # Batch 2 fills maxInFlightMessages: batch 3 only acknowledges it.
+        assert state.latest_offset({"batch": 2}) == {"batch": 3}
+        assert run(state.plan({"batch": 2}, {"batch": 3}), sqs, journal) == []
+        # Batch 3 committed: batch 1 (nothing to delete) and batch 2 (deleted by batch 3's
+        # receivers) are acknowledged, and batch 4 receives again.
+        assert state.latest_offset({"batch": 3}) == {"batch": 4}
+        assert journal.read_state().acked_batch >= 2
+        second = run(state.plan({"batch": 3}, {"batch": 4}), sqs, journal)
+        assert len(second) == 6 and not set(first) & set(second)
+    finally:
+        state.close()
+
+
 class HidingStore(HookedStore):
     """A store whose LIST misses the keys ``hidden`` names (written, but not listed)."""
 
