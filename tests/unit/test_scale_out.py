@@ -11,6 +11,8 @@ import pyarrow as pa
 import pytest
 
 from spark_sqs.driver.coordinator import Coordinator
+from spark_sqs.driver.planning import new_plan
+from spark_sqs.driver.state import StateMarkers
 from spark_sqs.errors import TransientSqsError
 from spark_sqs.executor.acknowledgement import acknowledge_assigned
 from spark_sqs.executor.receiver import read_partition
@@ -32,6 +34,15 @@ def deletes(sqs: FakeSqs, since: int = 0) -> list[str]:
 def fast_options(location: str, **extra: str) -> Any:
     """Receivers that do not long-poll an empty queue, a driver that polls it often."""
     return make_options(location, waitTimeSeconds="0", queuePollInterval="0.01", **extra)
+
+
+def at_in_flight_limit(tmp_path: Path) -> tuple[Any, Journal]:
+    """Two receivers, batches of 6, maxInFlightMessages 6: one full batch fills the limit."""
+    location = str(tmp_path / "journal")
+    options = fast_options(
+        location, numPartitions="2", maxMessagesPerTrigger="6", maxInFlightMessages="6"
+    )
+    return options, Journal(location, options)
 
 
 @pytest.fixture
@@ -211,11 +222,7 @@ def test_a_committed_batch_that_fills_the_in_flight_limit_is_deleted_by_an_ackno
     committed batch is in flight. The next batch only acknowledges: every receiver deletes a
     share of it on the executors and receives nothing; the driver deletes nothing itself, and
     the batch after it receives again."""
-    location = str(tmp_path / "journal")
-    options = fast_options(
-        location, numPartitions="2", maxMessagesPerTrigger="6", maxInFlightMessages="6"
-    )
-    journal = Journal(location, options)
+    options, journal = at_in_flight_limit(tmp_path)
     sqs = FakeSqs(available=12)
     state = Coordinator(options, sqs, QUEUE_URL, journal)
     try:
@@ -249,11 +256,7 @@ def test_a_committed_batch_that_fills_the_in_flight_limit_of_an_idle_queue_is_de
     tmp_path: Path,
 ) -> None:
     """No next batch comes to an idle queue, acknowledge-only or not: the driver deletes."""
-    location = str(tmp_path / "journal")
-    options = fast_options(
-        location, numPartitions="2", maxMessagesPerTrigger="6", maxInFlightMessages="6"
-    )
-    journal = Journal(location, options)
+    options, journal = at_in_flight_limit(tmp_path)
     sqs = FakeSqs(available=6)
     state = Coordinator(options, sqs, QUEUE_URL, journal)
     try:
@@ -273,14 +276,7 @@ def test_an_entry_less_orphan_does_not_hold_back_acknowledgement_at_the_in_fligh
     The next run (a new checkpoint) inherits batch 1 with no entries; nothing adopts or assigns
     it, since acknowledgement assignments list entries. It must not hold back the batches
     after it: at the in-flight limit every batch was acknowledge-only, for ever."""
-    from spark_sqs.driver.planning import new_plan
-    from spark_sqs.driver.state import StateMarkers
-
-    location = str(tmp_path / "journal")
-    options = fast_options(
-        location, numPartitions="2", maxMessagesPerTrigger="6", maxInFlightMessages="6"
-    )
-    journal = Journal(location, options)
+    options, journal = at_in_flight_limit(tmp_path)
     journal.write_plan(new_plan(1, 6, 2))
     StateMarkers(journal).advance(planned=1)
     sqs = FakeSqs(available=12)
