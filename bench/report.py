@@ -38,6 +38,39 @@ def throughput_table(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+CPU_COLUMNS = (
+    ("sqs server", "SQS server"),
+    ("delay proxy", "proxy"),
+    ("bench process", "bench process (baseline threads, PySpark driver)"),
+    ("JVM", "JVM"),
+    ("source runner", "driver's source runner"),
+    ("Python workers", "Python workers (receivers)"),
+)
+
+
+def cpu_table(rows: list[dict[str, Any]]) -> list[str]:
+    """CPU milliseconds per message by process, for the rows that measured it."""
+    measured = [r for r in rows if r["baseline"].get("cpu_ms_per_message")]
+    if not measured:
+        return []
+    out = [
+        "| network | receivers | consumer | "
+        + " | ".join(title for _, title in CPU_COLUMNS)
+        + " | all | all, except SQS server and proxy |",
+        "| --- | ---: | --- |" + " ---: |" * (len(CPU_COLUMNS) + 2),
+    ]
+    for r in measured:
+        for kind in ("baseline", "source"):
+            cpu = r[kind].get("cpu_ms_per_message") or {}
+            client = sum(cpu.get(k, 0.0) for k, _ in CPU_COLUMNS[2:])
+            out.append(
+                f"| {'delay proxy' if r['proxied'] else 'direct'} | {r['receivers']} | {kind} | "
+                + " | ".join(_f(cpu.get(k), 3) for k, _ in CPU_COLUMNS)
+                + f" | {_f(sum(cpu.values()), 3)} | {_f(client, 3)} |"
+            )
+    return out
+
+
 def scaling_line(rows: list[dict[str, Any]], proxied: bool) -> str:
     sel = sorted((r for r in rows if r["proxied"] == proxied), key=lambda r: r["receivers"])
     if len(sel) < 2:
@@ -342,6 +375,17 @@ def write(results: dict[str, Any], out_dir: Path) -> Path:
             scaling_line(drain, False),
             scaling_line(drain, True),
             "",
+            *(
+                [
+                    "CPU milliseconds per message, by process, over each consumer's whole run "
+                    "(for the source, query start and stop included):",
+                    "",
+                    *cpu_table(drain),
+                    "",
+                ]
+                if cpu_table(drain)
+                else []
+            ),
             "How to read it: without the proxy a call costs about a millisecond, so Spark's fixed "
             "cost per micro-batch weighs most at 1 receiver. With the proxy, one receiver has one "
             "call in flight and, unlike the baseline thread, does not wait for its deletes (the "

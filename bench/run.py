@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import uuid
@@ -137,6 +138,90 @@ def versions() -> dict[str, str]:
     except (subprocess.SubprocessError, OSError):
         pass
     return out
+
+
+# -- CPU by process role ------------------------------------------------------------------------
+
+# Which process does what, for CPU accounting: this process runs the baseline's threads and
+# PySpark's driver; the JVM's Python children are the driver's source runner (planning,
+# acknowledgement bookkeeping, heartbeat) and the executors' Python workers (the receivers).
+CPU_ROLES = ("sqs server", "delay proxy", "bench process", "JVM", "source runner", "Python workers")
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
+    except OSError:
+        return ""
+
+
+def cpu_snapshot(server_pid: int, proxy_pid: int) -> dict[str, dict[int, float]]:
+    """CPU seconds by role and process id (see ``CPU_ROLES``); empty where there is no /proc."""
+    from bench.sink import tree_cpu_seconds
+
+    server = tree_cpu_seconds(server_pid)
+    proxy = tree_cpu_seconds(proxy_pid)
+    out: dict[str, dict[int, float]] = {role: {} for role in CPU_ROLES}
+    out["sqs server"], out["delay proxy"] = server, proxy
+    for pid, seconds in tree_cpu_seconds(os.getpid()).items():
+        if pid in server or pid in proxy:
+            continue
+        cmd = _cmdline(pid)
+        if pid == os.getpid():
+            role = "bench process"
+        elif "python_streaming_source_runner" in cmd:
+            role = "source runner"
+        elif "java" in cmd.split(" ", 1)[0]:
+            role = "JVM"
+        else:
+            role = "Python workers"
+        out[role][pid] = seconds
+    return out
+
+
+class CpuSampler:
+    """CPU seconds by role over a run (``cpu_snapshot`` at start, every ``interval`` s and at
+    stop): a process that exits before the end (Spark's source runner stops with its query)
+    still counts, up to its last sample."""
+
+    def __init__(self, server_pid: int, proxy_pid: int, interval: float = 0.5) -> None:
+        self._pids = (server_pid, proxy_pid)
+        self._interval = interval
+        self._before = cpu_snapshot(*self._pids)
+        self._latest: dict[str, dict[int, float]] = {role: {} for role in CPU_ROLES}
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        for role, seconds in cpu_snapshot(*self._pids).items():
+            latest = self._latest[role]
+            for pid, value in seconds.items():
+                latest[pid] = max(latest.get(pid, 0.0), value)
+        self.samples += 1
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._sample()
+
+    def stop(self, messages: int) -> dict[str, float]:
+        """Milliseconds of CPU per message, by role."""
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        if not messages:
+            return {}
+        from bench.sink import cpu_spent
+
+        return {
+            role: round(
+                1000 * cpu_spent(self._before.get(role, {}), self._latest[role]) / messages, 3
+            )
+            for role in CPU_ROLES
+        }
 
 
 # -- the endpoints ------------------------------------------------------------------------------
@@ -296,12 +381,15 @@ def drain_point(
     url = new_queue(setup_ep, "drain-base")
     fill_s = load.fill(setup_ep, url, n, args.body_bytes)
     consumer = load.BaselineConsumer(consumer_ep, url, receivers)
+    pids = eps.pids("localstack")
+    sampler = CpuSampler(*pids)
     started = time.monotonic()
     consumer.start()
     deadline = started + max(120.0, n / 20)
     while consumer.deleted() < n and time.monotonic() < deadline:
         time.sleep(0.05)
     result = consumer.stop()
+    cpu = sampler.stop(result.deleted)
     last = max((t for t, _ in result.events), default=started)
     row["baseline"] = {
         "rate": result.deleted / (last - started) if last > started else 0.0,
@@ -309,14 +397,16 @@ def drain_point(
         "seconds": last - started,
         "fill_seconds": fill_s,
         "errors": result.errors,
+        "cpu_ms_per_message": cpu,
     }
     delete_queue(setup_ep, url)
     url = new_queue(setup_ep, "drain-src")
     load.fill(setup_ep, url, n, args.body_bytes)
+    sampler = CpuSampler(*pids)
     run = spark_runs.source_drain(
         spark, wd, consumer_ep, url, receivers, args.drain_batch, n, max(180.0, n / 20)
     )
-    row["source"] = spark_runs.run_dict(run)
+    row["source"] = {**spark_runs.run_dict(run), "cpu_ms_per_message": sampler.stop(run.rows)}
     delete_queue(setup_ep, url)
     row["ratio"] = row["source"]["rate"] / row["baseline"]["rate"] if row["baseline"]["rate"] else 0
     return row

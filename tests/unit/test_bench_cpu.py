@@ -1,0 +1,91 @@
+"""``make bench``'s CPU per message by process: a process that exits before the run ends (Spark's
+source runner stops with its query) still counts, the server and the proxy are kept apart from
+the consumer's processes, and the report's table sums each side."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bench.report import cpu_table
+from bench.run import CpuSampler
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+
+# Burns about half a second of CPU, says so, then waits to be told to exit.
+BURN = (
+    "import sys, time\n"
+    "end = time.process_time() + 0.5\n"
+    "while time.process_time() < end: pass\n"
+    "print('burnt', flush=True)\n"
+    "sys.stdin.readline()\n"
+)
+
+
+def _idle_child() -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.readline()"], stdin=subprocess.PIPE
+    )
+
+
+def test_a_process_that_exits_before_the_end_still_counts_and_servers_are_kept_apart() -> None:
+    server, proxy = _idle_child(), _idle_child()
+    try:
+        sampler = CpuSampler(server.pid, proxy.pid, interval=0.05)
+        worker = subprocess.Popen(
+            [sys.executable, "-c", BURN], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert worker.stdout is not None and worker.stdout.readline().strip() == "burnt"
+        # Once the sampler has sampled twice after the burn, it has seen it; then the process goes.
+        seen = sampler.samples + 2
+        deadline = time.monotonic() + 30
+        while sampler.samples < seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        worker.communicate("\n", timeout=30)
+        cpu = sampler.stop(messages=1000)
+    finally:
+        for child in (server, proxy):
+            child.communicate(b"\n", timeout=30)
+    # 0.5 s over 1,000 messages is 0.5 ms each; the child ran under this process, not the JVM.
+    assert cpu["Python workers"] >= 0.4
+    assert cpu["sqs server"] < 0.1 and cpu["delay proxy"] < 0.1
+    assert set(cpu) == {
+        "sqs server",
+        "delay proxy",
+        "bench process",
+        "JVM",
+        "source runner",
+        "Python workers",
+    }
+
+
+def test_the_table_sums_every_process_and_the_consumer_side_apart() -> None:
+    cpu = {
+        "sqs server": 0.3,
+        "delay proxy": 0.1,
+        "bench process": 0.2,
+        "JVM": 0.0,
+        "source runner": 0.0,
+        "Python workers": 0.0,
+    }
+    source = {
+        **cpu,
+        "bench process": 0.01,
+        "JVM": 0.1,
+        "source runner": 0.02,
+        "Python workers": 0.4,
+    }
+    row = {
+        "proxied": True,
+        "receivers": 16,
+        "baseline": {"cpu_ms_per_message": cpu},
+        "source": {"cpu_ms_per_message": source},
+    }
+    lines = cpu_table([row])
+    assert lines[2].endswith("| 0.600 | 0.200 |")  # baseline: all, all but server and proxy
+    assert lines[3].endswith("| 0.930 | 0.530 |")
+    assert cpu_table([{**row, "baseline": {"rate": 1.0}}]) == []
