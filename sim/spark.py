@@ -473,6 +473,13 @@ class SparkSim:
                 )
             if batch > acked and run == self.current_run:
                 held[(batch, receiver)] = max(held.get((batch, receiver), 0), n)
+        if held:
+            # A committed deleteAfterJournal batch is not counted: the attempt of each receiver
+            # that ended deleted what it journaled. What it holds is an extra attempt's (killed
+            # before its part existed) or a failed delete's, outside the promise.
+            for batch in self._committed_deleting():
+                for key in [k for k in held if k[0] == batch]:
+                    del held[key]
         total = sum(held.values())
         stats = self.stats
         stats["inflight_peak"] = max(stats.get("inflight_peak", 0), raw)
@@ -495,6 +502,20 @@ class SparkSim:
                 f"in-flight bound: {total} messages in flight for unacknowledged batches, "
                 f"maxInFlightMessages={bound} (acknowledged through {acked}; {shown})"
             )
+
+    def _committed_deleting(self) -> set[int]:
+        """Journal batches in Spark's commit log whose plan deletes on journal
+        (deleteAfterJournal): ``Acknowledger.pending_messages`` no longer counts them."""
+        out: set[int] = set()
+        for spark_batch in self.commit_log:
+            logged = self.offset_log.get(spark_batch)
+            if logged is None:
+                continue
+            batch = offsets.batch_of(json.loads(logged[1]))
+            data = self.store.peek(f"{Journal.batch_dir(batch)}/_plan.json")
+            if data is not None and journal_entries.BatchPlan.from_json(data).delete_after_journal:
+                out.add(batch)
+        return out
 
     def _after_store(self, method: str, key: str) -> None:
         if (

@@ -160,7 +160,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "A new micro-batch may receive at most this many minus what the source still holds "
         "unacknowledged (SQS allows about 120,000 in flight per queue), also under "
         "Trigger.AvailableNow. A second attempt of a task (speculation, a retry before the "
-        "killed attempt's messages time out) can hold its share once more until it ends.",
+        "killed attempt's messages time out) can hold its share once more until it ends. "
+        "With deleteAfterJournal, a batch counts only until Spark commits it (its receivers "
+        "deleted what they journaled).",
         "int",
         1,
         120_000,

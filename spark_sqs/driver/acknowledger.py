@@ -110,6 +110,12 @@ class Acknowledger:
         self._pending: set[int] = set()
         # Upper bound of the messages of each batch planned in this run (its plan's limits).
         self._limits: dict[int, int] = {}
+        # Batches of this run planned with deleteAfterJournal: their receivers delete what they
+        # journal, so once Spark has committed one (every task ended) it holds nothing in flight
+        # but what a failed delete left, which its acknowledgement deletes.
+        self._deleting: set[int] = set()
+        # The newest batch Spark has committed, as the coordinator reported it.
+        self._committed: int | None = None
         # Batches found pending at start: their handles may have lapsed while no driver
         # heartbeated them, so SQS may hand their messages out again until they are settled.
         self._inherited: set[int] = set()
@@ -158,11 +164,18 @@ class Acknowledger:
         self._journal.collect_ack_reports(oldest, reading)
         self._journal.collect_window(self._wall())
 
-    def track(self, batch: int, limit: int | None = None) -> None:
-        """A batch was planned: it will need acknowledging once Spark commits it."""
+    def track(
+        self, batch: int, limit: int | None = None, *, deletes_on_journal: bool = False
+    ) -> None:
+        """A batch was planned: it will need acknowledging once Spark commits it.
+        ``deletes_on_journal``: its plan has its receivers delete what they journal."""
         self._pending.add(batch)
         if limit is not None:
             self._limits[batch] = limit
+        if deletes_on_journal:
+            self._deleting.add(batch)
+        else:
+            self._deleting.discard(batch)
         if self._heartbeat is not None:
             self._heartbeat.watch(batch, planned=batch not in self._inherited)
 
@@ -178,6 +191,7 @@ class Acknowledger:
         """The batch's entries moved elsewhere (adopted into a later batch)."""
         self._pending.discard(batch)
         self._limits.pop(batch, None)
+        self._deleting.discard(batch)
         self._inherited.discard(batch)
         self._inherited_ids.pop(batch, None)
         if self._heartbeat is not None:
@@ -287,6 +301,8 @@ class Acknowledger:
         ``next_batch_follows``, ``batch`` itself, if no receivers were assigned it yet, is left
         for the batch about to be planned."""
         stats = AckStats()
+        # Only ever called with a batch Spark has committed.
+        self._committed = batch if self._committed is None else max(self._committed, batch)
         due = sorted(b for b in self._pending if b <= batch)
         if not due or self._clock() < self._not_before:
             return stats
@@ -316,9 +332,18 @@ class Acknowledger:
     def pending_messages(self) -> int:
         """Messages journaled by batches not yet acknowledged (received, not deleted), at most:
         the plan limits of this run's batches, plus the counted entries of inherited batches and of
-        batches that adopted orphaned entries."""
+        batches that adopted orphaned entries. A committed deleteAfterJournal batch of this run
+        counts nothing: its receivers deleted its messages as they journaled them."""
         total = 0
         for batch in self._pending:
+            if (
+                batch in self._deleting
+                and batch not in self._inherited
+                and batch in self._limits
+                and self._committed is not None
+                and batch <= self._committed
+            ):
+                continue
             total += self._limits.get(batch, 0)
             # Inherited batches, and batches of this run that adopted orphaned entries (their
             # plan gives the adopting receivers no limit), hold what is journaled.
@@ -385,6 +410,7 @@ class Acknowledger:
         self._pending.discard(batch)
         self._collect()
         self._limits.pop(batch, None)
+        self._deleting.discard(batch)
         self._assigned.pop(batch, None)
         self._reporters.pop(batch, None)
         self._inherited.discard(batch)

@@ -62,6 +62,30 @@ def test_batches_that_fill_max_in_flight_are_deleted_by_acknowledge_only_batches
         assert metrics[batch + 1]["journaled"] == 0, metrics[batch + 1]
 
 
+def test_delete_after_journal_batches_that_fill_max_in_flight_are_followed_by_full_batches(
+    spark, sqs, queue_url, tmp_path, source
+):
+    """deleteAfterJournal, maxInFlightMessages = maxMessagesPerTrigger: a committed batch's
+    messages were deleted as they were journaled, so it does not hold the next batch back. No
+    empty (acknowledge-only) batch comes between the batches that carry messages."""
+    helpers.send_numbered(sqs, queue_url, 300)
+    out, journal = tmp_path / "out", tmp_path / "journal"
+    df = source(
+        journal=journal,
+        maxMessagesPerTrigger=100,
+        maxInFlightMessages=100,
+        deleteAfterJournal="true",
+    )
+    query = helpers.drain_to_parquet(df, out, tmp_path / "ckpt", sqs, queue_url, timeout=300)
+    assert helpers.body_numbers(spark.read.parquet(str(out)).collect()) == list(range(300))
+    assert max(p["numInputRows"] for p in query.recentProgress) <= 100
+    metrics = {m["batch"]: m for m in Journal(str(journal)).read_metrics()}
+    full = sorted(b for b, m in metrics.items() if m["journaled"])
+    assert sum(metrics[b]["journaled"] for b in full) == 300
+    empty = [b for b, m in metrics.items() if not m["journaled"] and full[0] < b < full[-1]]
+    assert empty == [], metrics
+
+
 @needs_4_2
 def test_available_now_drains_what_is_there_acknowledges_and_terminates(
     spark, sqs, queue_url, tmp_path, source

@@ -36,11 +36,11 @@ def fast_options(location: str, **extra: str) -> Any:
     return make_options(location, waitTimeSeconds="0", queuePollInterval="0.01", **extra)
 
 
-def at_in_flight_limit(tmp_path: Path) -> tuple[Any, Journal]:
+def at_in_flight_limit(tmp_path: Path, **extra: str) -> tuple[Any, Journal]:
     """Two receivers, batches of 6, maxInFlightMessages 6: one full batch fills the limit."""
     location = str(tmp_path / "journal")
     options = fast_options(
-        location, numPartitions="2", maxMessagesPerTrigger="6", maxInFlightMessages="6"
+        location, numPartitions="2", maxMessagesPerTrigger="6", maxInFlightMessages="6", **extra
     )
     return options, Journal(location, options)
 
@@ -247,6 +247,35 @@ def test_a_committed_batch_that_fills_the_in_flight_limit_is_deleted_by_an_ackno
         assert deletes(sqs, calls) == []
         assert journal.read_state().acked_batch == 1
         second = run(state.plan({"batch": 2}, {"batch": 3}), sqs, journal)
+        assert len(second) == 6 and not set(first) & set(second)
+    finally:
+        state.close()
+
+
+def test_a_committed_delete_after_journal_batch_does_not_count_against_the_in_flight_limit(
+    tmp_path: Path,
+) -> None:
+    """deleteAfterJournal: a batch's receivers delete what they journal, so once Spark has
+    committed it, it holds nothing in flight. The next batch receives a full share, rather than
+    being acknowledge-only; a batch not yet committed still counts."""
+    options, journal = at_in_flight_limit(tmp_path, deleteAfterJournal="true")
+    sqs = FakeSqs(available=12)
+    state = Coordinator(options, sqs, QUEUE_URL, journal)
+    try:
+        assert state.latest_offset({"batch": 0}) == {"batch": 1}
+        first = run(state.plan({"batch": 0}, {"batch": 1}), sqs, journal)
+        assert len(first) == 6
+        assert len(deletes(sqs, 0)) == 6, "deleted as journaled"
+        # Not committed yet (a task may still be running, as far as the driver knows): its
+        # plan's limit holds the whole of maxInFlightMessages.
+        assert state.acknowledger.pending_messages() == 6
+
+        assert state.latest_offset({"batch": 1}) == {"batch": 2}
+        parts = state.plan({"batch": 1}, {"batch": 2})
+        plan = journal.read_plan(2)
+        assert plan is not None
+        assert [(r.receiver, r.limit) for r in plan.receivers] == [(0, 3), (1, 3)]
+        second = run(parts, sqs, journal)
         assert len(second) == 6 and not set(first) & set(second)
     finally:
         state.close()
