@@ -389,12 +389,11 @@ def write(results: dict[str, Any], out_dir: Path) -> Path:
             "How to read it: without the proxy a call costs about a millisecond, so Spark's fixed "
             "cost per micro-batch weighs most at 1 receiver. With the proxy, one receiver has one "
             "call in flight and, unlike the baseline thread, does not wait for its deletes (the "
-            "driver deletes the whole batch after Spark's commit, in parallel), so the source "
-            "leads at low concurrency. All processes (LocalStack, the proxy, the Python workers, "
-            "the JVM) share this machine's cores, so at 4-8 consumers CPU becomes the limit for "
-            "both (compare the baseline's own scaling); the source spends more CPU per message "
-            "(Spark, the journal) and its driver deletes a batch from a single Python process, "
-            "which shows as `latestOffset`.",
+            "next batch's receivers delete a committed batch, in parallel batch calls, inside "
+            "`addBatch`), so the source leads at low concurrency. All processes (LocalStack, the "
+            "proxy, the Python workers, the JVM) share this machine's cores, so with enough "
+            "consumers CPU becomes the limit for both (compare the baseline's own scaling and "
+            "the CPU table); the source spends more CPU per message (Spark, the journal).",
             "",
         ]
     else:
