@@ -28,7 +28,7 @@ from ..sqs.batching import BatchCaller
 from ..sqs.client import SqsClient, check_permissions, make_client, queue_attributes
 from . import offsets, poison
 from .acknowledger import Acknowledger, driver_parallelism
-from .flow_control import AvailableNow, FlowControl, ReadLimit
+from .flow_control import AvailableNow, FlowControl, ReadLimit, batch_size_warning
 from .heartbeat import EXTENSION_FLOOR_SECONDS, Heartbeat
 from .metrics import BatchReporter
 from .planning import ReceiverPartition, new_plan, partitions_of
@@ -182,6 +182,9 @@ class Coordinator:
             default_queue=default_queue,
         )
         state.start_poison_policy()
+        warning = batch_size_warning(options)
+        if warning:
+            logger.warning(warning)
         logger.info(
             "SQS source started on %s: journal %s, planned batch %d, acknowledged batch %d, "
             "%d batches awaiting acknowledgement",

@@ -37,6 +37,28 @@ def default_read_limit(options: SqsOptions) -> ReadLimit | None:
     return ReadMaxRows(options.max_messages_per_trigger)
 
 
+def batch_size_warning(options: SqsOptions) -> str | None:
+    """Why the options make batches wait on each other's deletes, or None. A committed batch
+    counts against ``maxInFlightMessages`` until the next batch's receivers have deleted it, so
+    two batches are counted at once: above half of the limit, every other batch is smaller,
+    and at or above it every other batch is acknowledge-only (empty). Not with
+    ``deleteAfterJournal`` (a committed batch counts nothing) nor ``deleteOnCommit=false``."""
+    size, limit = options.max_messages_per_trigger, options.max_in_flight_messages
+    if not options.delete_on_commit or options.delete_after_journal or 2 * size <= limit:
+        return None
+    effect = (
+        "every other micro-batch only deletes the one before it and delivers no rows"
+        if size >= limit
+        else "every other micro-batch delivers fewer rows than maxMessagesPerTrigger"
+    )
+    return (
+        f"maxMessagesPerTrigger={size} is more than half of maxInFlightMessages={limit}: a "
+        f"committed batch counts against the limit until the next batch has deleted it, so "
+        f"{effect}. Fix: set maxMessagesPerTrigger to at most {limit // 2}, raise "
+        "maxInFlightMessages (at most 120000), or set deleteAfterJournal=true"
+    )
+
+
 @dataclass
 class AvailableNow:
     """The target of a ``Trigger.AvailableNow`` run: the messages visible when it started."""

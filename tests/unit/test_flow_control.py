@@ -79,3 +79,34 @@ def test_min_above_max_is_rejected() -> None:
 
     with pytest.raises(InvalidOptionError, match="minMessagesPerTrigger"):
         make_options(minMessagesPerTrigger="500", maxMessagesPerTrigger="100")
+
+
+def test_batches_above_half_the_in_flight_limit_are_warned_about_with_the_fix() -> None:
+    """Two batches count against maxInFlightMessages at once (the committed one until the next
+    batch's receivers delete it): a user whose batches exceed half of it is told so at start."""
+    warning = flow_control.batch_size_warning
+    assert warning(make_options(maxMessagesPerTrigger="30000")) is None  # exactly half
+    smaller = warning(make_options(maxMessagesPerTrigger="40000"))
+    assert smaller is not None
+    assert "maxMessagesPerTrigger=40000" in smaller and "maxInFlightMessages=60000" in smaller
+    assert "fewer rows" in smaller and "at most 30000" in smaller
+    empty = warning(make_options(maxMessagesPerTrigger="100", maxInFlightMessages="100"))
+    assert empty is not None and "delivers no rows" in empty
+    assert "deleteAfterJournal=true" in empty
+    # Neither mode counts a committed batch against the limit.
+    assert (
+        warning(
+            make_options(
+                maxMessagesPerTrigger="100", maxInFlightMessages="100", deleteAfterJournal="true"
+            )
+        )
+        is None
+    )
+    assert (
+        warning(
+            make_options(
+                maxMessagesPerTrigger="100", maxInFlightMessages="100", deleteOnCommit="false"
+            )
+        )
+        is None
+    )
