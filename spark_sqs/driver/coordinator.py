@@ -184,7 +184,7 @@ class Coordinator:
         state.start_poison_policy()
         warning = batch_size_warning(options)
         if warning:
-            logger.warning(warning)
+            logger.warning("%s", warning)
         logger.info(
             "SQS source started on %s: journal %s, planned batch %d, acknowledged batch %d, "
             "%d batches awaiting acknowledgement",

@@ -16,8 +16,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 import uuid
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import parse_qs, urlparse
 
 from ..errors import InvalidOptionError, JournalError, JournalOutcomeUnknown
@@ -246,11 +247,20 @@ class S3Client(Protocol):
     def get_paginator(self, operation_name: str) -> Paginator: ...
 
 
+_T = TypeVar("_T")
+
+
 class S3Store:
     """S3 through boto3, because pyarrow.fs cannot send ``If-None-Match: *``.
 
     One request per operation (``list`` pages by 1,000 keys). Objects are written with the
     bucket's default encryption, or SSE-KMS with ``journalSseKmsKeyId``.
+
+    Reads, listings and removals repeat safely: one that still fails transiently after
+    botocore's retries is tried again, ``rounds`` times in all, before it reaches the caller. A
+    failed read while planning fails the query (Spark does not retry ``planInputPartitions``),
+    and five failed attempts in a row are rare but not rare enough over a long-running stream.
+    Writes are not repeated here: their callers handle an unknown outcome.
     """
 
     def __init__(
@@ -260,12 +270,16 @@ class S3Store:
         *,
         client_factory: Callable[[], S3Client],
         kms_key_id: str | None = None,
+        rounds: int = 3,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self._client_factory = client_factory
         self._client: S3Client | None = None
         self._kms = kms_key_id
+        self._rounds = max(1, rounds)
+        self._sleep = sleep
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_client": None}
@@ -338,47 +352,71 @@ class S3Store:
         except Exception as exc:
             raise self._error("write", key, exc) from None
 
+    def _again(self, verb: str, key: str, call: Callable[[], _T]) -> _T:
+        """``call`` (idempotent), repeated after a transient failure; a permanent one (access
+        denied, no such bucket) is raised at once."""
+        for round_ in range(self._rounds):
+            try:
+                return call()
+            except Exception as exc:
+                error = self._error(verb, key, exc)
+                if not error.retriable or round_ == self._rounds - 1:
+                    raise error from None
+                logger.warning("%s; trying again (round %d of %d)", error, round_ + 2, self._rounds)
+                self._sleep(2.0**round_)
+        raise AssertionError("unreachable")
+
     def read(self, key: str) -> bytes | None:
-        try:
-            response = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+        def get() -> bytes | None:
+            try:
+                response = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+            except Exception as exc:
+                if _code(exc) in _MISSING:
+                    return None
+                raise
+            # The body streams after the answer's headers: botocore does not retry a failure
+            # here, this loop does.
             return response["Body"].read()
-        except Exception as exc:
-            if _code(exc) in _MISSING:
-                return None
-            raise self._error("read", key, exc) from None
+
+        return self._again("read", key, get)
 
     def list(self, prefix: str) -> list[str]:
         base = self._key(prefix.rstrip("/")) + "/"
         strip = len(self.prefix) + 1 if self.prefix else 0
-        out: list[str] = []
-        try:
+
+        def listing() -> list[str]:
+            out: list[str] = []
             for page in self.client.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket, Prefix=base
             ):
                 out.extend(item["Key"][strip:] for item in page.get("Contents", ()))
-        except Exception as exc:
-            raise self._error("list", prefix, exc) from None
-        return sorted(out)
+            return sorted(out)
+
+        return self._again("list", prefix, listing)
 
     def delete(self, key: str) -> None:
-        try:
-            self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
-        except Exception as exc:
-            if _code(exc) not in _MISSING:
-                raise self._error("remove", key, exc) from None
+        def remove() -> None:
+            try:
+                self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
+            except Exception as exc:
+                if _code(exc) not in _MISSING:
+                    raise
+
+        self._again("remove", key, remove)
 
     def delete_many(self, keys: list[str]) -> None:
         """``DeleteObjects``, 1,000 keys a request: removing a batch costs one request, not one
         per entry."""
         for start in range(0, len(keys), 1000):
             chunk = keys[start : start + 1000]
-            try:
-                response = self.client.delete_objects(
+            response = self._again(
+                "remove",
+                chunk[0],
+                lambda chunk=chunk: self.client.delete_objects(
                     Bucket=self.bucket,
                     Delete={"Objects": [{"Key": self._key(k)} for k in chunk], "Quiet": True},
-                )
-            except Exception as exc:
-                raise self._error("remove", chunk[0], exc) from None
+                ),
+            )
             failed = [e for e in response.get("Errors", []) if e.get("Code") not in _MISSING]
             if failed:
                 raise JournalError(

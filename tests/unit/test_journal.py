@@ -683,3 +683,68 @@ def test_two_attempts_reports_count_once_and_keep_every_uncertain_id(journal: Jo
     assert [r.receiver for r in reads] == [1, 2]
     assert sum(e.rows for r in reads for e in r.entries) == 20
     assert [e.uncertain for r in reads for e in r.entries] == [("m9",), ()]
+
+
+def _stubbed_s3_store(rounds: int = 3) -> tuple[Any, Any, list[float]]:
+    import boto3
+
+    from spark_sqs.journal import S3Store
+
+    client = boto3.client(
+        "s3", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="y"
+    )
+    slept: list[float] = []
+    store = S3Store("bucket", "j", client_factory=lambda: client, rounds=rounds, sleep=slept.append)
+    return store, client, slept
+
+
+def test_s3_journal_reads_and_listings_are_tried_again_after_transient_failures() -> None:
+    """A GET or LIST that still fails after botocore's own retries (a stubbed error skips
+    them) is repeated by the store: a read while planning must not fail the query."""
+    import io
+
+    from botocore.response import StreamingBody
+    from botocore.stub import Stubber
+
+    store, client, slept = _stubbed_s3_store()
+    with Stubber(client) as stub:
+        for _ in range(2):
+            stub.add_client_error("get_object", "InternalError", http_status_code=500)
+        stub.add_response(
+            "get_object",
+            {"Body": StreamingBody(io.BytesIO(b"plan"), 4)},
+            {"Bucket": "bucket", "Key": "j/batches/1/_plan.json"},
+        )
+        assert store.read("batches/1/_plan.json") == b"plan"
+        stub.add_client_error("list_objects_v2", "SlowDown", http_status_code=503)
+        stub.add_response(
+            "list_objects_v2",
+            {"Contents": [{"Key": "j/batches/1/00000.arrow"}], "IsTruncated": False},
+            {"Bucket": "bucket", "Prefix": "j/batches/1/"},
+        )
+        assert store.list("batches/1") == ["batches/1/00000.arrow"]
+        stub.assert_no_pending_responses()
+    assert slept == [1.0, 2.0, 1.0]
+
+
+def test_s3_journal_gives_up_after_its_rounds_and_at_once_on_access_denied() -> None:
+    from botocore.stub import Stubber
+
+    from spark_sqs.errors import JournalError
+
+    store, client, slept = _stubbed_s3_store(rounds=2)
+    with Stubber(client) as stub:
+        for _ in range(2):
+            stub.add_client_error("get_object", "InternalError", http_status_code=500)
+        with pytest.raises(JournalError) as failed:
+            store.read("batches/1/_plan.json")
+        assert failed.value.retriable and "InternalError" in str(failed.value)
+        assert slept == [1.0]
+        stub.add_client_error("get_object", "AccessDenied", http_status_code=403)
+        with pytest.raises(JournalError) as denied:
+            store.read("batches/1/_plan.json")
+        assert not denied.value.retriable and "Fix:" in str(denied.value)
+        assert slept == [1.0], "a permanent error is not tried again"
+        stub.add_client_error("get_object", "NoSuchKey", http_status_code=404)
+        assert store.read("batches/1/_plan.json") is None
+        stub.assert_no_pending_responses()
