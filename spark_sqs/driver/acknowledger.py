@@ -336,13 +336,9 @@ class Acknowledger:
         counts nothing: its receivers deleted its messages as they journaled them."""
         total = 0
         for batch in self._pending:
-            if (
-                batch in self._deleting
-                and batch not in self._inherited
-                and batch in self._limits
-                and self._committed is not None
-                and batch <= self._committed
-            ):
+            # Only batches planned in this run are in _deleting (inherited ones stay counted).
+            committed = self._committed is not None and batch <= self._committed
+            if committed and batch in self._deleting and batch not in self._inherited:
                 continue
             total += self._limits.get(batch, 0)
             # Inherited batches, and batches of this run that adopted orphaned entries (their

@@ -353,14 +353,10 @@ class Coordinator:
             if replay and self.quarantine is not None:
                 # A batch that keeps failing is narrowed, its last message quarantined.
                 self.quarantine.prepare_replay(batch, [r.receiver for r in stored.receivers])
-            deleting = stored.delete_after_journal
             self.acknowledger.track(
                 batch,
                 limit=sum(r.limit for r in stored.receivers),
-                # As the receivers decide it (executor/receiver.py): the plan's, else the option.
-                deletes_on_journal=bool(
-                    deleting if deleting is not None else self.options.delete_after_journal
-                ),
+                deletes_on_journal=stored.deletes_on_journal(self.options.delete_after_journal),
             )
             if any(r.adopt_from is not None for r in stored.receivers):
                 self.acknowledger.inherit(batch)

@@ -280,12 +280,7 @@ def read_partition(
             wall_clock=wall_clock,
             duplicate_window=options.duplicate_window,
         )
-    deleting = (
-        plan.delete_after_journal
-        if plan.delete_after_journal is not None
-        else options.delete_after_journal
-    )
-    if deleting:
+    if plan.deletes_on_journal(options.delete_after_journal):
         yield from _read_deleting_after_journal(
             journal, client, partition, drop_ids, clocks, plan=plan
         )

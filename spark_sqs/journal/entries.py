@@ -175,6 +175,11 @@ class BatchPlan:
                 return plan
         return None
 
+    def deletes_on_journal(self, option: bool) -> bool:
+        """Whether the receivers delete what they journal: as the plan recorded it, else (a
+        plan from before the mode was recorded) the current ``deleteAfterJournal`` option."""
+        return self.delete_after_journal if self.delete_after_journal is not None else option
+
     def to_json(self) -> bytes:
         doc = {
             "batch": self.batch,
