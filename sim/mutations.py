@@ -70,8 +70,9 @@ def _unknown_outcome_releases() -> contextlib.AbstractContextManager[None]:
 
 
 def _no_straggler_check() -> contextlib.AbstractContextManager[None]:
-    """Hole 3: an attempt never checks whether its batch was acknowledged meanwhile."""
-    return patched(receiver, "_acknowledged", lambda journal, partition: False)
+    """Hole 3: an attempt never checks whether its batch was acknowledged (or retired)
+    meanwhile."""
+    return patched(Journal, "batch_status", lambda self, batch: "live")
 
 
 def _parts_not_filtered() -> contextlib.AbstractContextManager[None]:
@@ -100,8 +101,9 @@ def _adoption_renumbers() -> contextlib.AbstractContextManager[None]:
         if keep is not None:
             wanted = set(keep)
             table = table.filter([i in wanted for i in table.column("messageId").to_pylist()])
-        taken = self.receivers(batch)
-        fresh = max([target - 1, *[r for r in taken if r >= target]]) + 1
+        fresh = target
+        while self.read_entry(batch, fresh) is not None:
+            fresh += 1
         return self.write_entry(batch, fresh, table)
 
     return patched(Journal, "adopt_entry", adopt_entry)

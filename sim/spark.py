@@ -761,7 +761,7 @@ class SparkSim:
             self.event(f"offset log {batch_id}: {start} -> {end}")
             if batch_id - 1 in self.offset_log:
                 previous = json.loads(self.offset_log[batch_id - 1][1])
-                driver.acknowledge(offsets.batch_of(previous))
+                driver.commit(previous)
                 self.event(f"commit({previous})")
             self._run_batch(driver, group, batch_id, start, end)
             batch_id += 1
@@ -774,8 +774,8 @@ class SparkSim:
 
     def _start_of(self, driver: Coordinator, batch_id: int) -> str:
         if batch_id == 0:
-            first = json.dumps(offsets.make(driver.fresh_start()))
-            again = json.dumps(offsets.make(driver.fresh_start()))
+            first = json.dumps(driver.initial_offset())
+            again = json.dumps(driver.initial_offset())
             if first != again:
                 self.violation(f"initialOffset answered {first} then {again}")
             self.event(f"initialOffset() -> {first}")

@@ -101,8 +101,14 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.journal:
         journal = Journal(args.journal, options)
         state = journal.read_state()
+        live = {
+            b: receivers
+            for b in journal.list_batches()
+            if (receivers := journal.live_receivers(b)) is not None
+        }
         pending = {
-            b: sum(len(r.message_ids) for r in journal.batch_receipts(b)) for b in journal.batches()
+            b: sum(len(r.message_ids) for r in journal.batch_receipts(b, receivers))
+            for b, receivers in live.items()
         }
         report["journal"] = {
             "plannedBatch": state.planned_batch,
@@ -153,7 +159,8 @@ def _release(args: argparse.Namespace) -> int:
     if args.batch <= journal.read_state().acked_batch:
         say(f"batch {args.batch} is already acknowledged: nothing to release", stream=sys.stderr)
         return 2
-    held = sum(len(r.message_ids) for r in journal.batch_receipts(args.batch))
+    receivers = journal.live_receivers(args.batch) or ()
+    held = sum(len(r.message_ids) for r in journal.batch_receipts(args.batch, receivers))
     say(
         f"batch {args.batch} of {queue_url}: {held} journaled messages will be made visible in "
         "the queue and the batch's journal entries removed. The query's replay of the batch "

@@ -68,6 +68,16 @@ class JournalInUseError(JournalError):
     """Another live query owns the journal (or took it over from this one)."""
 
 
+class CheckpointMismatchError(JournalError):
+    """Spark's checkpoint and the journal under ``journalLocation`` do not describe one stream
+    (the journal was moved, deleted or replaced while the checkpoint was kept)."""
+
+
+class UnsafeStoreError(JournalError):
+    """The store under ``journalLocation`` lacks a guarantee the journal needs (an atomic
+    create-if-absent)."""
+
+
 class InvalidEnvelopeError(SqsSourceError):
     """With ``messageFormat=sns``, a received message is not an SNS notification envelope."""
 

@@ -41,7 +41,6 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from .driver import offsets
 from .driver.coordinator import Coordinator
 from .driver.flow_control import ReadLimit, default_read_limit
 from .driver.planning import ReceiverPartition
@@ -122,7 +121,7 @@ class SqsStreamReader(*_READER_BASES):  # type: ignore[misc]
     # -- driver ---------------------------------------------------------------------------------
 
     def initialOffset(self) -> dict:
-        return offsets.make(self._state().fresh_start())
+        return self._state().initial_offset()
 
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
         return self._state().latest_offset(start, limit)
@@ -140,7 +139,7 @@ class SqsStreamReader(*_READER_BASES):  # type: ignore[misc]
         return list(self._state().plan(start, end))
 
     def commit(self, end: dict) -> None:
-        self._state().acknowledge(offsets.batch_of(end))
+        self._state().commit(end)
 
     def stop(self) -> None:
         if self._driver is not None:

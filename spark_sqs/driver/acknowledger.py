@@ -5,6 +5,12 @@ on the executors (``spark_sqs.executor.acknowledgement``), or, when no next batc
 it itself with parallel 10-entry batch calls (``spark_sqs.sqs.batching``). Deletes that may not
 have taken effect are recorded for redelivery dropping; transient failures keep the batch
 pending and heartbeated until a retry succeeds.
+
+What a batch holds is read by key: the entries of the receivers its plan names, the reports of
+the receivers the next plan assigned. Whether a handle may have expired before its delete is
+judged here, on the driver's monotonic clock, against what the driver knows (the batch's
+planning time, the heartbeat's extensions), never against an executor's clock. Before it
+deletes or marks a batch acknowledged, the driver confirms it still holds the journal's lease.
 """
 
 from __future__ import annotations
@@ -91,12 +97,15 @@ class Acknowledger:
         retry_after: float = 5.0,
         on_deleted: PayloadDeleter | None = None,
         duplicate_window: float = 0.0,
+        confirm: Callable[[], None] | None = None,
     ) -> None:
         self._journal = journal
         self._duplicate_window = duplicate_window
         # Called with a batch's entries and its uncertain ids once its messages are deleted,
         # before its entries are removed (extended payloads are deleted there).
         self._on_deleted = on_deleted
+        # Raises if this query no longer holds the journal's lease (journal/lease.py).
+        self._confirm = confirm
         self._caller = caller
         self._delete = delete
         self._on_acked = on_acked
@@ -108,6 +117,12 @@ class Acknowledger:
         self._retry_after = retry_after
         self._margin = handle_margin(visibility_timeout)
         self._pending: set[int] = set()
+        # The receivers each pending batch's plan (or carry record) names: its entries are
+        # read by key under these numbers.
+        self._receivers: dict[int, tuple[int, ...]] = {}
+        # Seconds the receivers of a pending batch extended their own entries by (its plan's
+        # extend_by; 0: they did not).
+        self._extend_by: dict[int, int] = {}
         # Upper bound of the messages of each batch planned in this run (its plan's limits).
         self._limits: dict[int, int] = {}
         # Batches of this run planned with deleteAfterJournal: their receivers delete what they
@@ -123,6 +138,9 @@ class Acknowledger:
         # Committed batch -> the batch whose receivers acknowledge it, and which of them.
         self._assigned: dict[int, int] = {}
         self._reporters: dict[int, set[int]] = {}
+        # (batch, receiver) -> until when (monotonic) the entry's handles were known valid when
+        # its deletes were assigned: the bound the settlement checks against its own clock.
+        self._valid_until: dict[tuple[int, int], float] = {}
         self._acked = 0
         self._not_before = 0.0
         self.dedupe: dict[str, float] = {}
@@ -139,20 +157,22 @@ class Acknowledger:
     def start(
         self,
         acked_batch: int,
-        journaled_batches: list[int],
+        pending: Mapping[int, tuple[int, ...]],
         plans: Mapping[int, BatchPlan] | None = None,
     ) -> None:
-        """``plans``: the stored plans of the pending batches, whose acknowledgement
-        assignments still hold."""
+        """``pending``: the live batches found at start, with their receivers (read by key);
+        ``plans``: their stored plans, whose acknowledgement assignments still hold."""
         self._acked = acked_batch
-        self._pending = set(journaled_batches)
-        self._inherited = set(journaled_batches)
+        self._pending = set(pending)
+        self._receivers.update(pending)
+        self._inherited = set(pending)
         self.dedupe = self._journal.read_dedupe(self._wall())
         for plan in (plans or {}).values():
             self.assign(plan)
         if self._heartbeat is not None:
-            for batch in journaled_batches:
-                self._heartbeat.watch(batch)
+            for batch, receivers in pending.items():
+                # No extend_by: the planning time, which bounds a marker's reach, is unknown.
+                self._heartbeat.watch(batch, receivers=receivers)
         self._collect()  # what a run that died mid-collection left
 
     def _collect(self) -> None:
@@ -165,19 +185,35 @@ class Acknowledger:
         self._journal.collect_window(self._wall())
 
     def track(
-        self, batch: int, limit: int | None = None, *, deletes_on_journal: bool = False
+        self,
+        batch: int,
+        limit: int | None = None,
+        *,
+        deletes_on_journal: bool = False,
+        receivers: tuple[int, ...] | None = None,
+        extend_by: int = 0,
     ) -> None:
         """A batch was planned: it will need acknowledging once Spark commits it.
-        ``deletes_on_journal``: its plan has its receivers delete what they journal."""
+        ``deletes_on_journal``: its plan has its receivers delete what they journal;
+        ``receivers``: those its plan names; ``extend_by``: its plan's."""
         self._pending.add(batch)
         if limit is not None:
             self._limits[batch] = limit
+        if receivers is not None:
+            self._receivers[batch] = tuple(receivers)
+        if extend_by:
+            self._extend_by[batch] = extend_by
         if deletes_on_journal:
             self._deleting.add(batch)
         else:
             self._deleting.discard(batch)
         if self._heartbeat is not None:
-            self._heartbeat.watch(batch, planned=batch not in self._inherited)
+            self._heartbeat.watch(
+                batch,
+                planned=batch not in self._inherited,
+                receivers=receivers,
+                extend_by=extend_by,
+            )
 
     def inherit(self, batch: int) -> None:
         """``batch`` delivers entries received long before it was planned (adopted from
@@ -194,8 +230,13 @@ class Acknowledger:
         self._deleting.discard(batch)
         self._inherited.discard(batch)
         self._inherited_ids.pop(batch, None)
+        self._receivers.pop(batch, None)
+        self._extend_by.pop(batch, None)
         if self._heartbeat is not None:
             self._heartbeat.forget(batch)
+
+    def receivers_of(self, batch: int) -> tuple[int, ...]:
+        return self._receivers.get(batch, ())
 
     def assign(self, plan: BatchPlan) -> None:
         """``plan``'s receivers acknowledge the batches it lists."""
@@ -214,45 +255,66 @@ class Acknowledger:
     def assignments(self, committed: int, receivers: list[int]) -> tuple[AckAssignment, ...]:
         """Spread the entries of the committed, unassigned pending batches over ``receivers``
         of the batch being planned (only with deleteOnCommit: otherwise nothing is deleted
-        and the driver removes the entries itself)."""
+        and the driver removes the entries itself). Every receiver the committed batch's plan
+        names is assigned (every one wrote an entry before the batch committed); a receiver
+        that finds no entry reports none."""
         if not receivers:
             return ()
         due = self.unassigned(committed)
         out: list[AckAssignment] = []
+        now, wall = self._clock(), self._wall()
         for batch in due:
             visibility = self._heartbeat.snapshot(batch) if self._heartbeat is not None else None
-            # The same LIST names the deadlines receivers extended their entries to (markers):
-            # the heartbeat may not have looked at the batch yet.
-            entries, extended = self._journal.batch_index(batch)
+            held = self._held_by_receivers(batch, visibility)
             lost = tuple(sorted(visibility.lost)) if visibility else ()
-            for entry in entries:
+            for entry in self.receivers_of(batch):
+                valid = max(self._entry_valid_until(visibility, entry), held.get(entry, 0.0))
+                self._valid_until[(batch, entry)] = valid
                 out.append(
                     AckAssignment(
                         batch,
                         entry,
                         receivers[len(out) % len(receivers)],
-                        valid_until=max(
-                            self._entry_valid_until(visibility, entry), extended.get(entry, 0.0)
-                        ),
+                        # For people reading the plan only, as wall time: the settlement
+                        # judges the bound above, on this driver's clock.
+                        valid_until=wall + (valid - now) if valid else 0.0,
                         lost=lost,
                     )
                 )
         return tuple(out)
 
+    def _held_by_receivers(
+        self, batch: int, visibility: BatchVisibility | None
+    ) -> dict[int, float]:
+        """Receiver -> until when its own extension holds its entry (its marker, read by key),
+        bounded on this clock by the batch's planning time plus the plan's extend_by."""
+        extend_by = self._extend_by.get(batch, 0)
+        if not extend_by or visibility is None or visibility.planned_at is None:
+            return {}
+        until = visibility.planned_at + extend_by
+        known = dict(visibility.held_until)
+        unknown = [r for r in self.receivers_of(batch) if r not in known]
+        for receiver in self._journal.extended_receivers(batch, unknown) if unknown else ():
+            known[receiver] = until
+        return known
+
     def _entry_valid_until(self, visibility: BatchVisibility | None, entry: int) -> float:
-        """The earliest time a handle of ``entry`` may expire, as far as this driver knows:
-        what the heartbeat tracks of that entry, else the deadline its marker named when the
-        heartbeat listed it, else the receive baseline (a visibility timeout from the batch's
-        planning; 0 for an inherited batch). Not the batch's earliest: one entry near expiry
-        must not make every delete of the batch uncertain, and an entry the heartbeat has not
-        read yet is bounded by its own receive, never by other entries' extensions."""
+        """The earliest time (this driver's monotonic clock) a handle of ``entry`` may
+        expire, as far as this driver knows: what the heartbeat tracks of that entry, else
+        what its receiver's marker says it extended to, else the receive baseline (a
+        visibility timeout from the batch's planning; 0 for an inherited batch). Not the
+        batch's earliest: one entry near expiry must not make every delete of the batch
+        uncertain, and an entry the heartbeat has not read yet is bounded by its own receive,
+        never by other entries' extensions."""
         if visibility is None:
             return 0.0
         if entry in visibility.entry_expires:
             return visibility.entry_expires[entry]
         if entry in visibility.held_until:
             return visibility.held_until[entry]
-        return visibility.valid_from + self._visibility if visibility.valid_from else 0.0
+        if visibility.planned_at is not None:
+            return visibility.planned_at + self._visibility
+        return 0.0
 
     def drop_ids(self, before_or_at: int, receive_window: float = 0.0) -> frozenset[str]:
         """Ids a receiver of batch ``before_or_at`` must drop: recorded uncertain
@@ -262,38 +324,42 @@ class Acknowledger:
         stay invisible under the heartbeat and cost nothing here, unless one of their handles
         may expire within ``receive_window`` seconds (the next batch's receiving): a late or
         failing heartbeat must not let a redelivery into the next batch."""
-        now = self._wall()
-        self.dedupe = {i: exp for i, exp in self.dedupe.items() if exp > now}
+        wall = self._wall()
+        self.dedupe = {i: exp for i, exp in self.dedupe.items() if exp > wall}
         ids = set(self.dedupe)
+        now = self._clock()
         for batch in sorted(self._pending):
             # A batch of this run planned before this one is complete (committed); the batch
             # being planned has no entries of this run yet.
             if (batch in self._inherited and batch <= before_or_at) or (
                 batch < before_or_at and self._may_lapse(batch, now, receive_window)
             ):
-                if batch not in self._inherited_ids:
-                    self._inherited_ids[batch] = frozenset(
-                        i for r in self._journal.batch_receipts(batch) for i in r.message_ids
-                    )
-                ids.update(self._inherited_ids[batch])
+                ids.update(self._journaled_ids(batch))
         if self._heartbeat is not None:
             for batch in self._pending:
                 ids.update(self._heartbeat.snapshot(batch).lost)
         return frozenset(ids)
+
+    def _journaled_ids(self, batch: int) -> frozenset[str]:
+        """Every id the receivers of ``batch`` journaled (entries, else parts), read by key."""
+        if batch not in self._inherited_ids:
+            self._inherited_ids[batch] = self._journal.batch_message_ids(
+                batch, self.receivers_of(batch)
+            )
+        return self._inherited_ids[batch]
 
     def _may_lapse(self, batch: int, now: float, window: float) -> bool:
         if self._heartbeat is None:
             return True
         visibility = self._heartbeat.snapshot(batch)
         needed = now + window + self._margin
-        # Entry by entry (one LIST): an entry the heartbeat has not read is bounded by its own
-        # marker or receive, never by what the heartbeat extended of other entries. Receivers
-        # that extended their own entries name the deadline in a marker, which spares reading
-        # every entry of the batch. Lost ids are dropped apart (drop_ids).
-        entries, extended = self._journal.batch_index(batch)
+        # Entry by entry: an entry the heartbeat has not read is bounded by its own marker or
+        # receive, never by what the heartbeat extended of other entries. Lost ids are
+        # dropped apart (drop_ids).
+        entries = self.receivers_of(batch)
+        held = self._held_by_receivers(batch, visibility)
         return not entries or any(
-            max(self._entry_valid_until(visibility, e), extended.get(e, 0.0)) < needed
-            for e in entries
+            max(self._entry_valid_until(visibility, e), held.get(e, 0.0)) < needed for e in entries
         )
 
     def acknowledge_through(self, batch: int, *, next_batch_follows: bool = False) -> AckStats:
@@ -344,35 +410,34 @@ class Acknowledger:
             # Inherited batches, and batches of this run that adopted orphaned entries (their
             # plan gives the adopting receivers no limit), hold what is journaled.
             if batch in self._inherited or batch not in self._limits:
-                if batch not in self._inherited_ids:
-                    self._inherited_ids[batch] = frozenset(
-                        i for r in self._journal.batch_receipts(batch) for i in r.message_ids
-                    )
-                total += len(self._inherited_ids[batch])
+                total += len(self._journaled_ids(batch))
         return total
 
     def _settle(self, batch: int, by: int, stats: AckStats) -> bool:
         """``batch`` was acknowledged by the receivers of ``by``, which Spark committed: its
-        counters come from the names of their reports (LIST requests), the bodies are read
-        only for reports with uncertain ids. False if it must be retried later."""
-        reports = self._journal.read_ack_reports(by)
-        missing = self._reporters.get(batch, set()) - {r.receiver for r in reports}
+        counters come from their reports, read by key. A delete whose handle may have expired
+        before it reached SQS is judged now, on this clock: every delete came before this
+        moment, so a handle known valid until after it was valid for them. False if it must be
+        retried later."""
+        expected = sorted(self._reporters.get(batch, set()))
+        reports = {r: report for r in expected if (report := self._journal.read_ack_report(by, r))}
+        missing = [r for r in expected if r not in reports]
         if missing:
             # Every receiver that acknowledges runs before it journals and the batch committed,
-            # so its report exists: a store whose LIST missed one must not make the driver
-            # forget an uncertain delete. It deletes the batch itself, as when no batch follows
+            # so its report exists: one that cannot be read must not make the driver forget an
+            # uncertain delete. It deletes the batch itself, as when no batch follows
             # (deleting twice is harmless; expired handles count as uncertain).
             logger.warning(
                 "batch %d: no acknowledgement report from receivers %s of batch %d; the driver "
                 "deletes the batch itself",
                 batch,
-                sorted(missing),
+                missing,
                 by,
             )
             self._assigned.pop(batch, None)
             return self._acknowledge(batch, stats)
-        mine = [e for r in reports for e in r.of_batch(batch)]
-        uncertain = {i for e in mine for i in e.uncertain}
+        mine = [e for r in reports.values() for e in r.of_batch(batch)]
+        uncertain = {i for e in mine for i in e.uncertain} | self._expired_before_settling(batch)
         self._record_uncertain(batch, uncertain, stats)
         rows = sum(e.rows for e in mine)
         deleted = sum(e.deleted for e in mine)
@@ -385,6 +450,7 @@ class Acknowledger:
                 "journaled": rows,
                 "duplicatesDropped": sum(e.dropped for e in mine),
                 "duplicateWindowDropped": sum(e.window_dropped for e in mine),
+                "expiredHandlesDropped": sum(e.expired_dropped for e in mine),
                 "deleted": deleted,
                 "deleteFailures": sum(e.delete_failures for e in mine),
                 "uncertainAcknowledgements": len(uncertain),
@@ -397,7 +463,27 @@ class Acknowledger:
             self._journal.remove_ack_reports(by)
         return True
 
+    def _expired_before_settling(self, batch: int) -> set[str]:
+        """Ids of ``batch``'s entries whose handles this driver cannot show were valid until
+        now: their deletes (made by the next batch's receivers, before now) may have come too
+        late. The bound is the larger of what was known when the deletes were assigned and
+        what the heartbeat knows now; an assignment of an earlier run is unknown, so all its
+        ids count. Entries are read only for those."""
+        now = self._clock()
+        visibility = self._heartbeat.snapshot(batch) if self._heartbeat is not None else None
+        out: set[str] = set()
+        for receiver in self.receivers_of(batch):
+            known = self._valid_until.get((batch, receiver), 0.0)
+            if visibility is not None:
+                known = max(known, visibility.entry_expires.get(receiver, 0.0))
+            if known < now + self._margin:
+                out.update(self._journal.receiver_ids(batch, receiver))
+        return out
+
     def _finish(self, batch: int, rows: int, stats: AckStats) -> None:
+        if self._confirm is not None:
+            # A driver paused past its lease must not mark batches another query may own.
+            self._confirm()
         if self._heartbeat is not None:
             self._heartbeat.forget(batch)
         self._acked = max(self._acked, batch)
@@ -411,6 +497,10 @@ class Acknowledger:
         self._reporters.pop(batch, None)
         self._inherited.discard(batch)
         self._inherited_ids.pop(batch, None)
+        self._receivers.pop(batch, None)
+        self._extend_by.pop(batch, None)
+        for key in [k for k in self._valid_until if k[0] == batch]:
+            del self._valid_until[key]
         stats.batches += 1
         stats.messages += rows
 
@@ -433,8 +523,10 @@ class Acknowledger:
     def _acknowledge(self, batch: int, stats: AckStats) -> bool:
         """The driver deletes ``batch`` itself (no next batch's receivers will)."""
         deleted_before, failed_before = stats.deleted, stats.delete_failed
-        receipts = self._journal.batch_receipts(batch)
+        receipts = self._journal.batch_receipts(batch, self.receivers_of(batch))
         entries = [e for r in receipts for e in entries_of(r)]
+        if self._delete and entries and self._confirm is not None:
+            self._confirm()
         uncertain = self._uncertain(batch, receipts) if self._delete else set()
         if self._heartbeat is not None:
             # From here on the batch is being deleted: extending it would only race.
@@ -501,6 +593,7 @@ class Acknowledger:
                 "journaled": rows,
                 "duplicatesDropped": sum(r.dropped for r in receipts),
                 "duplicateWindowDropped": sum(r.window_dropped for r in receipts),
+                "expiredHandlesDropped": sum(r.expired_dropped for r in receipts),
                 "deleted": stats.deleted - deleted_before,
                 "deleteFailures": stats.delete_failed - failed_before,
                 "uncertainAcknowledgements": len(uncertain),
@@ -522,15 +615,17 @@ class Acknowledger:
             self._heartbeat.watch(batch)
 
     def _uncertain(self, batch: int, receipts: list[EntryReceipts]) -> set[str]:
-        """Messages whose receipt handle may have expired, or that the heartbeat lost."""
+        """Messages whose receipt handle may have expired before the deletes about to be made
+        (judged on this clock: the batch's planning time, the heartbeat's extensions, the
+        receivers' markers), or that the heartbeat lost."""
         visibility = self._heartbeat.snapshot(batch) if self._heartbeat is not None else None
-        now = self._wall()
+        held = self._held_by_receivers(batch, visibility)
+        needed = self._clock() + self._margin
         out: set[str] = set()
         for r in receipts:
-            baseline = r.received_at + self._visibility
-            if visibility is not None:
-                # Its receiver extended the entry (marker) and the heartbeat has not read it.
-                baseline = max(baseline, visibility.held_until.get(r.receiver, 0.0))
+            baseline = max(
+                self._entry_valid_until(visibility, r.receiver), held.get(r.receiver, 0.0)
+            )
             for message_id in r.message_ids:
                 expires = baseline
                 if visibility is not None:
@@ -538,7 +633,7 @@ class Acknowledger:
                         out.add(message_id)
                         continue
                     expires = max(expires, visibility.expires_at.get(message_id, 0.0))
-                if expires < now + self._margin:
+                if expires < needed:
                     out.add(message_id)
         return out
 

@@ -92,7 +92,6 @@ class Coordinator:
             visibility_timeout=options.visibility_timeout,
             interval=options.heartbeat_interval,
             clock=clock,
-            wall_clock=wall_clock,
             on_tick=lease.renew if lease is not None else None,
             # With deleteOnCommit=false a committed batch's messages must come back after about
             # visibilityTimeout (the queue's redrive applies to them): extend by no more.
@@ -114,21 +113,22 @@ class Coordinator:
             clock=clock,
             wall_clock=wall_clock,
             duplicate_window=options.duplicate_window,
+            confirm=lease.confirm if lease is not None else None,
         )
-        journaled = journal.batches()
-        # Files under acknowledged batches are leftovers of attempts that ran after their batch
-        # was acknowledged (or of a crash during the removal): none of them holds a message
-        # that must still be delivered (see executor/receiver.py), so they are removed, never
-        # adopted.
-        for leftover in [b for b in journaled if b <= self.markers.acked]:
-            logger.info("removing leftover journal files of acknowledged batch %d", leftover)
-            journal.remove_batch(leftover)
-        pending = [b for b in journaled if b > self.markers.acked]
-        plans = {b: p for b in pending if (p := journal.read_plan(b)) is not None}
+        pending, plans = self._find_pending(journal)
         self.acknowledger.start(self.markers.acked, pending, plans)
         if self.markers.initial is None:
             # Fixed before any batch is numbered: Spark 4.0/4.1 ask for latestOffset first.
             self.markers.advance(initial=self.markers.planned)
+        # The journal's identity goes into every offset, and every offset Spark hands back is
+        # checked against what this journal numbered before anything acts on it (offsets.py).
+        self.identity = journal.identity()
+        self.guard = offsets.CheckpointGuard(
+            journal.location,
+            self.identity,
+            known_through=self.markers.planned,
+            initial=self.markers.initial,
+        )
         if run_heartbeat:
             self.heartbeat.start()
         self._last_end: int | None = None
@@ -148,6 +148,35 @@ class Coordinator:
         self.run_id = lease.owner[:12] if lease is not None else uuid.uuid4().hex[:12]
         # poisonMessagePolicy=deadLetter: narrows and quarantines replays (poison.py).
         self.quarantine: poison.Quarantine | None = None
+
+    def _find_pending(
+        self, journal: Journal
+    ) -> tuple[dict[int, tuple[int, ...]], dict[int, BatchPlan]]:
+        """The batches still pending, by key: every number after the newest acknowledged one
+        up to the newest planned whose plan (or carry record) exists, with its receivers. A
+        LIST finds the rest only to remove it: files of acknowledged or adopted batches whose
+        removal a crash cut short, and entries that attempts of such batches wrote afterwards
+        (see executor/receiver.py). None of them holds a message that must still be
+        delivered, so they are removed, never adopted; a listing that misses some only leaves
+        them for a later start."""
+        pending: dict[int, tuple[int, ...]] = {}
+        plans: dict[int, BatchPlan] = {}
+        for batch in range(self.markers.acked + 1, self.markers.planned + 1):
+            plan = journal.read_plan(batch)
+            receivers = (
+                tuple(r.receiver for r in plan.receivers)
+                if plan is not None
+                else journal.live_receivers(batch)
+            )
+            if receivers is None:
+                continue
+            pending[batch] = receivers
+            if plan is not None:
+                plans[batch] = plan
+        for leftover in [b for b in journal.list_batches() if b not in pending]:
+            logger.info("removing leftover journal files of finished batch %d", leftover)
+            journal.remove_batch(leftover)
+        return pending, plans
 
     @classmethod
     def start(cls, options: SqsOptions) -> Coordinator:
@@ -216,11 +245,18 @@ class Coordinator:
     # -- offsets --------------------------------------------------------------------------------
 
     def fresh_start(self) -> int:
-        """The initial offset: only asked for a new checkpoint, or when Spark restarts a query
+        """The initial batch: only asked for a new checkpoint, or when Spark restarts a query
         whose first batch never committed (and then replays it from this offset)."""
         with self.lock:
             assert self.markers.initial is not None
             return self.markers.initial
+
+    def initial_offset(self) -> dict:
+        """``initialOffset``: the initial batch, with the journal's identity."""
+        return self.offset(self.fresh_start())
+
+    def offset(self, batch: int) -> dict:
+        return offsets.make(batch, self.identity)
 
     def latest_offset(
         self, start: Mapping[str, Any] | None, limit: ReadLimit | None = None
@@ -229,8 +265,13 @@ class Coordinator:
             planned = self.markers.planned
             # Spark calls latestOffset only once every batch up to `start` is in its commit
             # log. Spark 4.0/4.1 pass no start: then the last batch planned in this run is it,
-            # and before the first one nothing is known to be committed.
-            committed = offsets.batch_of(start) if start is not None else self._last_end
+            # and before the first one nothing is known to be committed. A start this journal
+            # cannot go on from is refused before anything is acknowledged (offsets.py).
+            committed = (
+                self.guard.check_start(start, self.markers.acked, planned_only=False)
+                if start is not None
+                else self._last_end
+            )
             if committed is not None:
                 self._note_committed(committed)
                 # Settle what the receivers of committed batches acknowledged; the rest waits
@@ -280,8 +321,15 @@ class Coordinator:
                 if committed is not None:
                     self._acknowledge(committed)
             if not start_batch:
-                return offsets.make(committed if committed is not None else planned)
-            new_batch = max(planned, committed or 0) + 1
+                if start is not None:
+                    # Spark compares offsets as strings: an offset of an earlier version (no
+                    # journal identity) must come back as it was, or Spark sees new data.
+                    return dict(start)
+                idle = committed if committed is not None else planned
+                self.guard.handed_out.add(idle)
+                self.guard.idle.add(idle)
+                return self.offset(idle)
+            new_batch = planned + 1
             if acknowledge_only:
                 logger.info(
                     "batch %d acknowledges batches %s only: they fill maxInFlightMessages=%d",
@@ -290,9 +338,10 @@ class Coordinator:
                     self.options.max_in_flight_messages,
                 )
             self.markers.advance(planned=new_batch)
+            self.guard.handed_out.add(new_batch)
             self._limits[new_batch] = batch_limit
             self.flow.started_batch()
-            return offsets.make(new_batch)
+            return self.offset(new_batch)
 
     def prepare_available_now(self) -> None:
         """Trigger.AvailableNow: deliver the messages visible now, then report no more data."""
@@ -333,16 +382,27 @@ class Coordinator:
 
     def plan(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> list[ReceiverPartition]:
         with self.lock:
+            # Both ends are checked before anything is planned or received: a checkpoint
+            # written with another journal is refused here (Spark 4.0/4.1 call no latestOffset
+            # with a start; every version replays a logged batch with partitions alone).
+            acked = self.markers.acked
+            first = self.guard.check_start(start, acked, planned_only=True)
             batch = offsets.batch_of(end)
-            first = offsets.batch_of(start)
             if batch <= first:
                 return []
-            if batch > self.markers.planned:
-                self.markers.advance(planned=batch)
+            batch = self.guard.check_end(end, acked)
+            self.guard.planned.add(batch)
             self._last_end = batch
+            if batch <= acked:
+                # Spark 4.0/4.1 took an idle answer for a batch (a new checkpoint): every
+                # batch up to it is acknowledged, so it delivers nothing.
+                return []
             stored = self.journal.read_plan(batch)
             replay = stored is not None
             if stored is None:
+                if self.lease is not None:
+                    # A plan assigns deletes and adopts orphans: only the journal's owner may.
+                    self.lease.confirm()
                 # `spark-sqs release` replaced the plan (poison.py); else plan it now.
                 stored = poison.released_plan(self.journal, batch) or self.journal.write_plan(
                     self._new_plan(batch, first)
@@ -357,21 +417,22 @@ class Coordinator:
                 batch,
                 limit=sum(r.limit for r in stored.receivers),
                 deletes_on_journal=stored.deletes_on_journal(self.options.delete_after_journal),
+                receivers=tuple(r.receiver for r in stored.receivers),
+                # Only a plan made in this run: its planning time bounds the receivers' reach.
+                extend_by=0 if replay else stored.extend_by,
             )
             if any(r.adopt_from is not None for r in stored.receivers):
                 self.acknowledger.inherit(batch)
             self.acknowledger.assign(stored)
             # The queue is asked again after every batch, rather than after queuePollInterval.
             self.poller.poll_next_time()
-            journaled = len(self.journal.receivers(batch))
-            self.reporter.replayed[batch] = journaled
+            self.reporter.replayed[batch] = len(stored.receivers) if replay else 0
             logger.info(
-                "batch %d: %d receivers (%s plan, %d with journal entries), %d ids to drop, "
-                "acknowledging %d entries of batches %s",
+                "batch %d: %d receivers (%s plan), %d ids to drop, acknowledging %d entries of "
+                "batches %s",
                 batch,
                 len(stored.receivers),
                 "stored" if replay else "new",
-                journaled,
                 stored.drop_count,
                 len(stored.acks),
                 stored.acknowledges,
@@ -415,13 +476,6 @@ class Coordinator:
         # The receivers of this batch receive for up to receive_budget_seconds (plus a last
         # long poll): any pending message whose handle may expire by then is dropped.
         drop_ids = self.acknowledger.drop_ids(batch, receive_window=self._receive_window())
-        # A replay after a crash mid-loop (deleteAfterJournal): messages journaled in parts
-        # but not yet deleted reappear when their visibility times out, and must not be
-        # journaled a second time by any receiver of this batch.
-        unfinished = self.journal.unfinished_parts(batch)
-        if unfinished:
-            drop_ids = drop_ids.union(*unfinished.values())
-        journaled = self.journal.receivers(batch)
         if poison.carry_batches(self.journal, orphans):
             # Messages carried out of a narrowed batch are delivered alone, so that the batch
             # that adopts them narrows them further without mixing in new ones (poison.py).
@@ -430,8 +484,6 @@ class Coordinator:
             batch,
             limit,
             self.options.num_partitions,
-            journaled=journaled,
-            resuming=sorted(unfinished),
             adopted=adopted,
             drops=self.journal.write_drops(drop_ids, batch),
             drop_count=len(drop_ids),
@@ -440,13 +492,9 @@ class Coordinator:
         )
         plan = replace(plan, extend_by=self._executor_extension())
         plan = with_queues(plan, self.poller.visible_by_queue(), rotate=batch)
-        # The receivers that will receive (not replay) delete the committed batches' messages
-        # first: acknowledgement runs on the executors, spread over every receiver.
-        fresh = [
-            r.receiver
-            for r in plan.receivers
-            if r.adopt_from is None and r.receiver not in journaled and r.receiver not in unfinished
-        ]
+        # The receivers that will receive (not deliver adopted entries) delete the committed
+        # batches' messages first: acknowledgement runs on the executors, spread over them.
+        fresh = [r.receiver for r in plan.receivers if r.adopt_from is None]
         return replace(
             plan,
             acks=self.acknowledger.assignments(first, fresh),
@@ -481,16 +529,20 @@ class Coordinator:
         return self.options.receive_budget_seconds + self.options.wait_time_seconds
 
     def _adoptable(self, orphans: list[int]) -> list[tuple[int, int]]:
-        """One location per journaled entry among the orphans. An orphan whose own plan adopted
-        entries of an earlier orphan (a run that died while adopting) holds copies of them:
-        each origin is delivered once, from the original when it still exists."""
+        """One location per journaled entry among the orphans, read by key from the receivers
+        each orphan's plan (or carry record) names. An orphan whose own plan adopted entries
+        of an earlier orphan (a run that died while adopting) holds copies of them: each origin
+        is delivered once, from the original when it still exists."""
         origin_of: dict[tuple[int, int], tuple[int, int]] = {}
         chosen: dict[tuple[int, int], tuple[int, int]] = {}
         for orphan in sorted(orphans):
             plan = self.journal.read_plan(orphan)
-            for receiver in sorted(
-                {*self.journal.receivers(orphan), *self.journal.part_receivers(orphan)}
-            ):
+            receivers = self.acknowledger.receivers_of(orphan) or (
+                self.journal.live_receivers(orphan) or ()
+            )
+            for receiver in sorted(receivers):
+                if not self.journal.has_journaled(orphan, receiver):
+                    continue
                 here = (orphan, receiver)
                 planned = plan.receiver(receiver) if plan is not None else None
                 source = planned.adopt_from if planned is not None else None
@@ -544,6 +596,11 @@ class Coordinator:
         settled now."""
         with self.lock:
             self._acknowledge(batch, next_batch_follows=True)
+
+    def commit(self, end: Mapping[str, Any]) -> None:
+        """Spark's ``commit(end)``, with the offset as Spark hands it back: Spark commits only
+        batches it planned with this journal (``plan`` checked them)."""
+        self.acknowledge(offsets.batch_of(end))
 
     # -- internals ------------------------------------------------------------------------------
 

@@ -10,11 +10,18 @@ batch, when a message gets within an hour of that ceiling.
 
 When the batch's plan asks for it (``BatchPlan.extend_by``: set by the driver once batches run
 long relative to the visibility timeout), each receiver makes the first extension itself right
-after journaling and records the deadline it reached in an empty marker's name
-(executor/extension.py). The heartbeat then learns every receiver's deadline from the LIST of
-the batch it makes anyway, and reads an entry only if it has no marker (its receiver died or
-failed in between) or once the marker's deadline nears: its cost per batch no longer grows
+after journaling and records it in a marker (executor/extension.py). The heartbeat reads each
+planned receiver's marker by key and reads an entry only if it has no marker (its receiver
+died or failed in between) or once the marker's reach nears: its cost per batch no longer grows
 with the number of messages.
+
+Time is judged on this process's monotonic clock only. A batch planned in this run was
+received after it was planned, so its messages stay invisible at least until the planning time
+plus ``visibilityTimeout`` (plus ``extend_by`` where a receiver's marker says it extended):
+that is when the heartbeat first extends them, whatever the executors' clocks say. A batch
+inherited from an earlier run has no such bound and is extended at once. An expiry the
+heartbeat estimated is tried (SQS refuses an expired handle, and the message is then lost);
+only one it confirmed by an extension marks the message lost once it passes.
 
 Failures are sorted: an entry whose handle is stale or whose message is gone can never be
 extended, so the message is marked lost (the acknowledger then records it for redelivery
@@ -70,27 +77,30 @@ class HeartbeatStats:
 @dataclass
 class _Tracked:
     handle: str = field(repr=False)
-    expires: float  # monotonic time at which the message becomes visible again
-    ceiling: float  # monotonic time 12 h after the receive
+    expires: float  # monotonic time at which the message becomes visible again (at the latest)
+    ceiling: float  # monotonic time 12 h after the receive (at the earliest)
     queue: str | None = None  # the queue of the message (several queues: queues.py)
     receiver: int = -1  # the journal entry it came from
+    # True once an extension succeeded: ``expires`` is then known, not a lower bound.
+    confirmed: bool = False
 
 
 @dataclass(frozen=True)
 class BatchVisibility:
-    """What the heartbeat knows about a batch when it is acknowledged."""
+    """What the heartbeat knows about a batch when it is acknowledged: times on the driver's
+    monotonic clock (the clock the heartbeat and the acknowledger share), never an executor's."""
 
-    expires_at: dict[str, float]  # message id -> wall-clock time its visibility ends
+    expires_at: dict[str, float]  # message id -> when its visibility ends, at the earliest
     lost: frozenset[str]  # message ids that may already be visible again
-    # Wall-clock time the batch was planned in this run: no receive of it started earlier
-    # (0.0 for a batch inherited from an earlier run).
-    valid_from: float = 0.0
-    # Receiver -> wall-clock time until which its receiver's own extension keeps the entry's
-    # messages invisible (their marker), for entries the heartbeat has not read.
+    # When the batch was planned in this run: no receive of it started earlier, so its
+    # messages stay invisible until this plus visibilityTimeout (None: inherited).
+    planned_at: float | None = None
+    # Receiver -> until when its own extension keeps its entry invisible (its marker; the
+    # batch's planning time plus the plan's extend_by), for entries the heartbeat has not read.
     held_until: dict[int, float] = field(default_factory=dict)
-    # Receiver -> wall-clock time the first of its entry's tracked messages becomes visible
-    # again, for entries the heartbeat read: a bound on that entry alone, where the batch's
-    # earliest would make every entry's deletes uncertain for one entry's sake.
+    # Receiver -> when the first of its entry's tracked messages becomes visible again, for
+    # entries the heartbeat read: a bound on that entry alone, where the batch's earliest would
+    # make every entry's deletes uncertain for one entry's sake.
     entry_expires: dict[int, float] = field(default_factory=dict)
 
 
@@ -103,7 +113,6 @@ class Heartbeat:
         visibility_timeout: int,
         interval: float,
         clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
         on_tick: Callable[[], None] | None = None,
         extend_by: int | None = None,
     ) -> None:
@@ -117,11 +126,15 @@ class Heartbeat:
         self._visibility = visibility_timeout
         self._interval = interval
         self._clock = clock
-        self._wall = wall_clock
         self.lock = threading.RLock()
         self._tracked: dict[int, dict[str, _Tracked]] = {}
         self._seen_receivers: dict[int, set[int]] = {}
-        self._valid_from: dict[int, float] = {}
+        # Batch -> the receivers its plan (or carry record) names: read by key, never listed.
+        self._receivers: dict[int, tuple[int, ...]] = {}
+        # Batch -> seconds its receivers extended their own entries by (the plan's extend_by).
+        self._self_extended: dict[int, int] = {}
+        # Batch -> monotonic time it was planned in this run (absent: inherited).
+        self._planned_at: dict[int, float] = {}
         self._discover_after: dict[int, float] = {}
         self._lost: dict[int, set[str]] = defaultdict(set)
         # Batch -> receiver -> monotonic time until which its receiver extended it (marker).
@@ -135,42 +148,54 @@ class Heartbeat:
 
     # -- batches --------------------------------------------------------------------------------
 
-    def watch(self, batch: int, planned: bool = False) -> None:
-        """Keep ``batch`` invisible. A batch ``planned`` just now is first read once one of
-        its messages could need extending (its receives started after now): a batch that is
-        acknowledged within the visibility timeout costs the heartbeat nothing."""
+    def watch(
+        self,
+        batch: int,
+        planned: bool = False,
+        *,
+        receivers: tuple[int, ...] | None = None,
+        extend_by: int = 0,
+    ) -> None:
+        """Keep ``batch`` invisible: the entries of ``receivers`` (its plan's). A batch
+        ``planned`` just now is first read once one of its messages could need extending (its
+        receives started after now): a batch that is acknowledged within the visibility
+        timeout costs the heartbeat nothing. ``extend_by``: its receivers extend their own
+        entries by that much (the plan's), and say so in a marker."""
         with self.lock:
+            if receivers is not None:
+                self._receivers[batch] = tuple(receivers)
+            if extend_by:
+                self._self_extended[batch] = extend_by
             if batch in self._tracked:
                 return
             self._tracked[batch] = {}
             self._seen_receivers[batch] = set()
             if planned:
-                self._valid_from[batch] = self._wall()
+                now = self._clock()
+                self._planned_at[batch] = now
                 margin = max(2.0, 0.05 * self._visibility)
                 self._discover_after[batch] = (
-                    self._clock() + self._visibility - 2 * self._interval - 1.0 - margin
+                    now + self._visibility - 2 * self._interval - 1.0 - margin
                 )
 
     def discover_now(self, batch: int) -> None:
         """Read ``batch`` at the next tick (it holds entries received long ago)."""
         with self.lock:
             self._discover_after.pop(batch, None)
-            self._valid_from.pop(batch, None)
+            self._planned_at.pop(batch, None)
 
     def snapshot(self, batch: int) -> BatchVisibility:
         with self.lock:
-            now, wall = self._clock(), self._wall()
             tracked = self._tracked.get(batch, {})
             entry_expires: dict[int, float] = {}
             for t in tracked.values():
-                at = wall + (t.expires - now)
-                if at < entry_expires.get(t.receiver, float("inf")):
-                    entry_expires[t.receiver] = at
+                if t.expires < entry_expires.get(t.receiver, float("inf")):
+                    entry_expires[t.receiver] = t.expires
             return BatchVisibility(
-                expires_at={i: wall + (t.expires - now) for i, t in tracked.items()},
+                expires_at={i: t.expires for i, t in tracked.items()},
                 lost=frozenset(self._lost.get(batch, ())),
-                valid_from=self._valid_from.get(batch, 0.0),
-                held_until={r: wall + (u - now) for r, u in self._held.get(batch, {}).items()},
+                planned_at=self._planned_at.get(batch),
+                held_until=dict(self._held.get(batch, {})),
                 entry_expires=entry_expires,
             )
 
@@ -178,7 +203,9 @@ class Heartbeat:
         with self.lock:
             self._tracked.pop(batch, None)
             self._seen_receivers.pop(batch, None)
-            self._valid_from.pop(batch, None)
+            self._receivers.pop(batch, None)
+            self._self_extended.pop(batch, None)
+            self._planned_at.pop(batch, None)
             self._discover_after.pop(batch, None)
             self._lost.pop(batch, None)
             self._held.pop(batch, None)
@@ -245,34 +272,43 @@ class Heartbeat:
             self.stats.ticks += 1
             now = self._clock()
             due = [
-                (batch, set(self._seen_receivers[batch]))
+                (
+                    batch,
+                    set(self._seen_receivers[batch]),
+                    self._receivers.get(batch, ()),
+                    self._self_extended.get(batch, 0),
+                    self._planned_at.get(batch),
+                )
                 for batch in self._tracked
                 if self._discover_after.get(batch, 0.0) <= now
             ]
-        found: list[tuple[EntryReceipts, float | None]] = []
+        found: list[EntryReceipts] = []
         held: list[tuple[int, int, float]] = []
-        # An entry its receiver extended is read only once the marker's deadline comes within
+        # An entry its receiver extended is read only once the marker's reach comes within
         # one tick of the extension horizon: then it is tracked in time to be extended.
         read_ahead = 3 * self._interval + 1.0 + max(2.0, 0.05 * self._visibility)
-        for batch, seen in due:
-            receivers, extended = self._journal.batch_index(batch)
-            wall, now = self._wall(), self._clock()
-            for receiver in receivers:
-                if receiver in seen:
-                    continue
-                until = extended.get(receiver)
-                if until is not None and until - wall > read_ahead:
-                    held.append((batch, receiver, now + (until - wall)))
+        for batch, seen, receivers, extend_by, planned_at in due:
+            unseen = [r for r in receivers if r not in seen]
+            marked: set[int] = set()
+            if extend_by and planned_at is not None and unseen:
+                # The reach is bounded by this driver's clock: the receiver extended after the
+                # batch was planned, by extend_by.
+                until = planned_at + extend_by
+                if until - self._clock() > read_ahead:
+                    marked = self._journal.extended_receivers(batch, unseen)
+                    held += [(batch, r, until) for r in marked]
+            for receiver in unseen:
+                if receiver in marked:
                     continue
                 receipts = self._journal.read_receipts(batch, receiver)
                 if receipts is not None:
-                    found.append((receipts, until))
+                    found.append(receipts)
         with self.lock:
             for batch, receiver, deadline in held:
                 if batch in self._tracked:
                     self._held.setdefault(batch, {})[receiver] = deadline
-            for receipts, until in found:
-                self._track_entry(receipts, until)
+            for receipts in found:
+                self._track_entry(receipts)
             lost_before = self.stats.lost
             by_timeout, now = self._due_extensions()
         for timeout, entries in by_timeout.items():
@@ -284,25 +320,29 @@ class Heartbeat:
                 self.stats.lost - lost_before,
             )
 
-    def _track_entry(self, receipts: EntryReceipts, extended_until: float | None = None) -> None:
+    def _track_entry(self, receipts: EntryReceipts) -> None:
         tracked = self._tracked.get(receipts.batch)
         seen = self._seen_receivers.get(receipts.batch)
         if tracked is None or seen is None or receipts.receiver in seen:
             return  # forgotten (acknowledged) meanwhile, or seen by an earlier tick
         seen.add(receipts.receiver)
-        self._held.get(receipts.batch, {}).pop(receipts.receiver, None)
-        # The receive happened at received_at (wall clock, on the executor); turn it into this
-        # process's monotonic clock once, here.
-        received = self._clock() - (self._wall() - receipts.received_at)
-        expires = received + self._visibility
-        if extended_until is not None:
-            # Its receiver extended every message of the entry until then (its marker).
-            expires = max(expires, self._clock() - (self._wall() - extended_until))
+        now = self._clock()
+        # When the messages were received, bounded on this clock: not before the batch was
+        # planned (a batch of this run); unknown for an inherited batch, which is extended at
+        # once. The entry's receive time is another host's clock and is not used.
+        planned_at = self._planned_at.get(receipts.batch)
+        expires = now if planned_at is None else planned_at + self._visibility
+        marker = self._held.get(receipts.batch, {}).pop(receipts.receiver, None)
+        if marker is not None:
+            expires = max(expires, marker)
         for entry in entries_of(receipts):
             tracked[entry.message_id] = _Tracked(
                 handle=entry.receipt_handle,
                 expires=expires,
-                ceiling=received + MAX_INVISIBLE_SECONDS,
+                # 12 hours from the receive, which came after the planning. For an inherited
+                # batch it is unknown (only another host's clock says): SQS refuses an
+                # extension past it, and the message is then counted lost, as it would be.
+                ceiling=(now if planned_at is None else planned_at) + MAX_INVISIBLE_SECONDS,
                 queue=entry.queue_url,
                 receiver=receipts.receiver,
             )
@@ -313,7 +353,7 @@ class Heartbeat:
         by_timeout: dict[int, list[tuple[int, str, _Tracked]]] = defaultdict(list)
         for batch, tracked in self._tracked.items():
             for message_id, t in list(tracked.items()):
-                if t.expires <= now:
+                if t.expires <= now and t.confirmed:
                     self._mark_lost(batch, message_id, "its visibility timeout passed")
                     continue
                 if t.ceiling - now <= CEILING_WARNING_SECONDS and batch not in self._warned:
@@ -344,6 +384,7 @@ class Heartbeat:
                     continue  # acknowledged while we extended: nothing to record
                 if message_id in ok:
                     t.expires = now + timeout
+                    t.confirmed = True
                 elif message_id in result.permanent:
                     self.stats.failed_permanent += 1
                     self._mark_lost(batch, message_id, result.permanent[message_id])

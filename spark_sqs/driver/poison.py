@@ -25,7 +25,6 @@ from ..journal.poison import (
     CARRY,
     DEAD_LETTER,
     FIRST_ATTEMPT,
-    NARROW_RECORD,
     RELEASED,
     SUSPECT,
     Attempt,
@@ -36,8 +35,10 @@ from ..journal.poison import (
     first_attempt,
     keep_only,
     latest_narrowing,
+    narrowing_key,
     read_attempts,
 )
+from ..journal.poison import released_plan as recorded_release
 from ..schema import RECEIPT_HANDLE
 from ..sqs.client import SqsClient
 from .planning import ADOPTED_FROM
@@ -128,7 +129,7 @@ class Quarantine:
         options: SqsOptions,
         *,
         reserve_batch: Callable[[], int],
-        track: Callable[[int], None],
+        track: Callable[..., None],
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.journal = journal
@@ -227,7 +228,8 @@ class Quarantine:
         assert carry is not None
         store = self.journal.store
         # The marker first: it is what makes the adopting batch a suspect one.
-        marker = {"from": batch, "step": narrowing.step}
+        # Its receivers are named, so that they are read by key (never found by a LIST).
+        marker = {"from": batch, "step": narrowing.step, "receivers": sorted(narrowing.carried)}
         store.create(f"{batch_dir(carry)}/{CARRY}", json.dumps(marker, sort_keys=True).encode())
         for receiver, ids in sorted(narrowing.carried.items()):
             table = tables.get(receiver)
@@ -241,7 +243,7 @@ class Quarantine:
                 k: v for k, v in (carried.schema.metadata or {}).items() if k != FIRST_ATTEMPT
             }
             self.journal.write_entry(carry, receiver, carried.replace_schema_metadata(metadata))
-        self._track(carry)
+        self._track(carry, receivers=tuple(sorted(narrowing.carried)))
 
     def _quarantine(
         self, batch: int, narrowing: Narrowing, message_id: str, tables: Mapping[int, pa.Table]
@@ -320,7 +322,7 @@ class Quarantine:
     ) -> dict[str, Any] | None:
         sources = dict(tables)
         if not sources:
-            for receiver in self.journal.receivers(batch):
+            for receiver in self.journal.live_receivers(batch) or ():
                 table = self.journal.read_entry(batch, receiver)
                 if table is not None:
                     sources[receiver] = table
@@ -341,7 +343,7 @@ class Quarantine:
         newest = max(carries)
         ids = [
             i
-            for r in self.journal.receivers(newest)
+            for r in self.journal.live_receivers(newest) or ()
             if (t := self.journal.read_entry(newest, r)) is not None
             for i in t.column("messageId").to_pylist()
         ]
@@ -452,11 +454,13 @@ def release_batch(
 
     names = batch_names(journal, batch)
     handles: dict[str, tuple[str, str | None]] = {}
-    tables = [
-        t for r in journal.receivers(batch) if (t := journal.read_entry(batch, r)) is not None
-    ]
-    for receiver in journal.part_receivers(batch):
-        tables += [t for _, t in journal.read_parts(batch, receiver)]
+    tables = []
+    for receiver in journal.live_receivers(batch) or ():
+        table = journal.read_entry(batch, receiver)
+        # A receiver that died mid-loop under deleteAfterJournal has parts and no entry.
+        tables += (
+            [table] if table is not None else [t for _, t in journal.read_parts(batch, receiver)]
+        )
     for table in tables:
         ids = table.column("messageId").to_pylist()
         # Each handle goes back to its own queue (several queues in one stream).
@@ -515,22 +519,17 @@ def release_batch(
 
 
 def released_plan(journal: Journal, batch: int) -> BatchPlan | None:
-    """The zero plan of a released batch whose plan a crashed release left missing."""
-    data = journal.store.read(f"{batch_dir(batch)}/{RELEASED}")
-    if data is None or "plan" not in json.loads(data):
-        return None
-    from ..journal import BatchPlan
-
-    return journal.write_plan(BatchPlan.from_json(json.dumps(json.loads(data)["plan"]).encode()))
+    """The zero plan of a released batch whose plan a crashed release left missing, written
+    back (None if the batch was not released)."""
+    plan = recorded_release(journal, batch)
+    return None if plan is None else journal.write_plan(plan)
 
 
 def _steps(journal: Journal, batch: int, names: list[str]) -> list[Narrowing]:
+    """Every narrowing step of the batch, by key (steps are dense from 1)."""
     out = []
-    for name in names:
-        if NARROW_RECORD.match(name):
-            data = journal.store.read(f"{batch_dir(batch)}/{name}")
-            if data is not None:
-                out.append(Narrowing.from_json(data))
+    while (data := journal.store.read(narrowing_key(batch, len(out) + 1))) is not None:
+        out.append(Narrowing.from_json(data))
     return out
 
 
@@ -538,7 +537,7 @@ def batch_report(journal: Journal, batch: int) -> dict[str, Any]:
     """What ``spark-sqs inspect`` shows of a batch's attempts and narrowing."""
     names = batch_names(journal, batch)
     attempts = read_attempts(journal, batch, names)
-    for receiver in journal.receivers(batch):
+    for receiver in journal.live_receivers(batch) or ():
         table = journal.read_entry(batch, receiver) if receiver < ADOPTED_FROM else None
         first = first_attempt(table) if table is not None else None
         if first is not None:

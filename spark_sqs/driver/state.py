@@ -1,7 +1,9 @@
 """The journal's state markers as the driver that holds the lease knows them. Runs on: driver.
 
 The state is three numbers kept as marker objects (``Journal.read_state``/``write_state``):
-the newest batch planned, the newest acknowledged, and the offset first handed to Spark.
+the newest batch planned (confirmed by key: numbers are never handed out twice), the newest
+acknowledged (a lower bound: which batches are pending is read by key), and the offset first
+handed to Spark.
 Markers are only ever added, so a driver that dies between two writes leaves a state that is
 behind, never ahead. Only the lease holder advances them; it reads them once at start and then
 writes through this object, which remembers what it wrote instead of listing again.
@@ -22,7 +24,12 @@ logger = logging.getLogger(__name__)
 class StateMarkers:
     def __init__(self, journal: Journal) -> None:
         self._journal = journal
-        self.current: JournalState = journal.read_state()
+        current = journal.read_state()
+        if current.retired:
+            # An earlier version kept retirements in the state; they are the batches' own now.
+            journal.retire_legacy_markers(current.retired)
+            current = replace(current, retired=frozenset())
+        self.current: JournalState = current
 
     @property
     def planned(self) -> int:
@@ -49,9 +56,7 @@ class StateMarkers:
             initial_batch=known.initial_batch if initial is None else initial,
         )
         self._journal.write_state(state, known=known)
-        # write_state removed the retired markers the acknowledgement passed.
-        retired = frozenset(b for b in known.retired if b > state.acked_batch)
-        self.current = replace(state, retired=retired)
+        self.current = state
         logger.debug(
             "journal state: planned %d, acknowledged %d", state.planned_batch, state.acked_batch
         )

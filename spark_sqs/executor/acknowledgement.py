@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ..errors import TransientSqsError
 from ..journal import AckAssignment, AckedEntry, Journal, receipts_of, window
 from ..lag import LAG
-from ..sqs.batching import BatchCaller, entries_of, handle_margin
+from ..sqs.batching import BatchCaller, entries_of
 from ..sqs.client import SqsClient
 
 if TYPE_CHECKING:
@@ -26,13 +26,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def uncertain_ids(
-    message_ids: Sequence[str], valid_until: float, lost: Iterable[str], now: float, margin: float
-) -> set[str]:
-    """Messages whose delete may not take effect: their handle may have expired (a stale
-    delete "succeeds" on standard queues and deletes nothing), or the heartbeat lost them."""
-    if valid_until < now + margin:
-        return set(message_ids)
+def uncertain_ids(message_ids: Sequence[str], lost: Iterable[str]) -> set[str]:
+    """Messages whose delete may not take effect because the driver's heartbeat lost them
+    (their handle went stale or expired before the plan was made). Whether a handle expired
+    between the plan and the delete is judged by the driver, on its own clock, when it settles
+    the batch (``spark_sqs.driver.acknowledger``): never here, against the executor's clock."""
     lost = set(lost)
     return {i for i in message_ids if i in lost}
 
@@ -64,7 +62,6 @@ def acknowledge_assigned(
     receiver: int,
     assignments: Sequence[AckAssignment],
     *,
-    visibility_timeout: int,
     on_deleted: PayloadDeleter | None = None,
     wall_clock: Callable[[], float] = time.time,
     duplicate_window: float = 0.0,
@@ -76,7 +73,6 @@ def acknowledge_assigned(
     retries fail the task, so that Spark retries it: the batch only commits once every
     assigned delete was made."""
     caller = BatchCaller(client, queue_url)
-    margin = handle_margin(visibility_timeout)
     entries: list[AckedEntry] = []
     uncertain: set[str] = set()
     found = [
@@ -99,9 +95,7 @@ def acknowledge_assigned(
     by_entry = {(a.batch, a.receiver): a for a in assignments}
     for receipts in found:
         assignment = by_entry[(receipts.batch, receipts.receiver)]
-        doubtful = uncertain_ids(
-            receipts.message_ids, assignment.valid_until, assignment.lost, wall_clock(), margin
-        )
+        doubtful = uncertain_ids(receipts.message_ids, assignment.lost)
         result = caller.delete(entries_of(receipts))
         if result.transient:
             raise TransientSqsError(
@@ -119,6 +113,7 @@ def acknowledge_assigned(
                 rows=receipts.rows,
                 dropped=receipts.dropped,
                 window_dropped=receipts.window_dropped,
+                expired_dropped=receipts.expired_dropped,
                 deleted=len(result.succeeded),
                 delete_failures=len(result.permanent),
                 uncertain=tuple(sorted(doubtful)),

@@ -60,7 +60,7 @@ def record_attempt(journal: Journal, batch: int, receiver: int, key: str, step: 
     doc = {"receiver": receiver, "attempt": key, "step": step, "at": time.time()}
     try:
         journal.store.create(name, json.dumps(doc, sort_keys=True).encode())
-        if journal.read_state().finished(batch):
+        if journal.is_finished(batch):
             journal.store.delete(name)
     except JournalError as exc:
         logger.warning(

@@ -13,7 +13,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -23,8 +23,12 @@ from ..driver.planning import ReceiverPartition
 from ..errors import JournalError, JournalOutcomeUnknown
 from ..journal import (
     DROPPED,
+    EXPIRED_DROPPED,
+    LIVE,
     PENDING_DELETE,
     RECEIVED_AT,
+    REMOVED,
+    RETIRED_STATUS,
     SEAL,
     WINDOW_DROPPED,
     WINDOW_KEYS,
@@ -48,6 +52,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RECEIVE_BATCH = 10
+# A message received longer ago than this fraction of visibilityTimeout is journaled only once
+# SQS confirms its handle (_still_held): what is left of the timeout then covers the write.
+HANDLE_CHECK_AFTER = 0.5
 # Consecutive receives answered with fewer messages than asked for: the receiver has caught up
 # with the queue, and waiting out the time budget would only add latency.
 CAUGHT_UP_AFTER = 3
@@ -69,6 +76,9 @@ class ReceiveStats:
     duplicates_in_loop: int = 0
     stopped_by: str = ""
     seconds: float = 0.0
+    # Message id -> the receiver's monotonic clock when the receive call that returned its
+    # current handle started: its visibility runs out no earlier than that plus the timeout.
+    received_at: dict[str, float] = field(default_factory=dict)
 
 
 def receive_messages(
@@ -76,13 +86,14 @@ def receive_messages(
     partition: ReceiverPartition,
     *,
     clock: Callable[[], float] = time.monotonic,
-    on_chunk: Callable[[list[dict[str, Any]]], None] | None = None,
+    on_chunk: Callable[[list[dict[str, Any]], float], None] | None = None,
     already: int = 0,
 ) -> tuple[list[dict[str, Any]], ReceiveStats]:
     """Loop ``ReceiveMessage`` until the receiver's share, an empty receive, ``CAUGHT_UP_AFTER``
     short receives in a row, or the time budget.
 
-    ``on_chunk`` sees the messages of each call as soon as they arrive; ``already`` counts
+    ``on_chunk`` sees the messages of each call as soon as they arrive, with the monotonic time
+    the call started (``ReceiveStats.received_at``); ``already`` counts
     messages an earlier attempt journaled towards this receiver's share.
     """
     options = partition.options
@@ -104,6 +115,7 @@ def receive_messages(
         }
         if fifo:
             request["ReceiveRequestAttemptId"] = attempt_id(partition, stats.calls)
+        called_at = clock()
         try:
             response = _receive(client, request, partition)
         except Exception as exc:
@@ -140,8 +152,9 @@ def receive_messages(
                 # A redelivery within the loop: only the newest receipt handle stays valid.
                 stats.duplicates_in_loop += 1
             by_id[message["MessageId"]] = message
+            stats.received_at[message["MessageId"]] = called_at
         if messages and on_chunk is not None:
-            on_chunk(messages)
+            on_chunk(messages, called_at)
         if not messages:
             stats.stopped_by = "empty receive"
             break
@@ -235,22 +248,38 @@ def read_partition(
         )
         yield from output_batches(table, options.sns)
         return
-    if _acknowledged(journal, partition):
-        return
     plan = journal.read_plan(partition.batch)
     mine = plan.receiver(partition.receiver) if plan is not None else None
     if plan is None or mine is None:
+        if plan is None and _removed_long_ago(journal, partition):
+            return
         raise JournalError(
             f"batch {partition.batch} receiver {partition.receiver}: the batch's plan is not in "
             f"journalLocation {options.journal_location} as this executor sees it, though the "
             "driver wrote it. Fix: on a cluster, use an s3://bucket/prefix journalLocation (a "
-            "local path must be one file system shared by the driver and every executor)"
+            "local path must be one file system shared by the driver and every executor). (A "
+            "straggling attempt of a batch that was acknowledged meanwhile fails like this too; "
+            "Spark discards it.)"
         )
+    if journal.batch_status(partition.batch) == RETIRED_STATUS:
+        # A task of a dead driver: a later batch delivers this orphan's entries.
+        logger.warning(
+            "batch %d receiver %d: the batch was adopted by a later batch; this attempt "
+            "delivers nothing",
+            partition.batch,
+            partition.receiver,
+        )
+        return
     if mine.adopt_from is not None:
-        # The driver copies adopted entries before it returns the partitions.
+        # The driver copies adopted entries (an empty one for a source that vanished) before
+        # it returns the partitions.
         raise JournalError(
-            f"batch {partition.batch} receiver {partition.receiver}: the adopted entry of batch "
-            f"{mine.adopt_from[0]} is missing from journalLocation {options.journal_location}"
+            f"batch {partition.batch} receiver {partition.receiver}: the entry it delivers, "
+            f"copied from batch {mine.adopt_from[0]}, is missing from journalLocation "
+            f"{options.journal_location}. Fix: if the journal was changed by hand, stop the "
+            f"query and run `spark-sqs release --journal {options.journal_location} --batch "
+            f"{partition.batch}` (the batch then delivers nothing; its messages come back to "
+            "the queue)"
         )
     # The plan's limit, not the partition's: a replay receives what the first plan allowed.
     partition = replace(partition, max_messages=mine.limit)
@@ -261,7 +290,9 @@ def read_partition(
         drop_ids = (
             drop_ids
             | journal.read_drops(partition.replay_drops)
-            | journal.batch_message_ids(partition.batch, but=partition.receiver)
+            | journal.batch_message_ids(
+                partition.batch, (r.receiver for r in plan.receivers), but=partition.receiver
+            )
         )
     client = client_factory() if client_factory else cached_client(options)
     assigned = plan.acks_by(partition.receiver)
@@ -275,7 +306,6 @@ def read_partition(
             partition.batch,
             partition.receiver,
             assigned,
-            visibility_timeout=options.visibility_timeout,
             on_deleted=_payload_deleter(options),
             wall_clock=wall_clock,
             duplicate_window=options.duplicate_window,
@@ -295,13 +325,15 @@ def read_partition(
     dropped = [m for m in messages if m["MessageId"] in drop_ids]
     # SNS unwrapping, extended payloads, lag metadata (envelopes.py), before journaling.
     prepared = _prepare(client, partition, kept, clocks)
-    table = messages_to_table(
-        prepared.messages, partition.queue_url, sns=options.sns
-    ).replace_schema_metadata(
+    # A receiver that stalled (GC, payload fetches, a lost network) may hold handles that
+    # expired: another receiver may have the messages now. Only what SQS confirms is journaled.
+    held, expired = _still_held(client, partition, prepared.messages, stats.received_at, clocks)
+    table = messages_to_table(held, partition.queue_url, sns=options.sns).replace_schema_metadata(
         {
             RECEIVED_AT: repr(received_at),
             DROPPED: str(len(dropped)),
             WINDOW_DROPPED: str(len(copies)),
+            EXPIRED_DROPPED: str(expired),
             **_window_metadata(kept, options),
             # The first attempt is counted by its entry, at no extra write (poison.py).
             FIRST_ATTEMPT: poison.attempt_key(partition.run),
@@ -339,12 +371,16 @@ def read_partition(
             released,
             stats.received,
         )
-    elif _acknowledged(journal, partition):
-        # A straggler: the batch was acknowledged (and its entries removed) while this attempt
-        # received. Nothing of ours reached a sink: remove our entry first, then hand the
-        # messages back (a crash between leaves them invisible until the timeout, not lost).
-        journal.remove_entry(partition.batch, partition.receiver)
-        _release(client, partition, table, clocks)
+    elif (finished := _finished(journal, partition)) is not None:
+        if finished == REMOVED:
+            # A straggler: the batch was acknowledged (and its entries removed) while this
+            # attempt received. Nothing of ours reached a sink: remove our entry first, then
+            # hand the messages back (a crash between leaves them invisible until the
+            # timeout, not lost).
+            journal.remove_entry(partition.batch, partition.receiver)
+            _release(client, partition, table, clocks)
+        # Retired: the adoption may have copied our entry (it reads entries after retiring the
+        # batch); it stays, and so do its messages' handles, for whoever delivers them.
         return
     else:
         logger.info(
@@ -462,16 +498,21 @@ def _held_elsewhere(
 ) -> frozenset[str]:
     """Ids journaled by the batches pending when this one was planned (its other receivers
     included), read only when a message arrives that SQS delivered before: its visibility ran
-    out while a batch held it (a late or failing heartbeat, a task started late, a restart)."""
+    out while a batch held it (a late or failing heartbeat, a task started late, a restart).
+    Each batch's receivers are those its plan (or carry record) names, read by key."""
     again = [m for m in messages if _receive_count(m) > 1]
     if not again:
         return frozenset()
     ids: set[str] = set()
     for batch in plan.pending:
         if batch == partition.batch:
-            ids |= journal.batch_message_ids(batch, but=partition.receiver)
+            receivers: tuple[int, ...] | None = tuple(r.receiver for r in plan.receivers)
         else:
-            ids |= journal.batch_message_ids(batch, but=-1)
+            receivers = journal.live_receivers(batch)
+        if receivers:
+            ids |= journal.batch_message_ids(
+                batch, receivers, but=partition.receiver if batch == partition.batch else None
+            )
     return frozenset(ids)
 
 
@@ -482,21 +523,87 @@ def _receive_count(message: dict[str, Any]) -> int:
         return 1
 
 
-def _acknowledged(journal: Journal, partition: ReceiverPartition) -> bool:
-    """True for a straggling attempt of a batch already acknowledged (e.g. speculation), or of
-    an orphaned batch that a later batch delivers (a task of a dead driver)."""
-    state = journal.read_state()
-    if not state.finished(partition.batch):
-        return False
-    acked = state.acked_batch
+def _still_held(
+    client: SqsClient,
+    partition: ReceiverPartition,
+    messages: list[dict[str, Any]],
+    received_at: dict[str, float],
+    clocks: _Clocks,
+) -> tuple[list[dict[str, Any]], int]:
+    """The messages whose handles are still this receiver's, and how many are not. A message
+    received longer ago than ``HANDLE_CHECK_AFTER`` of ``visibilityTimeout`` (judged on this
+    process's monotonic clock, where it was measured) may have become visible, and been
+    received by someone else: SQS is asked, by extending its visibility by the timeout
+    again, which it refuses for an expired or superseded handle. A message it does not
+    confirm is neither journaled nor yielded; whoever holds it now delivers it."""
+    limit = HANDLE_CHECK_AFTER * partition.options.visibility_timeout
+    now = clocks.clock()
+    old = [m for m in messages if now - received_at.get(m["MessageId"], now) > limit]
+    if not old:
+        return messages, 0
+    entries = [Entry(m["MessageId"], m["ReceiptHandle"]) for m in old]
+    try:
+        caller = BatchCaller(client, partition.queue_url, sleep=clocks.sleep)
+        confirmed = set(
+            caller.change_visibility(entries, partition.options.visibility_timeout).succeeded
+        )
+    except Exception as exc:
+        logger.warning(
+            "batch %d receiver %d: could not check the handles of %d messages (%s); not "
+            "journaling them",
+            partition.batch,
+            partition.receiver,
+            len(entries),
+            exc,
+        )
+        confirmed = set()
+    expired = {m["MessageId"] for m in old} - confirmed
+    if expired:
+        logger.warning(
+            "batch %d receiver %d: %d of %d messages received more than %.0fs ago are no longer "
+            "held (their visibility ran out while this receiver stalled); not journaling them",
+            partition.batch,
+            partition.receiver,
+            len(expired),
+            len(messages),
+            limit,
+        )
+    return [m for m in messages if m["MessageId"] not in expired], len(expired)
+
+
+def _finished(journal: Journal, partition: ReceiverPartition) -> str | None:
+    """Why no attempt of this batch may keep what it journaled any more, or None while the
+    batch is live: ``"removed"`` (acknowledged and removed: a straggler, e.g. of speculation)
+    or ``"retired"`` (an orphan that a later batch delivers: a task of a dead driver). Read by
+    key (``Journal.batch_status``), never from a LIST that may lag."""
+    status = journal.batch_status(partition.batch)
+    if status == LIVE:
+        return None
     logger.warning(
-        "batch %d receiver %d: batch already acknowledged (up to %d); this attempt delivers "
-        "nothing",
+        "batch %d receiver %d: the batch was %s meanwhile; this attempt delivers nothing",
         partition.batch,
         partition.receiver,
-        acked,
+        "acknowledged" if status == REMOVED else "adopted by a later batch",
+    )
+    return status
+
+
+def _removed_long_ago(journal: Journal, partition: ReceiverPartition) -> bool:
+    """An attempt that found no plan: a straggler of a batch acknowledged and removed before it
+    started, if the state says the batch is acknowledged (a LIST: a listing that lags only
+    turns this quiet return into the error the caller raises, which Spark discards too)."""
+    if partition.batch > journal.read_state().acked_batch:
+        return False
+    logger.warning(
+        "batch %d receiver %d: batch already acknowledged; this attempt delivers nothing",
+        partition.batch,
+        partition.receiver,
     )
     return True
+
+
+def ids_of(messages: list[dict[str, Any]]) -> list[str]:
+    return [m["MessageId"] for m in messages]
 
 
 def _without(table: pa.Table, ids: set[str]) -> pa.Table:
@@ -531,14 +638,14 @@ def _read_deleting_after_journal(
     earlier = journal.read_parts(partition.batch, partition.receiver)
     if not _sealed(earlier):
         _receive_parts(journal, client, partition, drop_ids, earlier, clocks, plan)
-        if _acknowledged(journal, partition):
+        if _finished(journal, partition) is not None:
             return
     combined, pending = _seal(journal, partition, clocks)
     if not journal.write_entry(partition.batch, partition.receiver, combined):
         stored = journal.read_entry(partition.batch, partition.receiver)
         assert stored is not None
         combined = stored
-    elif _acknowledged(journal, partition):
+    elif _finished(journal, partition) == REMOVED:
         journal.remove_entry(partition.batch, partition.receiver)
         return
     logger.info(
@@ -568,7 +675,7 @@ def _receive_parts(
 
     options = partition.options
 
-    def on_chunk(messages: list[dict[str, Any]]) -> None:
+    def on_chunk(messages: list[dict[str, Any]], called_at: float) -> None:
         nonlocal next_part
         # Redeliveries of messages journaled by this receiver's earlier parts (a retried task)
         # or by other batches are already held by the journal: delete, never journal again.
@@ -591,7 +698,12 @@ def _receive_parts(
             return
         # SNS unwrapping, extended payloads, lag metadata (envelopes.py), before journaling.
         prepared = _prepare(client, partition, kept, clocks)
-        kept = prepared.messages
+        # Only what this receiver still holds is journaled (and then deleted): see _still_held.
+        kept, _ = _still_held(
+            client, partition, prepared.messages, dict.fromkeys(ids_of(kept), called_at), clocks
+        )
+        if not kept:
+            return
         table = messages_to_table(kept, partition.queue_url, sns=partition.options.sns)
         table = table.replace_schema_metadata(
             {RECEIVED_AT: repr(clocks.wall_clock()), **prepared.metadata}
@@ -613,8 +725,9 @@ def _receive_parts(
             raise _StopReceiving
         next_part += 1
         journaled.update(m["MessageId"] for m in kept)
-        if _acknowledged(journal, partition):
-            # The part is not in any entry: leave its messages in flight, they reappear.
+        if _finished(journal, partition) is not None:
+            # Acknowledged: the part is in no entry; retired: the adoption may copy it or not.
+            # Either way its messages are left in flight, not deleted: they reappear.
             raise _StopReceiving
         entries = [Entry(m["MessageId"], m["ReceiptHandle"]) for m in kept]
         # The window's segment precedes the delete: a copy can only come after it.

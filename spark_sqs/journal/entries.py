@@ -33,13 +33,13 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ..errors import JournalError
+from ..errors import JournalError, UnsafeStoreError
 from ..schema import RECEIPT_HANDLE as RECEIPT
 from . import reports, window
 from .reports import AckedEntry, AckReport
@@ -58,7 +58,15 @@ _ACK_REPORT = re.compile(r"^acks/(\d{12})/")
 _DROPS = re.compile(r"^drops/(?:(\d{12})-)?([0-9a-f]{64})\.arrow$")
 _BATCH_KEY = re.compile(r"^batches/(\d{12})/")
 _MARKER = re.compile(r"^state/(planned|acked|initial|retired)-(\d{12})$")
-FORMAT_VERSION = 2
+# 3: _meta.json holds the journal's identity, which offsets carry. A journal of a higher
+# format is refused (Journal.meta).
+FORMAT_VERSION = 3
+META = "_meta.json"
+PLAN = "_plan.json"
+INITIAL = "state/initial.json"
+RETIRED = "_retired.json"
+# Journal.batch_status
+LIVE, RETIRED_STATUS, REMOVED = "live", "retired", "removed"
 
 # Schema metadata key of an entry: wall-clock time (epoch seconds) at which its receiver started
 # receiving, so the driver knows when the entry's receipt handles expire at the latest.
@@ -70,6 +78,9 @@ PENDING_DELETE = b"spark_sqs.pendingDelete"
 DROPPED = b"spark_sqs.dropped"
 # Number of those that copied a message acknowledged within duplicateWindow (journal/window.py).
 WINDOW_DROPPED = b"spark_sqs.windowDropped"
+# Number of messages received and then not journaled because their handle had expired while
+# the receiver stalled (executor/receiver.py ``_still_held``).
+EXPIRED_DROPPED = b"spark_sqs.expiredDropped"
 # duplicateAttribute: JSON list of the window keys of the entry's rows' attribute values.
 WINDOW_KEYS = b"spark_sqs.windowKeys"
 # With deleteAfterJournal: marks the empty part that closes a receiver's parts (see receiver).
@@ -86,6 +97,7 @@ class EntryReceipts:
     rows: int = 0  # rows in the entry (with deleteAfterJournal, also those already deleted)
     dropped: int = 0  # redeliveries the receiver dropped
     window_dropped: int = 0  # of those, copies of messages acknowledged within the window
+    expired_dropped: int = 0  # received, not journaled: their handle expired meanwhile
     # (message id, queue) of every row: ``message_ids`` lacks those deleteAfterJournal already
     # deleted, which the duplicate window must still hold (journal/window.py).
     journaled: tuple[tuple[str, str | None], ...] = field(default=(), repr=False, compare=False)
@@ -105,13 +117,9 @@ class JournalState:
     # The offset first handed to Spark as initialOffset. Spark asks for it again when it
     # restarts a query whose first batch never committed, and must get the same answer.
     initial_batch: int | None = None
-    # Orphaned batches whose entries a later batch delivers: a straggler of one must stop as
-    # if its batch were acknowledged.
+    # Retirement markers of an earlier version (``state/retired-<N>``), converted at start to
+    # the batches' own markers (``Journal.retire_legacy_markers``).
     retired: frozenset[int] = frozenset()
-
-    def finished(self, batch: int) -> bool:
-        """True if no attempt of ``batch`` may journal or delete anything any more."""
-        return batch <= self.acked_batch or batch in self.retired
 
 
 @dataclass(frozen=True)
@@ -258,6 +266,7 @@ class Journal:
         self.location = location
         self._options = options
         self._store = store
+        self._meta: dict[str, Any] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -295,7 +304,11 @@ class Journal:
         prefix = self.batch_dir(batch) + "/"
         return [k[len(prefix) :] for k in self.store.list(self.batch_dir(batch))]
 
-    # -- entries ------------------------------------------------------------------------------
+    # -- entries and parts ----------------------------------------------------------------------
+    #
+    # Read by key, never found by a LIST: the batch's plan names every receiver, and a
+    # receiver's parts are numbered densely from 0. A listing may lag a write (S3-compatible
+    # stores, NFS across hosts); a key that was written is read.
 
     def read_entry(self, batch: int, receiver: int) -> pa.Table | None:
         key = self._entry_key(batch, receiver)
@@ -307,9 +320,10 @@ class Journal:
         table = self.read_entry(batch, receiver)
         return None if table is None else receipts_of(batch, receiver, table)
 
-    def batch_receipts(self, batch: int) -> list[EntryReceipts]:
+    def batch_receipts(self, batch: int, receivers: Iterable[int]) -> list[EntryReceipts]:
+        """The entries of ``receivers`` of ``batch`` (those its plan names) that exist."""
         out = []
-        for receiver in self.receivers(batch):
+        for receiver in sorted(set(receivers)):
             receipts = self.read_receipts(batch, receiver)
             if receipts is not None:
                 out.append(receipts)
@@ -327,81 +341,54 @@ class Journal:
         self.store.delete(self._entry_key(batch, receiver))
 
     def read_parts(self, batch: int, receiver: int) -> list[tuple[int, pa.Table]]:
+        """The receiver's parts, by key: part ``k`` is created only once part ``k - 1`` exists
+        (by this attempt or a concurrent one), so the parts are 0, 1, ... up to the first
+        number that is absent."""
         parts = []
-        for name in self._batch_files(batch):
-            match = _PART.match(name)
-            if match and int(match.group(1)) == receiver:
-                key = f"{self.batch_dir(batch)}/{name}"
-                data = self.store.read(key)
-                if data is not None:
-                    parts.append((int(match.group(2)), _ipc_table(data, key)))
-        return sorted(parts, key=lambda p: p[0])
-
-    def unfinished_parts(self, batch: int) -> dict[int, set[str]]:
-        """Receivers of ``batch`` with parts but no entry (``deleteAfterJournal``: an attempt
-        that died mid-loop), with the message ids of their parts. Those messages belong to
-        that receiver's rows; the ones it could not delete yet come back once their visibility
-        times out, and any receiver of the batch must then drop them."""
-        names = self._batch_files(batch)
-        finished = {int(m.group(1)) for n in names if (m := _ENTRY.match(n))}
-        out: dict[int, set[str]] = {}
-        for name in names:
-            match = _PART.match(name)
-            if not match or int(match.group(1)) in finished:
-                continue
-            key = f"{self.batch_dir(batch)}/{name}"
+        while True:
+            key = self._part_key(batch, receiver, len(parts))
             data = self.store.read(key)
             if data is None:
-                continue
-            ids = _ipc_table(data, key).column("messageId").to_pylist()
-            out.setdefault(int(match.group(1)), set()).update(ids)
-        return out
+                return parts
+            parts.append((len(parts), _ipc_table(data, key)))
 
-    def batch_message_ids(self, batch: int, but: int) -> frozenset[str]:
-        """Ids journaled by ``batch``'s receivers other than ``but`` (entries and parts)."""
-        ids: set[str] = set()
-        for name in self._batch_files(batch):
-            match = _ENTRY.match(name) or _PART.match(name)
-            if match and int(match.group(1)) != but:
-                key = f"{self.batch_dir(batch)}/{name}"
-                data = self.store.read(key)
-                if data is not None:
-                    ids.update(_ipc_table(data, key).column("messageId").to_pylist())
-        return frozenset(ids)
+    def receiver_ids(self, batch: int, receiver: int) -> list[str]:
+        """Ids a receiver of ``batch`` journaled: its entry's, else its parts' (an attempt that
+        died mid-loop under deleteAfterJournal)."""
+        table = self.read_entry(batch, receiver)
+        tables = [table] if table is not None else [t for _, t in self.read_parts(batch, receiver)]
+        return [i for t in tables for i in t.column("messageId").to_pylist()]
 
-    def part_receivers(self, batch: int) -> list[int]:
-        """Receivers of ``batch`` that journaled parts and have no entry."""
-        names = self._batch_files(batch)
-        finished = {int(m.group(1)) for n in names if (m := _ENTRY.match(n))}
-        parts = {int(m.group(1)) for n in names if (m := _PART.match(n))}
-        return sorted(parts - finished)
+    def batch_message_ids(
+        self, batch: int, receivers: Iterable[int], but: int | None = None
+    ) -> frozenset[str]:
+        """Ids journaled by ``receivers`` of ``batch`` other than ``but`` (entries and parts)."""
+        return frozenset(
+            i for r in sorted(set(receivers)) if r != but for i in self.receiver_ids(batch, r)
+        )
 
-    def receivers(self, batch: int) -> list[int]:
-        return sorted(int(m.group(1)) for n in self._batch_files(batch) if (m := _ENTRY.match(n)))
-
-    def batch_index(self, batch: int) -> tuple[list[int], dict[int, float]]:
-        """The receivers of ``batch`` with an entry, and the latest wall-clock time each
-        receiver that recorded an extension extended its messages to (one LIST)."""
-        names = self._batch_files(batch)
-        receivers = sorted(int(m.group(1)) for n in names if (m := _ENTRY.match(n)))
-        extended: dict[int, float] = {}
-        for name in names:
-            if match := _EXTENDED.match(name):
-                receiver = int(match.group(1))
-                extended[receiver] = max(extended.get(receiver, 0.0), float(match.group(2)))
-        return receivers, extended
+    def has_journaled(self, batch: int, receiver: int) -> bool:
+        """True if the receiver has an entry or a part (two reads at most)."""
+        return (
+            self.store.read(self._entry_key(batch, receiver)) is not None
+            or self.store.read(self._part_key(batch, receiver, 0)) is not None
+        )
 
     def write_extension(self, batch: int, receiver: int, until: int) -> None:
-        """Record that the messages of the entry of ``receiver`` stay invisible until epoch
-        second ``until`` at least: the deadline is in the (empty) marker's name, so the
-        heartbeat learns it from the LIST it makes anyway."""
-        self.store.create(f"{self.batch_dir(batch)}/{receiver:05d}.extended-{int(until)}", b"")
+        """Record that the receiver extended its entry's messages itself (executor/extension.py).
+        The driver bounds the deadline by its own clock (the batch's planning time plus the
+        plan's ``extend_by``), never by ``until``, which the executor's clock measured; it is
+        kept in the body for people reading the journal."""
+        body = json.dumps({"until": int(until)}).encode()
+        self.store.create(f"{self.batch_dir(batch)}/{receiver:05d}.extended", body)
 
-    def batches(self) -> list[int]:
-        """Batches with files in the journal (one LIST of everything under ``batches/``)."""
-        return sorted(
-            {int(m.group(1)) for k in self.store.list("batches") if (m := _BATCH_KEY.match(k))}
-        )
+    def extended_receivers(self, batch: int, receivers: Iterable[int]) -> set[int]:
+        """Which of ``receivers`` recorded their own extension (a read each)."""
+        return {
+            r
+            for r in sorted(set(receivers))
+            if self.store.read(f"{self.batch_dir(batch)}/{r:05d}.extended") is not None
+        }
 
     def combined_parts(self, batch: int, receiver: int) -> pa.Table | None:
         """The parts of a receiver that has no entry, as one entry whose messages all await
@@ -427,37 +414,96 @@ class Journal:
         """Copy one orphaned entry (or a dead receiver's parts) into ``batch`` as receiver
         ``target``; only the ids in ``keep`` when given (an orphan narrowed by the poison
         policy: the rest were carried out or quarantined). Idempotent: an existing target is
-        kept; a missing source means an earlier call copied it and removed the orphan."""
+        kept. A source that has vanished (a straggler of the orphan removed the entry it wrote
+        once it found the orphan retired, leaving its messages in flight) becomes an empty
+        entry, so the adopting batch's replays deliver nothing for it instead of failing."""
         if self.store.read(self._entry_key(batch, target)) is not None:
             return False
         table = self.read_entry(orphan, receiver)
         if table is None:
             table = self.combined_parts(orphan, receiver)
         if table is None:
-            return False
+            logger.warning(
+                "batch %d: the entry of receiver %d of batch %d it adopts has vanished (its "
+                "messages come back after their visibility timeout); delivering nothing for it",
+                batch,
+                receiver,
+                orphan,
+            )
+            return self.write_entry(batch, target, _empty_entry(self._options))
         if keep is not None:
             wanted = set(keep)
             mask = [i in wanted for i in table.column("messageId").to_pylist()]
             table = table.filter(pa.array(mask, pa.bool_()))
         return self.write_entry(batch, target, table)
 
+    # -- a batch's life -----------------------------------------------------------------------
+    #
+    # A batch is live while its plan (or, for a batch of carried messages, its carry record)
+    # exists. Removal deletes those first, so a batch whose removal a crash cut short is never
+    # live again: what is left is garbage, removed when found. An orphan that a later batch
+    # adopts is *retired* first (``_retired.json``): attempts of it stop before they delete or
+    # keep anything, while it stays live until every copy exists.
+
+    def retire(self, batch: int) -> None:
+        """Mark an orphaned batch as delivered by a later one, before its entries are read for
+        adoption: an attempt of it that journals later stops without deleting."""
+        self.store.create(f"{self.batch_dir(batch)}/{RETIRED}", b"")
+
+    def batch_status(self, batch: int) -> str:
+        """``"live"``, ``"retired"`` (adopted by a later batch: an attempt stops, deleting
+        nothing and keeping what it journaled for the adoption) or ``"removed"`` (acknowledged
+        and removed, or adopted and removed: its plan is gone, and every attempt of a planned
+        batch read its plan when it started). Two reads."""
+        if self.store.read(f"{self.batch_dir(batch)}/{PLAN}") is None:
+            return REMOVED
+        if self.store.read(f"{self.batch_dir(batch)}/{RETIRED}") is not None:
+            return RETIRED_STATUS
+        return LIVE
+
+    def is_finished(self, batch: int) -> bool:
+        """True if no attempt of ``batch`` may journal, keep or delete anything any more."""
+        return self.batch_status(batch) != LIVE
+
+    def list_batches(self) -> list[int]:
+        """Batches with files in the journal (one LIST of ``batches/``). Discovery of garbage
+        only: which batches are live is read by key (``StateMarkers``, the driver's start)."""
+        return sorted(
+            {int(m.group(1)) for k in self.store.list("batches") if (m := _BATCH_KEY.match(k))}
+        )
+
+    def live_receivers(self, batch: int) -> tuple[int, ...] | None:
+        """The receivers of ``batch`` if it is live, by key: those its plan names; for a batch
+        of messages carried out of a narrowed batch (no plan), those its carry record names;
+        for a released batch whose plan a crashed release left missing, its zero plan's. None
+        if the batch is not live (never planned, or acknowledged or adopted and removed)."""
+        from . import poison
+
+        plan = self.read_plan(batch) or poison.released_plan(self, batch)
+        if plan is not None:
+            return tuple(r.receiver for r in plan.receivers)
+        return poison.carry_receivers(self, batch)
+
     def remove_batch(self, batch: int) -> None:
-        """Remove every file of ``batch``, the plan last (it is what marks a batch planned)."""
-        names = sorted(self._batch_files(batch), key=lambda n: n == "_plan.json")
-        files = [f"{self.batch_dir(batch)}/{n}" for n in names if n != "_plan.json"]
-        self.store.delete_many(files)
-        if "_plan.json" in names:
-            self.store.delete(f"{self.batch_dir(batch)}/_plan.json")
+        """Remove every file of ``batch``: first what makes it live (plan, carry and release
+        records), by key, then the rest (one LIST; what it misses is garbage that the next
+        start removes)."""
+        from .poison import CARRY, RELEASED
+
+        for name in (PLAN, CARRY, RELEASED):
+            self.store.delete(f"{self.batch_dir(batch)}/{name}")
+        names = self._batch_files(batch)
+        self.store.delete_many([f"{self.batch_dir(batch)}/{n}" for n in names])
 
     # -- plans --------------------------------------------------------------------------------
 
     def read_plan(self, batch: int) -> BatchPlan | None:
-        data = self.store.read(f"{self.batch_dir(batch)}/_plan.json")
+        data = self.store.read(f"{self.batch_dir(batch)}/{PLAN}")
         return None if data is None else BatchPlan.from_json(data)
 
     def write_plan(self, plan: BatchPlan) -> BatchPlan:
         """Create the batch's plan; if another call created one first, that one is the plan."""
-        if self.store.create(f"{self.batch_dir(plan.batch)}/_plan.json", plan.to_json()):
+        if self.store.create(f"{self.batch_dir(plan.batch)}/{PLAN}", plan.to_json()):
             return plan
         stored = self.read_plan(plan.batch)
         if stored is None:
@@ -522,7 +568,7 @@ class Journal:
             if legacy:
                 named = {
                     f"drops/{plan.drops}.arrow"
-                    for plan in map(self.read_plan, self.batches())
+                    for plan in map(self.read_plan, self.list_batches())
                     if plan is not None and plan.drops is not None
                 }
                 old.extend(k for k in legacy if k not in named)
@@ -540,32 +586,23 @@ class Journal:
 
     def write_ack_report(self, batch: int, receiver: int, entries: Sequence[AckedEntry]) -> None:
         """What receiver ``receiver`` of ``batch`` acknowledged of earlier batches, created if
-        absent (journal/reports.py). A retried attempt repeats the same deletes and may name
-        its report differently: the reader keeps one report per receiver (and every attempt's
-        uncertain ids)."""
-        self.store.create(reports.report_key(batch, receiver, entries), reports.body_of(entries))
+        absent under a key the driver reads by name (journal/reports.py). A retried or
+        concurrent attempt repeats the same deletes; the first report stands: it was written
+        after that attempt's deletes, so what it calls certain was deleted with a valid
+        handle."""
+        self.store.create(reports.report_key(batch, receiver), reports.body_of(entries))
 
-    def read_ack_reports(self, batch: int) -> list[AckReport]:
-        """One report per receiver of ``batch`` that wrote one: from the key's name when it
-        holds the summary, else from the bodies (with every attempt's uncertain ids)."""
-        by_receiver: dict[int, list[tuple[str, str | None]]] = {}
+    def read_ack_report(self, batch: int, receiver: int) -> AckReport | None:
+        """The report of receiver ``receiver`` of ``batch``, by key; a report that an earlier
+        version named after its counters is found by a LIST, only when the key is absent."""
+        data = self.store.read(reports.report_key(batch, receiver))
+        if data is not None:
+            return AckReport(receiver, tuple(reports.parse_body(data)))
         for key in self.store.list(f"acks/{batch:012d}"):
             parsed = reports.parse_key(key)
-            if parsed is not None:
-                by_receiver.setdefault(parsed[0], []).append((key, parsed[1]))
-        out = []
-        for receiver in sorted(by_receiver):
-            keys = by_receiver[receiver]
-            bodies = [
-                reports.parse_body(data)
-                for key, summary in keys
-                if summary is None and (data := self.store.read(key)) is not None
-            ]
-            if bodies:
-                out.append(reports.merge_attempts(receiver, bodies))
-            elif named := [s for _, s in keys if s is not None]:
-                out.append(AckReport(receiver, tuple(reports.entries_of_summary(named[0]))))
-        return out
+            if parsed is not None and parsed[0] == receiver and parsed[1] is not None:
+                return AckReport(receiver, tuple(reports.entries_of_summary(parsed[1])))
+        return None
 
     def remove_ack_reports(self, batch: int) -> None:
         self.store.delete_many(self.store.list(f"acks/{batch:012d}"))
@@ -662,27 +699,38 @@ class Journal:
     # -- state --------------------------------------------------------------------------------
 
     def read_state(self) -> JournalState:
-        """The state, from its markers (one LIST)."""
+        """The state, from its markers: a LIST finds the newest of each kind, then the newest
+        planned marker is confirmed by key (markers are numbered densely upwards: a listing
+        that lags a write must not make a batch number be handed out twice). The acknowledged
+        number is a lower bound: which batches are pending is read by key (``live_batch``)."""
         found: dict[str, list[int]] = {"planned": [], "acked": [], "initial": [], "retired": []}
         for key in self.store.list("state"):
             match = _MARKER.match(key)
             if match:
                 found[match.group(1)].append(int(match.group(2)))
-        if not any(found.values()):
-            legacy = self.store.read("_state.json")
-            if legacy is not None:
-                # A journal of format 1 kept its state in one overwritten file.
-                doc = json.loads(legacy)
-                initial = doc.get("initialBatch")
-                return JournalState(
-                    int(doc.get("plannedBatch", 0)),
-                    int(doc.get("ackedBatch", 0)),
-                    None if initial is None else int(initial),
-                )
+        legacy = None if any(found.values()) else self.store.read("_state.json")
+        if legacy is not None:
+            # A journal of format 1 kept its state in one overwritten file.
+            doc = json.loads(legacy)
+            initial = doc.get("initialBatch")
+            return JournalState(
+                int(doc.get("plannedBatch", 0)),
+                int(doc.get("ackedBatch", 0)),
+                None if initial is None else int(initial),
+            )
+        planned = max(found["planned"], default=0)
+        while self.store.read(f"state/planned-{planned + 1:012d}") is not None:
+            planned += 1
+        initial_doc = self.store.read(INITIAL)
+        initial = (
+            int(json.loads(initial_doc)["batch"])
+            if initial_doc is not None
+            else min(found["initial"], default=None)
+        )
         return JournalState(
-            max(found["planned"], default=0),
+            planned,
             max(found["acked"], default=0),
-            min(found["initial"], default=None),
+            initial,
             frozenset(found["retired"]),
         )
 
@@ -698,32 +746,38 @@ class Journal:
                 self.store.create(f"state/{kind}-{new:012d}", b"")
                 if old:
                     self.store.delete(f"state/{kind}-{old:012d}")
-        if state.acked_batch > current.acked_batch:
-            for retired in current.retired:
-                if retired <= state.acked_batch:
-                    self.store.delete(f"state/retired-{retired:012d}")
         if current.initial_batch is None and state.initial_batch is not None:
-            self.store.create(f"state/initial-{state.initial_batch:012d}", b"")
+            self.store.create(INITIAL, json.dumps({"batch": state.initial_batch}).encode())
 
-    def retire(self, batch: int) -> None:
-        """Mark an orphaned batch as delivered by a later one, before its entries are listed
-        for adoption: an attempt of it that journals later stops without deleting."""
-        self.store.create(f"state/retired-{batch:012d}", b"")
+    def retire_legacy_markers(self, retired: Iterable[int]) -> None:
+        """Retirement markers of an earlier version (``state/retired-<N>``) become the batches'
+        own (``_retired.json``), which attempts read by key."""
+        for batch in retired:
+            if self.read_plan(batch) is not None:
+                self.retire(batch)
+            self.store.delete(f"state/retired-{batch:012d}")
 
     def check_owner(self, queue_url: str, *more: str) -> str:
-        """Bind the journal to its queues; refuse a journal that belongs to others.
+        """Bind the journal to its queues; refuse a journal that belongs to others, or that a
+        newer version of spark-sqs wrote.
 
         With several queues (driver/queues.py) queues may be added or removed between runs: the
         journal is refused only when none of the queues it was used with is named now. Returns
         the journal's first queue, the queue of plans that record none per receiver."""
         queues = (queue_url, *more)
-        doc: dict[str, Any] = {"format": FORMAT_VERSION, "queueUrl": queue_url}
+        doc: dict[str, Any] = {
+            "format": FORMAT_VERSION,
+            "queueUrl": queue_url,
+            # The journal's identity (driver/offsets.py): offsets carry it, so a checkpoint
+            # is never run against another journal.
+            "journalId": uuid.uuid4().hex[:16],
+        }
         if more:
             doc["queueUrls"] = list(queues)
-        if self.store.create("_meta.json", json.dumps(doc).encode()):
+        if self.store.create(META, json.dumps(doc).encode()):
+            self._meta = doc
             return queue_url
-        data = self.store.read("_meta.json")
-        meta = json.loads(data) if data else {}
+        meta = self.meta()
         owner = meta.get("queueUrl")
         known = {owner, *meta.get("queueUrls", ()), *self._added_queues()}
         if not known.intersection(queues):
@@ -738,6 +792,31 @@ class Journal:
                 self.store.create(f"queues/{digest}.json", json.dumps({"queueUrl": added}).encode())
         return owner or queue_url
 
+    def meta(self) -> dict[str, Any]:
+        """The journal's ``_meta.json`` (empty for a journal not yet bound to a queue); a journal
+        of a format newer than this version reads is refused."""
+        if self._meta is None:
+            data = self.store.read(META)
+            if data is None:
+                return {}
+            doc = json.loads(data)
+            doc.setdefault("journalId", _legacy_identity(data))
+            fmt = int(doc.get("format", 1))
+            if fmt > FORMAT_VERSION:
+                raise JournalError(
+                    f"journalLocation {self.location} was written by a newer version of "
+                    f"spark-sqs (journal format {fmt}; this version reads formats up to "
+                    f"{FORMAT_VERSION}). Fix: install the newer spark-sqs on the driver and "
+                    "every executor, or use a new journalLocation with a new checkpointLocation"
+                )
+            self._meta = doc
+        return self._meta
+
+    def identity(self) -> str | None:
+        """The journal's identity, which offsets carry (driver/offsets.py); None for a location
+        that holds no journal yet."""
+        return self.meta().get("journalId")
+
     def _added_queues(self) -> list[str]:
         """Queues added to the journal's family after it was created."""
         out = []
@@ -748,23 +827,53 @@ class Journal:
         return out
 
     def probe_writable(self) -> None:
+        """At query start, on the store itself: a create must succeed, and a second create of
+        the same key must fail. A store that answers the second with success (an S3-compatible
+        store that accepts ``If-None-Match`` and ignores it) would let two attempts of one task
+        both believe they journaled a receiver's messages: it is refused."""
         key = f"_probe/{uuid.uuid4().hex}"
         try:
-            self.store.create(key, b"ok")
+            self.store.create(key, b"first")
+            again = self.store.create(key, b"second")
             self.store.delete(key)
+        except UnsafeStoreError:
+            raise
         except (OSError, JournalError) as exc:
             raise JournalError(
                 f"journalLocation {self.location} is not writable ({exc}). Fix: point "
                 "'journalLocation' at a directory this cluster can create and write files in"
             ) from None
+        if again:
+            raise UnsafeStoreError(
+                f"journalLocation {self.location} does not honour create-if-absent: a second "
+                "create of one key succeeded. Exactly-once needs an atomic create-if-absent on "
+                "the store itself (S3 PutObject with If-None-Match: *, a link() of a local "
+                "file). Known to have it: AWS S3 and local POSIX file systems (tested); "
+                "S3-compatible stores vary by product and version, and some accept the header "
+                "and ignore it. Fix: use an AWS S3 bucket (s3://bucket/prefix), a local path, "
+                "or a store whose conditional writes are documented and tested "
+                "(docs/operations.md says how to check one)"
+            )
         try:
             # Probes of drivers that died between the create and the delete. A concurrent
-            # probe removed here has already done its create, which is all it tests.
+            # probe removed here has already done its creates, which is all it tests.
             leftover = self.store.list("_probe")
             if leftover:
                 self.store.delete_many(leftover)
         except (OSError, JournalError):
             logger.debug("journal %s: could not remove old probe objects", self.location)
+
+
+def _empty_entry(options: SqsOptions | None) -> pa.Table:
+    from ..schema import messages_to_table
+
+    return messages_to_table([], "", sns=bool(options is not None and options.sns))
+
+
+def _legacy_identity(meta: bytes) -> str:
+    """The identity of a journal created before journals had one: derived from its
+    ``_meta.json``, which is written once and never changed (a copy of the journal keeps it)."""
+    return "m" + hashlib.sha256(meta).hexdigest()[:15]
 
 
 def receipts_of(batch: int, receiver: int, table: pa.Table) -> EntryReceipts:
@@ -795,6 +904,7 @@ def receipts_of(batch: int, receiver: int, table: pa.Table) -> EntryReceipts:
         rows=table.num_rows,
         dropped=int(metadata.get(DROPPED, b"0")),
         window_dropped=int(metadata.get(WINDOW_DROPPED, b"0")),
+        expired_dropped=int(metadata.get(EXPIRED_DROPPED, b"0")),
         journaled=journaled,
         window_keys=tuple(json.loads(metadata.get(WINDOW_KEYS, b"[]"))),
         metadata=dict(metadata),

@@ -5,18 +5,29 @@ created if absent. The owner creates the next record at every heartbeat interval
 creates record ``seq`` owns the journal from then on, so two drivers can never both renew (the
 store decides, not a read followed by a write).
 
-At start, a query that finds a record of another run newer than two heartbeat intervals (by the
-wall clock) watches it for up to two intervals: a renewal means the other query is alive and
-this one stops with an error naming ``journalLocation``; none means its driver died and this one
-takes over. A query that finds its lease taken over stops at the next batch boundary. A query
-stopped with SIGTERM (``query.stop()``) writes a released record, so its restart does not wait.
+Liveness is judged by watching, never by comparing clocks: a starting query that finds a record
+of another run that is not released watches it for two of the owner's intervals on its own
+monotonic clock. A renewal means the other query is alive, and this one stops with an error
+naming ``journalLocation``; none means its driver died (or is paused for longer than that), and
+this one takes over. The record's ``writtenAt`` (the owner's wall clock) is never compared with
+anything. A query stopped with SIGTERM (``query.stop()``) writes a released record, so its
+restart does not wait.
+
+The owner confirms that it still holds the lease before every acknowledgement and delete
+(``confirm``): if its last renewal is older than one interval on its own monotonic clock (a GC
+pause, a frozen VM, a slow store), it renews first, and a renewal that finds its next record
+taken stops the query. A takeover needs two intervals of silence after the owner's last record,
+so an owner that renewed within the last interval holds the lease for at least one more.
 
 Records are deleted to keep the journal small (each renewal removes every record below its
 previous one), and a deleted key can be created again. Two rules keep the sequence sound anyway:
 a record is deleted only once a newer one exists, so a record that vanished between a listing
 and its read means "list again", never "no lease"; and whoever creates record ``seq`` checks
 that no newer record exists: if one does, ``seq`` had been renewed past and deleted, and the
-create only filled a hole (a claim on a journal someone else owns).
+create only filled a hole (a claim on a journal someone else owns). The newest record is found
+by a LIST, then confirmed by reading the following numbers by key (records are created densely),
+so a listing that lags a write by less than the two intervals a newcomer watches cannot hide a
+renewal.
 """
 
 from __future__ import annotations
@@ -74,24 +85,31 @@ class Lease:
         self._clock = clock
         self._sleep = sleep
         self.seq: int | None = None
+        # This process's monotonic time of the last record it created (acquire or renew).
+        self._renewed_at = 0.0
 
     def newest(self) -> LeaseRecord | None:
         for _ in range(_RELISTS):
             seqs = self._seqs()
             if not seqs:
                 return None
-            data = self._store.read(_key(seqs[-1]))
-            if data is not None:
-                doc = json.loads(data)
-                return LeaseRecord(
-                    seqs[-1],
-                    doc["owner"],
-                    float(doc["writtenAt"]),
-                    bool(doc.get("released")),
-                    float(doc.get("interval", 0.0)),
-                )
-            # Deleted since the listing: a newer record exists now (falling back to an older
-            # record, or to "none", would let this query claim a journal that is in use).
+            seq = seqs[-1]
+            data = self._store.read(_key(seq))
+            if data is None:
+                # Deleted since the listing: a newer record exists now (falling back to an
+                # older record, or to "none", would let this query claim a journal in use).
+                continue
+            # The listing may lag the newest records: read on by key.
+            while (newer := self._store.read(_key(seq + 1))) is not None:
+                seq, data = seq + 1, newer
+            doc = json.loads(data)
+            return LeaseRecord(
+                seq,
+                doc["owner"],
+                float(doc["writtenAt"]),
+                bool(doc.get("released")),
+                float(doc.get("interval", 0.0)),
+            )
         raise JournalError(
             f"journal {self._location}: the lease records kept changing while being read",
             retriable=True,
@@ -105,11 +123,9 @@ class Lease:
         for _ in range(_CLAIMS):
             current = self.newest()
             if current is not None and current.owner != self.owner and not current.released:
-                age = self._wall() - current.written_at
-                # The owner renews at its own interval, which a restart with other options may
-                # have made longer than ours.
-                if age < 2 * max(self._interval, current.interval):
-                    current = self._wait_for_lapse(current)
+                # Whether the owner lives is seen by watching its record, on this process's
+                # clock: its writtenAt is another host's clock, which may be far ahead.
+                current = self._wait_for_lapse(current)
             seq = 0 if current is None else current.seq + 1
             if not self._write(seq):
                 newest = self.newest()
@@ -119,6 +135,7 @@ class Lease:
             listed = self._listing_if_newest(seq)
             if listed is not None:
                 self.seq = seq
+                self._renewed_at = self._clock()
                 self._collect(seq, listed)
                 logger.info("journal %s: lease %d taken by run %s", self._location, seq, self.owner)
                 return
@@ -132,12 +149,13 @@ class Lease:
         self._raise_in_use(self.newest())
 
     def _wait_for_lapse(self, seen: LeaseRecord) -> LeaseRecord:
+        # The owner renews at its own interval, which a restart with other options may have
+        # made longer than ours.
         wait = 2 * max(self._interval, seen.interval)
         logger.warning(
-            "journal %s was renewed %.0fs ago by run %s; waiting up to %.0fs to tell whether "
-            "that query is still running",
+            "journal %s is leased by run %s; watching its lease for %.0fs to tell whether that "
+            "query is still running",
             self._location,
-            self._wall() - seen.written_at,
             seen.owner,
             wait,
         )
@@ -155,25 +173,50 @@ class Lease:
         return seen
 
     def renew(self) -> None:
-        """Create the next record; raises ``JournalInUseError`` if another run took over."""
+        """Create the next record; raises ``JournalInUseError`` if another run took over. The
+        heartbeat renews, and so does ``confirm`` on the driver's thread: when both race for
+        one number, or one goes past the other, the newest record is still this run's."""
         assert self.seq is not None
         seq = self.seq + 1
-        if not self._write(seq):
-            newest = self.newest()
-            if newest is None or newest.owner != self.owner:
-                self._raise_in_use(newest, taken=True)
-        listed = self._listing_if_newest(seq)
+        listed = self._listing_if_newest(seq) if self._write(seq) else None
         if listed is None:
-            # A run that took over has renewed past seq and deleted it (this query paused for
-            # longer than two intervals): the create filled a hole, it did not renew.
-            self._raise_in_use(self.newest(), taken=True)
+            # Not created, or a newer record exists: fine only if the newest is this run's (a
+            # concurrent renewal of its own, or a retried create whose answer was lost). Else a
+            # run that took over has renewed past seq (this query paused for longer than two
+            # intervals), and a create only filled a hole.
+            newest = self.newest()
+            if newest is None or newest.owner != self.owner or newest.released:
+                self._raise_in_use(newest, taken=True)
+            assert newest is not None
+            self.seq = max(seq, newest.seq)
+            self._renewed_at = self._clock()
+            return
         self.seq = seq
+        self._renewed_at = self._clock()
         self._collect(seq, listed)
 
+    def confirm(self) -> None:
+        """Before an acknowledgement or a delete: make sure this query still holds the lease.
+        A renewal within the last interval (this process's monotonic clock) leaves at least
+        one more before anyone may take over; an older one is renewed now, which raises
+        ``JournalInUseError`` if another run took the journal over meanwhile."""
+        if self.seq is None:
+            return
+        if self._clock() - self._renewed_at > self._interval:
+            logger.info(
+                "journal %s: last lease renewal %.1fs ago; renewing before acknowledging",
+                self._location,
+                self._clock() - self._renewed_at,
+            )
+            self.renew()
+
     def _listing_if_newest(self, seq: int) -> list[int] | None:
-        """The records listed now if none is newer than ``seq``, else None."""
+        """The records listed now if none is newer than ``seq`` (the next number is also read
+        by key: a listing may lag), else None."""
         seqs = self._seqs()
-        return None if seqs and seqs[-1] > seq else seqs
+        if (seqs and seqs[-1] > seq) or self._store.read(_key(seq + 1)) is not None:
+            return None
+        return seqs
 
     def _collect(self, seq: int, seqs: list[int]) -> None:
         """Delete the records below ``seq - 1``: two are enough for anyone to see the sequence

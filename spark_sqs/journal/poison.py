@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 if TYPE_CHECKING:
-    from .entries import Journal
+    from .entries import BatchPlan, Journal
 
 FAIL = "fail"
 DEAD_LETTER = "deadLetter"
@@ -131,15 +131,50 @@ def attempts_by_step(attempts: list[Attempt]) -> dict[int, int]:
     return out
 
 
+def narrowing_key(batch: int, step: int) -> str:
+    return f"{batch_dir(batch)}/_narrow-{step:04d}.json"
+
+
 def latest_narrowing(
     journal: Journal, batch: int, names: list[str] | None = None
 ) -> Narrowing | None:
-    names = names if names is not None else batch_names(journal, batch)
-    steps = sorted(int(m.group(1)) for n in names if (m := NARROW_RECORD.match(n)))
-    if not steps:
+    """The batch's latest narrowing step, by key: steps are created in order from 1, each only
+    once the one before it exists, and are removed only with the batch. (``names`` is accepted
+    for callers that listed the batch anyway; a listing is not needed.)"""
+    step = 1
+    latest = None
+    while (data := journal.store.read(narrowing_key(batch, step))) is not None:
+        latest = Narrowing.from_json(data)
+        step += 1
+    return latest
+
+
+def carry_receivers(journal: Journal, batch: int) -> tuple[int, ...] | None:
+    """The receivers whose entries a batch of carried messages holds (``_carry.json``), or None
+    if ``batch`` is not one. A carry record of an earlier version names no receivers: they are
+    read from the narrowing step that made it, else found by a LIST."""
+    data = journal.store.read(f"{batch_dir(batch)}/{CARRY}")
+    if data is None:
         return None
-    data = journal.store.read(f"{batch_dir(batch)}/_narrow-{steps[-1]:04d}.json")
-    return None if data is None else Narrowing.from_json(data)
+    doc = json.loads(data)
+    if "receivers" in doc:
+        return tuple(int(r) for r in doc["receivers"])
+    step = journal.store.read(narrowing_key(int(doc["from"]), int(doc["step"])))
+    if step is not None:
+        return tuple(sorted(Narrowing.from_json(step).carried))
+    entry = re.compile(r"^(\d{5,})\.arrow$")
+    names = batch_names(journal, batch)
+    return tuple(sorted(int(m.group(1)) for n in names if (m := entry.match(n))))
+
+
+def released_plan(journal: Journal, batch: int) -> BatchPlan | None:
+    """The zero plan that ``spark-sqs release`` recorded for ``batch`` (None if it did not)."""
+    data = journal.store.read(f"{batch_dir(batch)}/{RELEASED}")
+    if data is None or "plan" not in json.loads(data):
+        return None
+    from .entries import BatchPlan
+
+    return BatchPlan.from_json(json.dumps(json.loads(data)["plan"]).encode())
 
 
 def first_attempt(table: pa.Table) -> str | None:

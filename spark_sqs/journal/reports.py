@@ -2,11 +2,11 @@
 executors (written after a receiver's deletes) and the driver (read to settle a batch).
 
 A receiver of batch N+1 deletes the entries of batch N the plan assigned to it, then writes one
-report under ``acks/<N+1>/``. The counters, summed per acknowledged batch, go in the object's
-name (``<receiver>.s-<summary>.json``), so that the driver settles a batch from LIST requests
-alone; the body holds one ``AckedEntry`` per entry. Only the body can hold uncertain ids (a
-delete that may not have taken effect), so a report with any has a plain name
-(``<receiver>.json``) and the driver reads its body.
+report, ``acks/<N+1>/<receiver>.json``, with one ``AckedEntry`` per entry. The driver reads the
+reports of the receivers the plan assigned, by key: a LIST may lag a write, and a report it
+missed would make the driver forget an uncertain delete. An earlier version named reports after
+their counters (``<receiver>.s-<summary>.json``) so that a LIST alone settled a batch; such
+reports are still read (``entries_of_summary``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ class AckedEntry:
     deleted: int
     delete_failures: int
     window_dropped: int = 0  # of the dropped, copies the duplicate window caught
+    expired_dropped: int = 0  # received, not journaled: the handle expired meanwhile
     entries: int = 1
     receiver: int | None = None  # the acknowledged entry's receiver
     uncertain: tuple[str, ...] = ()  # ids whose delete may not have taken effect
@@ -50,6 +51,7 @@ class AckedEntry:
             "rows": self.rows,
             "dropped": self.dropped,
             "windowDropped": self.window_dropped,
+            "expiredDropped": self.expired_dropped,
             "deleted": self.deleted,
             "deleteFailures": self.delete_failures,
             "uncertain": sorted(self.uncertain),
@@ -66,6 +68,7 @@ class AckedEntry:
             deleted=int(doc["deleted"]),
             delete_failures=int(doc["deleteFailures"]),
             window_dropped=int(doc.get("windowDropped", 0)),
+            expired_dropped=int(doc.get("expiredDropped", 0)),
             receiver=None if receiver is None else int(receiver),
             uncertain=tuple(sorted(doc.get("uncertain", ()))),
             lag=doc.get("lag"),
@@ -84,15 +87,9 @@ class AckReport:
         return [e for e in self.entries if e.batch == batch]
 
 
-def report_key(batch: int, receiver: int, entries: Sequence[AckedEntry]) -> str:
-    """The key of a report: with its summary in the name when it fits and holds no uncertain
-    ids, else plain."""
-    summary = summary_of(entries)
-    plain = f"acks/{batch:012d}/{receiver:05d}.json"
-    if summary is None:
-        return plain
-    key = f"acks/{batch:012d}/{receiver:05d}.s-{summary}.json"
-    return key if len(key) <= NAME_LIMIT else plain
+def report_key(batch: int, receiver: int) -> str:
+    """The key of receiver ``receiver``'s report in ``batch``: the driver reads it by name."""
+    return f"acks/{batch:012d}/{receiver:05d}.json"
 
 
 def body_of(entries: Sequence[AckedEntry]) -> bytes:
