@@ -322,3 +322,26 @@ class FakeJournal:
                 for i in ids:
                     out[i] = max(expires, out.get(i, 0.0))
         return out
+
+
+class ListHidingStore(HookedStore):
+    """A real store whose LIST misses the keys ``hidden(key)`` is true for: written and
+    readable by key, but not listed yet, as a listing that lags a write (S3-compatible stores,
+    NFS across hosts)."""
+
+    def __init__(self, inner: JournalStore, hidden: Callable[[str], bool]) -> None:
+        super().__init__(inner)
+        self.hidden = hidden
+
+    def list(self, prefix: str) -> list[str]:
+        return [k for k in super().list(prefix) if not self.hidden(k)]
+
+
+class CreateIgnoresExistenceStore(HookedStore):
+    """A real store whose ``create`` overwrites and always answers that it created the key:
+    an S3-compatible store that accepts ``If-None-Match: *`` and ignores it."""
+
+    def create(self, key: str, data: bytes) -> bool:
+        self.calls.append(("create", key))
+        self.inner.put(key, data)
+        return True

@@ -16,17 +16,25 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from spark_sqs.errors import JournalError
+from spark_sqs.errors import JournalError, UnsafeStoreError
 from spark_sqs.journal import (
+    LIVE,
     RECEIVED_AT,
+    REMOVED,
+    RETIRED_STATUS,
     AckedEntry,
     AckReport,
     EntryReceipts,
     Journal,
     JournalState,
+    LocalStore,
+    open_store,
+    receipts_of,
+    reports,
 )
+from spark_sqs.journal.reports import report_key
 from spark_sqs.schema import messages_to_table
-from tests.fakes import HookedStore
+from tests.fakes import CreateIgnoresExistenceStore, HookedStore, ListHidingStore
 from tests.unit.factories import QUEUE_URL, make_options, sqs_message
 
 OTHER_QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/payments"
@@ -83,7 +91,10 @@ def test_entry_of_no_messages_round_trips(journal: Journal) -> None:
     back = journal.read_entry(2, 0)
     assert back is not None and back.num_rows == 0
     assert back.schema == empty.schema
-    assert journal.receivers(2) == [0]
+    # An empty entry still says the receiver ran: it counts as journaled, with no messages.
+    assert journal.has_journaled(2, 0)
+    [receipts] = journal.batch_receipts(2, [0])
+    assert receipts.message_ids == () and receipts.rows == 0
 
 
 def test_missing_entry_reads_as_none(journal: Journal) -> None:
@@ -111,9 +122,11 @@ def test_write_leaves_no_temporary_files(journal: Journal, location: str) -> Non
     assert sorted(p.name for p in batch_dir.iterdir()) == ["00000.arrow"]
 
 
-def test_receivers_and_batches_listing(journal: Journal, location: str) -> None:
-    assert journal.batches() == []
-    assert journal.receivers(1) == []
+def test_batches_listing_and_entries_read_by_the_receivers_named(
+    journal: Journal, location: str
+) -> None:
+    assert journal.list_batches() == []
+    assert journal.batch_receipts(1, [0, 1]) == []
 
     for batch, receiver in [(12, 0), (3, 2), (3, 0), (3, 11), (1, 0)]:
         journal.write_entry(batch, receiver, table_of(batch * 100 + receiver))
@@ -122,11 +135,15 @@ def test_receivers_and_batches_listing(journal: Journal, location: str) -> None:
     (Path(location) / "batches" / "000000000003" / "notes.txt").write_text("not an entry")
     (Path(location) / "batches" / "000000000003" / "00001.arrow.tmp-123").write_text("partial")
 
-    assert journal.batches() == [1, 3, 12]
-    assert journal.receivers(3) == [0, 2, 11]
-    assert journal.receivers(12) == [0]
-    assert journal.receivers(2) == []
-    assert [r.receiver for r in journal.batch_receipts(3)] == [0, 2, 11]
+    # The LIST of batches/ finds garbage to collect; it decides nothing about entries.
+    assert journal.list_batches() == [1, 3, 12]
+    # Entries are read by key for the receivers a plan names: an absent one is skipped, a
+    # file that is no entry of a named receiver is never read.
+    assert [r.receiver for r in journal.batch_receipts(3, [11, 0, 1, 2, 0])] == [0, 2, 11]
+    assert [r.receiver for r in journal.batch_receipts(3, [2])] == [2]
+    assert [r.receiver for r in journal.batch_receipts(12, range(4))] == [0]
+    assert journal.batch_receipts(2, range(4)) == []
+    assert [journal.has_journaled(3, r) for r in (0, 1, 2, 11)] == [True, False, True, True]
 
 
 def test_read_receipts_returns_message_ids_and_receipt_handles(journal: Journal) -> None:
@@ -147,8 +164,8 @@ def test_batch_receipts_collects_every_receiver(journal: Journal) -> None:
     journal.write_entry(6, 4, b)
     journal.write_entry(7, 0, table_of(9))
 
-    assert pairs(journal.batch_receipts(6)) == handles_of(a) + handles_of(b)
-    assert pairs(journal.batch_receipts(8)) == []
+    assert pairs(journal.batch_receipts(6, [0, 4])) == handles_of(a) + handles_of(b)
+    assert pairs(journal.batch_receipts(8, [0, 4])) == []
 
 
 def test_read_receipts_carries_the_receive_time(journal: Journal) -> None:
@@ -179,12 +196,12 @@ def test_entry_without_receive_time_reads_as_received_at_epoch(journal: Journal)
     assert receipts is not None and receipts.received_at == 0.0
 
 
-def test_batch_receipts_lists_every_receiver(journal: Journal) -> None:
+def test_batch_receipts_reads_every_named_receiver(journal: Journal) -> None:
     journal.write_entry(4, 0, table_of(0))
     journal.write_entry(4, 2, table_of(1, 2))
-    receipts = journal.batch_receipts(4)
+    receipts = journal.batch_receipts(4, [0, 1, 2])
     assert [(r.batch, r.receiver, len(r.message_ids)) for r in receipts] == [(4, 0, 1), (4, 2, 2)]
-    assert journal.batch_receipts(5) == []
+    assert journal.batch_receipts(5, [0, 1, 2]) == []
 
 
 def test_dedupe_record_round_trip_and_expiry(journal: Journal, location: str) -> None:
@@ -215,15 +232,15 @@ def test_remove_batch(journal: Journal) -> None:
 
     journal.remove_batch(1)
 
-    assert journal.batches() == [2]
-    assert journal.receivers(1) == []
+    assert journal.list_batches() == [2]
+    assert not journal.has_journaled(1, 0) and not journal.has_journaled(1, 1)
     assert journal.read_entry(1, 0) is None
-    assert pairs(journal.batch_receipts(1)) == []
+    assert pairs(journal.batch_receipts(1, [0, 1])) == []
     assert journal.read_entry(2, 0) is not None
     # Removing again (a repeated acknowledgement) is harmless.
     journal.remove_batch(1)
     journal.remove_batch(99)
-    assert journal.batches() == [2]
+    assert journal.list_batches() == [2]
 
 
 def test_corrupt_entry_raises_journal_error_with_a_fix(journal: Journal, location: str) -> None:
@@ -310,7 +327,8 @@ def test_file_uri_and_home_relative_locations(
     by_home = Journal("~/j")
     by_uri.write_entry(1, 0, table_of(0))
 
-    assert by_home.receivers(1) == [0]
+    assert by_home.has_journaled(1, 0)
+    assert by_home.list_batches() == [1]
     assert (tmp_path / "j" / "batches" / "000000000001" / "00000.arrow").is_file()
 
 
@@ -388,7 +406,7 @@ def test_journal_pickles_without_its_filesystem(journal: Journal) -> None:
 def test_unopened_journal_pickles(location: str) -> None:
     restored = pickle.loads(pickle.dumps(Journal(location, make_options(location))))
     assert restored.write_entry(1, 0, table_of(0)) is True
-    assert restored.receivers(1) == [0]
+    assert restored.has_journaled(1, 0)
 
 
 # -- S3 ----------------------------------------------------------------------------------------
@@ -434,7 +452,7 @@ def test_s3_journal(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert journal.read_state() == JournalState(2, 1)
 
     assert journal.read_entry(2, 0) is None
-    assert journal.batches() == []
+    assert journal.list_batches() == []
     first, second = table_of(0, 1), table_of(2)
     assert journal.write_entry(2, 0, first) is True
     assert journal.write_entry(2, 0, table_of(9)) is False
@@ -444,9 +462,9 @@ def test_s3_journal(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
     other = pickle.loads(pickle.dumps(journal))
     back = other.read_entry(2, 0)
     assert back is not None and back.equals(first)
-    assert other.batches() == [2]
-    assert other.receivers(2) == [0, 3]
-    assert pairs(other.batch_receipts(2)) == handles_of(first) + handles_of(second)
+    assert other.list_batches() == [2]
+    assert [r.receiver for r in other.batch_receipts(2, [0, 1, 2, 3])] == [0, 3]
+    assert pairs(other.batch_receipts(2, [0, 3])) == handles_of(first) + handles_of(second)
     with pytest.raises(JournalError, match="belongs to queue"):
         other.check_owner(OTHER_QUEUE_URL)
 
@@ -456,7 +474,7 @@ def test_s3_journal(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert journal.read_dedupe(now=0.0) == {"new": 200.0}, "expired record not removed"
 
     other.remove_batch(2)
-    assert journal.batches() == []
+    assert journal.list_batches() == []
     assert journal.read_entry(2, 0) is None
     assert journal.read_state() == JournalState(2, 1)
 
@@ -471,7 +489,7 @@ def test_s3_journal_client_leaves_timestamps_unparsed(
     location = f"s3://journal-bucket/{uuid.uuid4().hex}?endpoint_override={s3_endpoint}&scheme=http"
     journal = Journal(location, make_options(location, region="us-east-1"))
     journal.write_entry(1, 0, table_of(0))
-    assert journal.receivers(1) == [0]
+    assert journal.list_batches() == [1]
     store = journal.store
     page = store.client.list_objects_v2(Bucket=store.bucket, Prefix=store.prefix + "/")
     stamp = page["Contents"][0]["LastModified"]
@@ -492,7 +510,7 @@ def test_s3_journal_rejects_unknown_location_parameters(s3_endpoint: str) -> Non
         journal.read_state()
 
 
-def test_unfinished_parts_are_those_of_receivers_without_an_entry(journal: Journal) -> None:
+def test_a_receiver_s_ids_are_its_entry_s_else_its_parts(journal: Journal) -> None:
     # Receiver 0 finished (parts and entry); receiver 1 died after two parts; 2 never started.
     journal.write_part(4, 0, 0, table_of(0, 1))
     journal.write_entry(4, 0, table_of(0, 1))
@@ -500,8 +518,19 @@ def test_unfinished_parts_are_those_of_receivers_without_an_entry(journal: Journ
     journal.write_part(4, 1, 1, table_of(4))
     ids = {n: sqs_message(n)["MessageId"] for n in range(5)}
 
-    assert journal.unfinished_parts(4) == {1: {ids[2], ids[3], ids[4]}}
-    assert journal.unfinished_parts(5) == {}
+    assert journal.receiver_ids(4, 0) == [ids[0], ids[1]]
+    assert journal.receiver_ids(4, 1) == [ids[2], ids[3], ids[4]]
+    assert journal.receiver_ids(4, 2) == []
+    assert [journal.has_journaled(4, r) for r in (0, 1, 2)] == [True, True, False]
+    assert journal.batch_message_ids(4, [0, 1, 2]) == {ids[n] for n in range(5)}
+    assert journal.batch_message_ids(4, [0, 1, 2], but=1) == {ids[0], ids[1]}
+    assert journal.batch_message_ids(4, [2]) == frozenset()
+    assert journal.batch_message_ids(5, [0, 1]) == frozenset()
+    # The dead receiver's parts, as one entry whose messages all await deletion.
+    combined = journal.combined_parts(4, 1)
+    assert combined is not None
+    assert [r.message_ids for r in [receipts_of(4, 1, combined)]] == [(ids[2], ids[3], ids[4])]
+    assert journal.combined_parts(4, 2) is None
 
 
 def test_s3_journal_objects_are_written_with_the_given_kms_key() -> None:
@@ -584,9 +613,10 @@ def test_ack_reports_no_pending_batch_reads_are_collected(journal: Journal) -> N
         journal.write_ack_report(by, 0, [_ack_entry(by - 1, 0)])
     # Batch 3's receivers acknowledge batch 4 (pending, oldest): their reports must stay.
     assert journal.collect_ack_reports(oldest_pending=4, keep={3}) == 1
-    assert journal.read_ack_reports(2) == []
-    assert [e.batch for r in journal.read_ack_reports(3) for e in r.entries] == [2]
-    assert [e.batch for r in journal.read_ack_reports(5) for e in r.entries] == [4]
+    assert journal.read_ack_report(2, 0) is None
+    for by, acknowledged in ((3, 2), (5, 4)):
+        report = journal.read_ack_report(by, 0)
+        assert report is not None and [e.batch for e in report.entries] == [acknowledged]
 
 
 _LAG = json.dumps({"messages": 10, "oldestAgeMs": 500, "medianAgeMs": 200})
@@ -605,19 +635,66 @@ def _counted(journal: Journal) -> HookedStore:
     return store
 
 
-def test_an_ack_report_without_uncertain_ids_is_read_from_its_name_alone(
+def test_an_ack_report_is_written_at_its_fixed_key_and_read_with_one_get(
     journal: Journal,
 ) -> None:
+    entries = (_ack_entry(4, 0, uncertain=("m1", "m2")), _ack_entry(4, 1), _ack_entry(3, 2))
+    journal.write_ack_report(5, 2, entries)
+    assert journal.store.list("acks/000000000005") == [report_key(5, 2)]
+    assert report_key(5, 2) == "acks/000000000005/00002.json"
+    store = _counted(journal)
+    assert journal.read_ack_report(5, 2) == AckReport(2, entries)
+    assert store.calls == [("read", report_key(5, 2))], "one GET, no LIST"
+    assert journal.read_ack_report(5, 1) is None
+    assert journal.read_ack_report(6, 2) is None
+
+
+def test_a_long_report_is_kept_whole_in_the_body(journal: Journal) -> None:
+    entries = tuple(_ack_entry(b, 0) for b in range(1000, 1040))
+    journal.write_ack_report(2000, 0, entries)
+    assert journal.store.list("acks/000000002000") == ["acks/000000002000/00000.json"]
+    assert journal.read_ack_report(2000, 0) == AckReport(0, entries)
+
+
+def test_an_ack_report_at_its_key_is_read_although_the_list_hides_it(location: str) -> None:
+    """A listing may lag a write (S3-compatible stores, NFS across hosts): a report the driver
+    settles a batch from is read by key, never found by a LIST."""
+    hiding = ListHidingStore(LocalStore(location), lambda key: key.startswith("acks/"))
+    journal = Journal(location, make_options(location), store=hiding)
+    entries = (_ack_entry(4, 0, uncertain=("m7",)), _ack_entry(4, 1))
+    journal.write_ack_report(5, 3, entries)
+    assert journal.store.list("acks") == [], "the LIST does not show it"
+    hiding.calls.clear()
+
+    assert journal.read_ack_report(5, 3) == AckReport(3, entries)
+    assert not [c for c in hiding.calls if c[0] == "list"], "no LIST when the key exists"
+
+
+def _legacy_summary_key(batch: int, receiver: int, entries: list[AckedEntry]) -> str:
+    """The key an earlier version gave a report without uncertain ids: its counters."""
+    summary = reports.summary_of(entries)
+    assert summary is not None
+    return f"acks/{batch:012d}/{receiver:05d}.s-{summary}.json"
+
+
+def test_an_ack_report_an_earlier_version_named_after_its_counters_is_read_from_its_name(
+    journal: Journal,
+) -> None:
+    """A restart after an upgrade: a report of an earlier version is found by a LIST, only
+    when the fixed key is absent, and is read from its name alone."""
     entries = [
         _ack_entry(4, 0, window_dropped=1),
         _ack_entry(4, 1, lag=json.dumps({"messages": 2, "oldestAgeMs": 900, "medianAgeMs": 5})),
         _ack_entry(3, 2, lag=None),
     ]
-    journal.write_ack_report(5, 7, entries)
+    key = _legacy_summary_key(5, 7, entries)
+    journal.store.create(key, reports.body_of(entries))
+    # Another receiver's legacy report in the same batch is not this one's.
+    journal.store.create(_legacy_summary_key(5, 8, [_ack_entry(4, 2)]), b"{}")
     store = _counted(journal)
-    [read] = journal.read_ack_reports(5)
-    assert [m for m, _ in store.calls] == ["list"], "no GET"
-    assert read.receiver == 7
+    read = journal.read_ack_report(5, 7)
+    assert store.calls == [("read", report_key(5, 7)), ("list", "acks/000000000005")], "no GET"
+    assert read is not None and read.receiver == 7
     by_batch = {e.batch: e for e in read.entries}
     assert replace(by_batch[4], lag=None) == AckedEntry(
         batch=4,
@@ -631,27 +708,12 @@ def test_an_ack_report_without_uncertain_ids_is_read_from_its_name_alone(
     assert by_batch[3].window_dropped == 0
     assert json.loads(by_batch[4].lag) == {"messages": 12, "oldestAgeMs": 900, "medianAgeMs": 200}
     assert by_batch[3].entries == 1 and by_batch[3].lag is None
-
-
-def test_an_ack_report_with_uncertain_ids_is_read_from_its_body(journal: Journal) -> None:
-    entries = (_ack_entry(4, 0, uncertain=("m1", "m2")), _ack_entry(4, 1))
-    journal.write_ack_report(5, 2, entries)
-    assert journal.store.list("acks/000000000005") == ["acks/000000000005/00002.json"]
-    store = _counted(journal)
-    assert journal.read_ack_reports(5) == [AckReport(2, entries)]
-    assert [m for m, _ in store.calls] == ["list", "read"]
-
-
-def test_a_summary_too_long_for_a_key_goes_in_the_body(journal: Journal) -> None:
-    entries = tuple(_ack_entry(b, 0) for b in range(1000, 1040))
-    journal.write_ack_report(2000, 0, entries)
-    assert journal.store.list("acks/000000002000") == ["acks/000000002000/00000.json"]
-    assert journal.read_ack_reports(2000) == [AckReport(0, entries)]
+    assert journal.read_ack_report(5, 9) is None
 
 
 def test_an_ack_report_of_an_earlier_version_is_read_from_its_body(journal: Journal) -> None:
     """A restart after an upgrade: the previous version named every report <receiver>.json
-    (and wrote no windowDropped)."""
+    (and wrote no windowDropped), which is the fixed key."""
     body = {
         "entries": [
             {
@@ -667,22 +729,20 @@ def test_an_ack_report_of_an_earlier_version_is_read_from_its_body(journal: Jour
         ]
     }
     journal.store.create("acks/000000000005/00003.json", json.dumps(body).encode())
-    assert journal.read_ack_reports(5) == [AckReport(3, (_ack_entry(4, 0),))]
+    assert journal.read_ack_report(5, 3) == AckReport(3, (_ack_entry(4, 0),))
 
 
-def test_two_attempts_reports_count_once_and_keep_every_uncertain_id(journal: Journal) -> None:
-    """A retried task repeats its deletes, and its report may be named differently from the
-    first attempt's (an id found uncertain this time): one report per receiver counts, with
-    every uncertain id. (Each attempt's report alone would do: it is written only once all of
-    its deletes were made.)"""
-    journal.write_ack_report(5, 1, [_ack_entry(4, 0)])
+def test_the_first_attempt_s_report_stands(journal: Journal) -> None:
+    """A retried task repeats its deletes and writes its report again: the first one stands (it
+    was written after that attempt's deletes, so what it calls certain was deleted with a
+    valid handle); a later attempt's report is not merged into it."""
+    first = [_ack_entry(4, 0)]
+    journal.write_ack_report(5, 1, first)
     journal.write_ack_report(5, 1, [_ack_entry(4, 0, uncertain=("m9",), deleted=8)])
     journal.write_ack_report(5, 2, [_ack_entry(4, 1)])
-    assert len(journal.store.list("acks/000000000005")) == 3
-    reads = journal.read_ack_reports(5)
-    assert [r.receiver for r in reads] == [1, 2]
-    assert sum(e.rows for r in reads for e in r.entries) == 20
-    assert [e.uncertain for r in reads for e in r.entries] == [("m9",), ()]
+    assert journal.store.list("acks/000000000005") == [report_key(5, 1), report_key(5, 2)]
+    assert journal.read_ack_report(5, 1) == AckReport(1, tuple(first))
+    assert journal.read_ack_report(5, 2) == AckReport(2, (_ack_entry(4, 1),))
 
 
 def _stubbed_s3_store(rounds: int = 3) -> tuple[Any, Any, list[float]]:
@@ -748,3 +808,268 @@ def test_s3_journal_gives_up_after_its_rounds_and_at_once_on_access_denied() -> 
         stub.add_client_error("get_object", "NoSuchKey", http_status_code=404)
         assert store.read("batches/1/_plan.json") is None
         stub.assert_no_pending_responses()
+
+
+# -- read by key, never found by a LIST ---------------------------------------------------------
+
+
+def _hiding(location: str, hidden: Any) -> tuple[Journal, ListHidingStore]:
+    store = ListHidingStore(LocalStore(location), hidden)
+    return Journal(location, make_options(location), store=store), store
+
+
+def test_read_parts_reads_by_key_what_the_list_does_not_show_yet(location: str) -> None:
+    """deleteAfterJournal: part k is created only once part k-1 exists, so the parts are read
+    0, 1, 2, ... by key up to the first absent number. A LIST that lags the newest part must
+    not lose its messages (the driver would neither deliver nor delete them)."""
+    journal, store = _hiding(location, lambda key: ".part-" in key)
+    tables = [table_of(0, 1), table_of(2), table_of(3, 4, 5)]
+    for k, table in enumerate(tables):
+        assert journal.write_part(7, 2, k, table) is True
+    # Part 4 exists, but part 3 does not: it is no part of a dense run (never read).
+    journal.write_part(7, 2, 4, table_of(9))
+    assert journal.store.list("batches") == []
+    store.calls.clear()
+
+    parts = journal.read_parts(7, 2)
+
+    assert [k for k, _ in parts] == [0, 1, 2]
+    assert all(got.equals(want) for (_, got), want in zip(parts, tables, strict=True))
+    ids = {n: sqs_message(n)["MessageId"] for n in range(10)}
+    assert journal.receiver_ids(7, 2) == [ids[n] for n in range(6)]
+    assert journal.has_journaled(7, 2)
+    assert journal.batch_message_ids(7, [2]) == {ids[n] for n in range(6)}
+    assert not [c for c in store.calls if c[0] == "list"], "no LIST to find parts"
+    assert journal.read_parts(7, 3) == []
+
+
+def test_entries_of_the_named_receivers_are_read_although_the_list_hides_them(
+    location: str,
+) -> None:
+    journal, store = _hiding(location, lambda key: key.startswith("batches/"))
+    journal.write_entry(2, 0, table_of(0))
+    journal.write_entry(2, 5, table_of(1, 2))
+    assert journal.list_batches() == []
+    store.calls.clear()
+
+    assert [r.receiver for r in journal.batch_receipts(2, [0, 1, 5])] == [0, 5]
+    assert len(journal.batch_message_ids(2, [0, 5])) == 3
+    assert not [c for c in store.calls if c[0] == "list"]
+
+
+def test_extension_markers_have_a_fixed_key_and_are_read_by_key(location: str) -> None:
+    """executor/extension.py: a receiver that extended its own messages says so at
+    ``<receiver>.extended``; the driver bounds the reach by its own clock, the body keeps the
+    executor's deadline for people only."""
+    journal, store = _hiding(location, lambda key: key.endswith(".extended"))
+    journal.write_extension(3, 1, 1_700_000_900)
+    journal.write_extension(3, 1, 1_700_009_999)  # a retried attempt: the first stands
+    journal.write_extension(3, 4, 1_700_000_950)
+
+    key = "batches/000000000003/00001.extended"
+    assert json.loads(journal.store.read(key) or b"") == {"until": 1_700_000_900}
+    assert journal.extended_receivers(3, [0, 1, 2, 4]) == {1, 4}
+    assert journal.extended_receivers(3, [0, 2]) == set()
+    assert journal.extended_receivers(4, [1]) == set()
+    assert not [c for c in store.calls if c[0] == "list"]
+
+
+# -- identity, format, probe -------------------------------------------------------------------
+
+
+def test_identity_is_fixed_when_the_journal_is_bound_and_stable_across_journal_objects(
+    tmp_path: Path,
+) -> None:
+    location = str(tmp_path / "journal")
+    journal = Journal(location, make_options(location))
+    assert journal.identity() is None, "no journal there yet"
+
+    journal.check_owner(QUEUE_URL)
+    identity = journal.identity()
+    assert isinstance(identity, str) and len(identity) >= 8
+    meta = json.loads((Path(location) / "_meta.json").read_text())
+    assert meta["journalId"] == identity and meta["format"] == 3
+
+    # Another process, a restart, a pickled copy: the same identity; binding again keeps it.
+    again = Journal(location, make_options(location))
+    assert again.identity() == identity
+    again.check_owner(QUEUE_URL)
+    assert again.identity() == identity
+    assert pickle.loads(pickle.dumps(Journal(location))).identity() == identity
+    # Another journal of the same queue is another journal.
+    other_location = str(tmp_path / "other")
+    other = Journal(other_location, make_options(other_location))
+    other.check_owner(QUEUE_URL)
+    assert other.identity() not in (None, identity)
+
+
+def test_a_journal_of_an_earlier_format_gets_a_stable_derived_identity(tmp_path: Path) -> None:
+    """A journal created before journals had an identity (no journalId in ``_meta.json``): its
+    identity is derived from ``_meta.json``, which is written once and never changed."""
+
+    def legacy(name: str, queue: str) -> str:
+        location = str(tmp_path / name)
+        Journal(location).store.create(
+            "_meta.json", json.dumps({"format": 2, "queueUrl": queue}).encode()
+        )
+        return location
+
+    location = legacy("old", QUEUE_URL)
+    identity = Journal(location).identity()
+    assert isinstance(identity, str) and identity
+    assert Journal(location, make_options(location)).identity() == identity
+    # Binding the journal to its queue again does not rewrite its _meta.json.
+    bound = Journal(location, make_options(location))
+    bound.check_owner(QUEUE_URL)
+    assert bound.identity() == identity
+    assert "journalId" not in json.loads((Path(location) / "_meta.json").read_text())
+    # Another legacy journal has another identity.
+    assert Journal(legacy("older", OTHER_QUEUE_URL)).identity() not in (None, identity)
+
+
+def test_a_journal_of_a_newer_format_is_refused(journal: Journal, location: str) -> None:
+    doc = {"format": 4, "queueUrl": QUEUE_URL, "journalId": "0123456789abcdef"}
+    journal.store.create("_meta.json", json.dumps(doc).encode())
+
+    for call in (
+        lambda j: j.meta(),
+        lambda j: j.identity(),
+        lambda j: j.check_owner(QUEUE_URL),
+    ):
+        with pytest.raises(JournalError) as info:
+            call(Journal(location, make_options(location)))
+        message = str(info.value)
+        assert "journal format 4" in message and location in message
+        assert "Fix:" in message
+        assert info.value.retriable is False
+    # The format this version writes is read.
+    assert json.loads((Path(location) / "_meta.json").read_text())["format"] == 4
+
+
+def test_probe_writable_refuses_a_store_whose_second_create_of_one_key_succeeds(
+    journal_location: str,
+) -> None:
+    """Two attempts of one task must never both believe they journaled a receiver's messages:
+    a store that answers a second create of one key with success (an S3-compatible store that
+    accepts ``If-None-Match: *`` and ignores it) is refused at query start."""
+    options = make_options(journal_location, region="us-east-1")
+    Journal(journal_location, options).probe_writable()  # the store itself honours it
+
+    unsafe = CreateIgnoresExistenceStore(open_store(journal_location, options))
+    journal = Journal(journal_location, options, store=unsafe)
+    with pytest.raises(UnsafeStoreError) as info:
+        journal.probe_writable()
+
+    message = str(info.value)
+    assert journal_location in message
+    assert "create-if-absent" in message and "Fix:" in message
+    probes = [k for m, k in unsafe.calls if m == "create"]
+    assert len(probes) == 2 and probes[0] == probes[1], "two creates of one key"
+    assert unsafe.inner.list("_probe") == [], "the probe object is removed"
+
+
+# -- a batch's life -----------------------------------------------------------------------------
+
+
+def test_batch_status_live_retired_removed(journal: Journal) -> None:
+    from spark_sqs.driver.planning import new_plan
+
+    assert journal.batch_status(4) == REMOVED, "never planned"
+    # Files without a plan (a removal a crash cut short) make no batch live.
+    journal.write_entry(4, 0, table_of(0))
+    assert journal.batch_status(4) == REMOVED and journal.is_finished(4)
+    assert journal.live_receivers(4) is None
+
+    journal.write_plan(new_plan(4, 10, 2))
+    assert journal.batch_status(4) == LIVE and not journal.is_finished(4)
+    assert journal.live_receivers(4) == (0, 1)
+
+    journal.retire(4)
+    journal.retire(4)  # a retried adoption: harmless
+    assert journal.batch_status(4) == RETIRED_STATUS and journal.is_finished(4)
+    # Retired, it stays live until the batch that adopts it has its copies.
+    assert journal.live_receivers(4) == (0, 1)
+
+    journal.remove_batch(4)
+    assert journal.batch_status(4) == REMOVED and journal.is_finished(4)
+    assert journal.live_receivers(4) is None
+
+
+def test_a_batch_of_carried_messages_is_live_by_its_carry_record(journal: Journal) -> None:
+    from spark_sqs.journal.poison import CARRY
+
+    doc = {"from": 3, "step": 1, "receivers": [0, 2]}
+    journal.store.create(f"batches/000000000009/{CARRY}", json.dumps(doc).encode())
+    assert journal.live_receivers(9) == (0, 2)
+    journal.remove_batch(9)
+    assert journal.live_receivers(9) is None
+
+
+def test_remove_batch_deletes_the_plan_before_anything_else(location: str) -> None:
+    """A batch is live while its plan (or carry or release record) exists: removal deletes
+    those first, so a removal cut short leaves garbage, never a batch that looks live with
+    part of its entries gone."""
+    from spark_sqs.driver.planning import new_plan
+    from spark_sqs.journal.poison import CARRY, RELEASED
+
+    store = HookedStore(LocalStore(location))
+    journal = Journal(location, make_options(location), store=store)
+    journal.write_plan(new_plan(3, 10, 2))
+    journal.write_entry(3, 0, table_of(0))
+    journal.write_part(3, 1, 0, table_of(1))
+    journal.write_extension(3, 0, 1_700_000_900)
+    journal.retire(3)
+    for name in (CARRY, RELEASED):
+        journal.store.create(f"batches/000000000003/{name}", b"{}")
+    files = journal.store.list("batches/000000000003")
+    store.calls.clear()
+
+    journal.remove_batch(3)
+
+    deleted = [k for m, k in store.calls if m == "delete"]
+    liveness = {f"batches/000000000003/{n}" for n in ("_plan.json", CARRY, RELEASED)}
+    assert deleted[0] == "batches/000000000003/_plan.json"
+    assert set(deleted[:3]) == liveness
+    assert set(deleted[3:]) == set(files) - liveness
+    assert journal.store.list("batches") == []
+
+
+def test_a_removal_cut_short_after_the_plan_leaves_a_batch_that_is_not_live(
+    location: str,
+) -> None:
+    from spark_sqs.driver.planning import new_plan
+
+    def die_at_entries(method: str, key: str) -> None:
+        if method == "delete" and key.endswith(".arrow"):
+            raise OSError("the driver died (injected)")
+
+    journal = Journal(location, make_options(location))
+    journal.write_plan(new_plan(5, 10, 2))
+    journal.write_entry(5, 0, table_of(0))
+    journal.write_entry(5, 1, table_of(1))
+    dying = Journal(location, store=HookedStore(LocalStore(location), before=die_at_entries))
+    with pytest.raises(OSError, match="injected"):
+        dying.remove_batch(5)
+
+    assert journal.batch_status(5) == REMOVED
+    assert journal.live_receivers(5) is None
+    assert journal.list_batches() == [5], "garbage, for the next start to remove"
+    journal.remove_batch(5)
+    assert journal.list_batches() == []
+
+
+def test_adopting_an_entry_that_vanished_writes_an_empty_entry(journal: Journal) -> None:
+    """A straggler of a retired orphan removed the entry it wrote (its messages stay in flight
+    and come back): the adopting batch's replays must deliver nothing for it, not fail."""
+    journal.write_entry(6, 0, table_of(0, 1))
+    journal.retire(6)
+
+    assert journal.adopt_entry(6, 1, 8, 0) is True  # receiver 1 of batch 6: no entry, no parts
+    assert journal.adopt_entry(6, 0, 8, 1) is True
+    assert journal.adopt_entry(6, 1, 8, 0) is False, "idempotent: the copy is kept"
+
+    empty = journal.read_entry(8, 0)
+    assert empty is not None and empty.num_rows == 0
+    assert empty.schema.names == table_of().schema.names
+    assert journal.has_journaled(8, 0)
+    assert journal.receiver_ids(8, 1) == [sqs_message(n)["MessageId"] for n in (0, 1)]
