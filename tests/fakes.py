@@ -5,7 +5,7 @@ store that runs hooks around a real one."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -263,6 +263,7 @@ class FakeJournal:
         self.window: list[tuple[list[str], float]] = []  # duplicate-window segments written
         # Per batch: receiver -> the deadline its extension marker names (executor/extension.py).
         self.extended: dict[int, dict[int, float]] = defaultdict(dict)
+        self.marker_reads: list[tuple[int, int]] = []  # (batch, receiver) markers read by key
         for batch, pairs in (batches or {}).items():
             self.add_pairs(batch, pairs, received_at)
 
@@ -288,10 +289,34 @@ class FakeJournal:
             return None
         return self.entries.get(batch, {}).get(receiver)
 
-    def batch_receipts(self, batch: int) -> list[EntryReceipts]:
+    def batch_receipts(
+        self, batch: int, receivers: Iterable[int] | None = None
+    ) -> list[EntryReceipts]:
+        """Without ``receivers``, the entries that hold messages; with them, as the journal
+        reads by key: the entries of those receivers that exist."""
         self.reads.append(batch)
         entries = self.entries.get(batch, {})
+        if receivers is not None:
+            return [entries[r] for r in sorted(set(receivers)) if r in entries]
         return [entries[r] for r in sorted(entries) if entries[r].message_ids]
+
+    def receiver_ids(self, batch: int, receiver: int) -> list[str]:
+        self.read.append((batch, receiver))
+        entry = self.entries.get(batch, {}).get(receiver)
+        return [] if entry is None else list(entry.message_ids)
+
+    def batch_message_ids(
+        self, batch: int, receivers: Iterable[int], but: int | None = None
+    ) -> frozenset[str]:
+        return frozenset(
+            i for r in sorted(set(receivers)) if r != but for i in self.receiver_ids(batch, r)
+        )
+
+    def extended_receivers(self, batch: int, receivers: Iterable[int]) -> set[int]:
+        """Which of ``receivers`` have an extension marker (read by key, one each)."""
+        asked = sorted(set(receivers))
+        self.marker_reads.extend((batch, r) for r in asked)
+        return {r for r in asked if r in self.extended.get(batch, {})}
 
     def remove_batch(self, batch: int) -> None:
         self.removed.append(batch)

@@ -1,31 +1,50 @@
 """Visibility heartbeat: schedule, batching, clocks, the 12-hour ceiling, failures, locking.
 
-Every test drives ``Heartbeat.tick()`` by hand with fake monotonic and wall clocks, an
-in-memory journal and a fake SQS client behind a real ``BatchCaller``. The fake client models
-SQS's visibility rules for the messages a test "receives": it knows when each message becomes
-visible again, refuses to extend a message that is no longer in flight and refuses to reach
-past 12 hours from the receive, as SQS does. Only the last test starts the thread.
+Every test drives ``Heartbeat.tick()`` by hand with a fake monotonic clock (the driver's: the
+only clock the heartbeat reads), an in-memory journal and a fake SQS client behind a real
+``BatchCaller``. The fake client models SQS's visibility rules for the messages a test
+"receives": it knows when each message becomes visible again, refuses to extend a message that
+is no longer in flight and refuses to reach past 12 hours from the receive, as SQS does. The
+entries' receive times are another clock (the executors'), which the heartbeat must not use.
+Only the thread tests start the thread.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from spark_sqs.driver.heartbeat import Heartbeat
 from spark_sqs.errors import SqsAccessError
-from spark_sqs.journal import EntryReceipts
+from spark_sqs.journal import EntryReceipts, Journal, LocalStore
+from spark_sqs.schema import messages_to_table
 from spark_sqs.sqs.batching import BatchCaller
-from tests.fakes import NOW, TWELVE_HOURS, Clock, Failure, FakeJournal, VisibilitySqs, client_error
-from tests.unit.factories import QUEUE_URL
+from tests.fakes import (
+    NOW,
+    TWELVE_HOURS,
+    Clock,
+    Failure,
+    FakeJournal,
+    ListHidingStore,
+    VisibilitySqs,
+    client_error,
+)
+from tests.unit.factories import QUEUE_URL, make_options, sqs_message
 
 VISIBILITY = 120
 INTERVAL = 24.0  # visibilityTimeout / 5, the default
 MONO = 5_000.0  # monotonic clock at the start of every test
 WAIT = 5.0  # bound on every wait for another thread; never reached when the code is right
+# A batch planned now is first read this long after its planning (visibility - 2 ticks - 1 s
+# - the margin of max(2 s, 5 % of visibility)), and extended once planning + visibility comes
+# within two ticks and a second: 71 s after the planning.
+DISCOVER_AFTER = VISIBILITY - 2 * INTERVAL - 1.0 - 6.0
+DUE_AFTER = VISIBILITY - 2 * INTERVAL - 1.0
 
 INTERNAL_ERROR: Failure = ("InternalError", False)
 CHANGE_VISIBILITY = "ChangeMessageVisibilityBatch"
@@ -40,7 +59,8 @@ def handle_of(message_id: str) -> str:
 
 
 class World:
-    """A heartbeat wired to fake clocks, a fake journal and a fake SQS behind a BatchCaller."""
+    """A heartbeat wired to a fake monotonic clock, a fake journal and a fake SQS behind a
+    BatchCaller. ``wall`` is the executors' clock: it only stamps the entries' receive time."""
 
     def __init__(
         self,
@@ -66,18 +86,40 @@ class World:
             visibility_timeout=visibility,
             interval=interval,
             clock=self.mono,
-            wall_clock=self.wall,
             extend_by=extend_by,
         )
 
-    def receive(self, batch: int, count: int, *, receiver: int = 0, ago: float = 0.0) -> list[str]:
-        """A receiver of ``batch`` got ``count`` messages ``ago`` seconds ago and journaled them."""
+    def watch(
+        self,
+        batch: int,
+        receivers: Iterable[int] = (0,),
+        *,
+        planned: bool = False,
+        extend_by: int = 0,
+    ) -> None:
+        """Watch ``batch``, whose plan names ``receivers``: ``planned`` now, in this run, or
+        (by default) inherited from an earlier run, as the acknowledger does."""
+        self.heartbeat.watch(
+            batch, planned=planned, receivers=tuple(receivers), extend_by=extend_by
+        )
+
+    def receive(
+        self,
+        batch: int,
+        count: int,
+        *,
+        receiver: int = 0,
+        ago: float = 0.0,
+        received_at: float | None = None,
+    ) -> list[str]:
+        """A receiver of ``batch`` got ``count`` messages ``ago`` seconds ago and journaled them;
+        its entry says it received them at ``received_at`` on its executor's clock."""
         ids = [mid(batch, receiver, n) for n in range(count)]
         self.journal.add(
             EntryReceipts(
                 batch=batch,
                 receiver=receiver,
-                received_at=self.wall.now - ago,
+                received_at=self.wall.now - ago if received_at is None else received_at,
                 message_ids=tuple(ids),
                 receipt_handles=tuple(handle_of(i) for i in ids),
             )
@@ -98,6 +140,9 @@ class World:
     def assert_all_invisible(self, handles: list[str]) -> None:
         expired = [h for h in handles if self.sqs.visible_at[h] <= self.mono.now]
         assert expired == [], f"visible again at {self.mono.now}"
+
+    def first_extension(self, message_id: str) -> float:
+        return min(c.at for c in self.sqs.calls if handle_of(message_id) in c.handles)
 
 
 def lock_is_free(lock: Any) -> bool:
@@ -123,13 +168,13 @@ def lock_is_free(lock: Any) -> bool:
 def test_a_message_is_extended_only_once_its_remaining_visibility_is_within_two_ticks() -> None:
     world = World()
     hb = world.heartbeat
-    hb.watch(1)
+    world.watch(1, planned=True)
     [message] = world.receive(1, 1)
 
     hb.tick()
     assert world.sqs.calls == [], "a fresh message has 120 s left: nothing to do"
 
-    # Due when remaining <= 2 * interval + 1 = 49 s, i.e. at 71 s after the receive.
+    # Due when remaining <= 2 * interval + 1 = 49 s, i.e. at 71 s after the planning.
     world.advance(70.5)
     hb.tick()
     assert world.sqs.calls == []
@@ -140,17 +185,17 @@ def test_a_message_is_extended_only_once_its_remaining_visibility_is_within_two_
     assert call.entries == [
         {"Id": "0", "ReceiptHandle": handle_of(message), "VisibilityTimeout": VISIBILITY}
     ]
-    assert call.at == MONO + 71.0
+    assert call.at == MONO + DUE_AFTER
     assert hb.stats.extended == 1
-    assert hb.snapshot(1).expires_at[message] == pytest.approx(world.wall.now + VISIBILITY)
+    assert hb.snapshot(1).expires_at[message] == pytest.approx(world.mono.now + VISIBILITY)
 
 
 def test_after_an_extension_the_next_one_waits_until_it_is_due_again() -> None:
     world = World()
     hb = world.heartbeat
-    hb.watch(1)
-    [message] = world.receive(1, 1, ago=VISIBILITY - 2 * INTERVAL)  # 48 s left: due now
-    hb.tick()
+    world.watch(1)
+    [message] = world.receive(1, 1, ago=VISIBILITY - 2 * INTERVAL)
+    hb.tick()  # inherited: extended at once
     assert len(world.sqs.calls) == 1
     extended_at = world.mono.now
 
@@ -171,12 +216,16 @@ def test_over_ten_visibility_timeouts_nothing_expires_and_calls_are_bounded(
 ) -> None:
     world = World(visibility=visibility, interval=interval)
     hb = world.heartbeat
-    for batch in (1, 2, 3):
-        hb.watch(batch)
+    # Batches 1 to 3 were found pending at start (inherited); batch 4 is planned now.
+    world.watch(1, (0, 1))
+    world.watch(2)
+    world.watch(3)
+    world.watch(4, (0, 1), planned=True)
     handles: list[str] = []
-    # Messages at different ages, in three batches and two receivers.
+    # Messages at different ages, in two inherited batches and two receivers.
     for batch, receiver, ago in [(1, 0, 0.0), (1, 1, visibility * 0.3), (2, 0, visibility * 0.7)]:
         handles += [handle_of(m) for m in world.receive(batch, 4, receiver=receiver, ago=ago)]
+    handles += [handle_of(m) for m in world.receive(4, 4)]
     hb.tick()
 
     span = 10 * visibility
@@ -184,9 +233,12 @@ def test_over_ten_visibility_timeouts_nothing_expires_and_calls_are_bounded(
         world.advance(interval)
         world.assert_all_invisible(handles)
         hb.tick()
-        # A receiver that shows up mid-way is covered from then on.
+        # Receivers that show up mid-way are covered from then on: one of an inherited batch,
+        # and one of the planned batch that received long after its planning.
         if 3 not in world.journal.entries and world.mono.now >= MONO + span / 2:
             handles += [handle_of(m) for m in world.receive(3, 4, ago=interval / 2)]
+        if 1 not in world.journal.entries[4] and world.mono.now >= MONO + span / 3:
+            handles += [handle_of(m) for m in world.receive(4, 4, receiver=1)]
     world.assert_all_invisible(handles)
 
     assert world.sqs.rejected == []
@@ -199,13 +251,13 @@ def test_over_ten_visibility_timeouts_nothing_expires_and_calls_are_bounded(
         assert len(times) <= span / min_gap + 1
     assert hb.stats.extended == len(world.sqs.handles_sent())
     assert hb.stats.lost == 0
-    assert all(hb.snapshot(b).lost == frozenset() for b in (1, 2, 3))
+    assert all(hb.snapshot(b).lost == frozenset() for b in (1, 2, 3, 4))
 
 
 def test_due_messages_go_out_at_most_ten_per_call() -> None:
     world = World()
     hb = world.heartbeat
-    hb.watch(1)
+    world.watch(1)
     ids = world.receive(1, 25, ago=100.0)
 
     hb.tick()
@@ -221,8 +273,8 @@ def test_due_messages_go_out_at_most_ten_per_call() -> None:
 def test_due_messages_of_several_batches_share_calls() -> None:
     world = World()
     hb = world.heartbeat
-    hb.watch(1)
-    hb.watch(2)
+    world.watch(1)
+    world.watch(2)
     world.receive(1, 7, ago=100.0)
     world.receive(2, 8, ago=100.0)
 
@@ -235,79 +287,121 @@ def test_due_messages_of_several_batches_share_calls() -> None:
 # -- discovery and clocks ----------------------------------------------------------------------
 
 
-def test_discovery_converts_the_executor_wall_clock_receive_time_to_monotonic() -> None:
+def test_expiry_estimates_come_from_the_planning_time_never_from_the_entry_receive_time() -> None:
+    """An entry's receivedAt is its executor's wall clock, another host's: one that runs a day
+    ahead would make the message look fresh for a day, one a day behind would make it look
+    long lost. The heartbeat bounds the receive by the batch's planning time on its own
+    monotonic clock instead, and extends both before planning time + visibilityTimeout."""
     world = World()
     hb = world.heartbeat
-    hb.watch(1)
-    [fresh] = world.receive(1, 1, receiver=0, ago=30.0)  # 90 s left
-    [old] = world.receive(1, 1, receiver=1, ago=100.0)  # 20 s left: due
+    world.watch(1, (0, 1), planned=True)
+    world.advance(5.0)
+    [ahead] = world.receive(1, 1, receiver=0, received_at=NOW + 86_400.0)
+    [behind] = world.receive(1, 1, receiver=1, received_at=NOW - 86_400.0)
+    handles = [handle_of(ahead), handle_of(behind)]
+
+    while world.mono.now < MONO + 10 * VISIBILITY:
+        world.step()
+        world.assert_all_invisible(handles)
+
+    first = {m: world.first_extension(m) for m in (ahead, behind)}
+    assert first[ahead] == first[behind], "the same bound for both: the planning time's"
+    assert MONO + DUE_AFTER <= first[ahead] < MONO + VISIBILITY
+    assert world.sqs.rejected == [] and hb.stats.lost == 0
+    assert hb.snapshot(1).lost == frozenset()
+    assert hb.snapshot(1).planned_at == MONO
+
+
+def test_an_inherited_batch_is_extended_at_the_first_tick() -> None:
+    """A batch found pending at start was received before this driver's clock knew anything of
+    it: its messages may expire any moment, so the first tick extends them all."""
+    world = World(extend_by=900)
+    hb = world.heartbeat
+    world.watch(1)  # inherited
+    world.watch(2, planned=True)
+    [inherited] = world.receive(1, 1, ago=1.0)  # fresh, in fact: no clock of this driver says so
+    [planned] = world.receive(2, 1)
 
     hb.tick()
 
-    assert world.sqs.handles_sent() == [handle_of(old)]
+    [call] = world.sqs.calls
+    assert call.at == MONO and call.handles == [handle_of(inherited)]
+    assert call.timeouts == {900}
     snap = hb.snapshot(1)
-    assert snap.expires_at[fresh] == pytest.approx(NOW - 30.0 + VISIBILITY)
-    assert snap.expires_at[old] == pytest.approx(NOW + VISIBILITY)
-    assert snap.lost == frozenset()
+    assert snap.planned_at is None
+    assert snap.expires_at == {inherited: pytest.approx(MONO + 900)}
+    assert snap.entry_expires == {0: pytest.approx(MONO + 900)}
+    # The batch planned now waits until its estimate nears.
+    assert hb.snapshot(2).expires_at == {} and (2, 0) not in world.journal.read
+    assert planned not in world.sqs.handles_sent()
+    # An inherited batch's planning time is unknown: no marker bounds anything.
+    assert world.journal.marker_reads == []
 
-    # The fresh one is due 41 s later (49 s left), not 41 s after the discovery plus 30.
-    world.advance(40.0)
-    hb.tick()
-    assert world.sqs.handles_sent() == [handle_of(old)]
+
+def test_an_estimated_expiry_that_passed_is_tried_and_only_a_refusal_loses_the_message(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The driver was paused past planning + visibilityTimeout before its heartbeat read the
+    batch. The estimate is a lower bound: receiver 0 received a minute after the planning and
+    its messages are still in flight; receiver 1 received at once and its are visible again.
+    Both are tried; only SQS's refusal marks a message lost."""
+    world = World()
+    hb = world.heartbeat
+    world.watch(1, (0, 1), planned=True)
     world.advance(1.0)
-    hb.tick()
-    assert world.sqs.handles_sent()[-1] == handle_of(fresh)
+    [early] = world.receive(1, 1, receiver=1)
+    world.advance(59.0)
+    [late] = world.receive(1, 1, receiver=0)
+
+    world.advance(90.0)  # MONO + 150: both estimates (MONO + 120) passed, unconfirmed
+    with caplog.at_level(logging.WARNING, logger="spark_sqs.driver.heartbeat"):
+        hb.tick()
+
+    assert sorted(world.sqs.handles_sent()) == sorted([handle_of(late), handle_of(early)])
+    snap = hb.snapshot(1)
+    assert snap.lost == {early}
+    assert snap.expires_at == {late: pytest.approx(world.mono.now + VISIBILITY)}
+    assert hb.stats.failed_permanent == 1 and hb.stats.lost == 1
+    assert any("lost track of 1 messages" in r.getMessage() for r in caplog.records)
+    for _ in range(10):
+        world.step()
+        world.assert_all_invisible([handle_of(late)])
+    assert world.sqs.handles_sent().count(handle_of(early)) == 1, "never tried again"
 
 
 @pytest.mark.parametrize("ago", [VISIBILITY, VISIBILITY + 0.5, 3600.0, NOW])
-def test_a_message_whose_visibility_already_passed_is_lost_not_extended(
+def test_an_inherited_message_whose_visibility_already_passed_is_tried_once_then_lost(
     ago: float, caplog: pytest.LogCaptureFixture
 ) -> None:
     world = World()
     hb = world.heartbeat
-    hb.watch(1)
+    world.watch(1, (0, 1))
     [gone] = world.receive(1, 1, receiver=0, ago=ago)
     [kept] = world.receive(1, 1, receiver=1, ago=100.0)
 
     with caplog.at_level(logging.WARNING, logger="spark_sqs.driver.heartbeat"):
         hb.tick()
 
-    assert world.sqs.handles_sent() == [handle_of(kept)]
+    # Nothing on this driver's clock says when they were received: both are tried.
+    assert sorted(world.sqs.handles_sent()) == sorted([handle_of(gone), handle_of(kept)])
     snap = hb.snapshot(1)
     assert snap.lost == {gone}
     assert gone not in snap.expires_at
     assert hb.stats.lost == 1
-    assert hb.stats.failed_permanent == 0
+    assert hb.stats.failed_permanent == 1
     assert any("lost track of 1 messages" in r.getMessage() for r in caplog.records)
 
     for _ in range(10):
         world.step()
-    assert handle_of(gone) not in world.sqs.handles_sent()
+    assert world.sqs.handles_sent().count(handle_of(gone)) == 1
     assert hb.snapshot(1).lost == {gone}
-
-
-def test_a_wall_clock_step_after_discovery_does_not_change_the_schedule() -> None:
-    world = World()
-    hb = world.heartbeat
-    hb.watch(1)
-    [message] = world.receive(1, 1)
-    hb.tick()
-
-    world.wall.now += 86_400.0  # NTP step: the monotonic clock does not move
-    hb.tick()
-    assert hb.snapshot(1).lost == frozenset()
-    assert world.sqs.calls == []
-
-    world.mono.now += 71.0
-    hb.tick()
-    assert world.sqs.handles_sent() == [handle_of(message)]
-    assert world.sqs.calls[0].at == MONO + 71.0
+    world.assert_all_invisible([handle_of(kept)])
 
 
 def test_receivers_that_appear_later_are_discovered_on_the_next_tick() -> None:
     world = World()
     hb = world.heartbeat
-    hb.watch(2)
+    world.watch(2, (0, 4))
     hb.tick()
     assert hb.snapshot(2).expires_at == {}
 
@@ -322,14 +416,57 @@ def test_receivers_that_appear_later_are_discovered_on_the_next_tick() -> None:
     for _ in range(10):
         world.step()
     world.assert_all_invisible([handle_of(m) for m in first + later])
-    # Each entry is read once: a receiver already seen is not re-read at every tick.
-    assert sorted(world.journal.read) == [(2, 0), (2, 4)]
+    # Each entry is read by key until it is found, then never again.
+    assert world.journal.read == [(2, 0), (2, 4), (2, 0), (2, 4), (2, 4)]
+
+
+def test_only_the_receivers_the_plan_names_are_read() -> None:
+    world = World()
+    hb = world.heartbeat
+    world.watch(1, (0, 2))
+    named = world.receive(1, 2, receiver=0, ago=100.0)
+    world.receive(1, 2, receiver=1, ago=100.0)  # a file of no receiver of the plan
+
+    hb.tick()
+
+    assert sorted(world.journal.read) == [(1, 0), (1, 2)]
+    assert world.sqs.handles_sent() == [handle_of(m) for m in named]
+
+
+def test_receivers_are_read_by_key_although_the_list_hides_their_entries(
+    tmp_path: Path,
+) -> None:
+    """A LIST may lag a write (S3-compatible stores, NFS across hosts): the heartbeat reads
+    the entries of the receivers the plan names by key, on a real journal whose LIST shows
+    none of them."""
+    location = str(tmp_path / "journal")
+    store = ListHidingStore(LocalStore(location), lambda key: key.startswith("batches/"))
+    journal = Journal(location, make_options(location), store=store)
+    mono = Clock(MONO)
+    sqs = VisibilitySqs(mono)
+    caller = BatchCaller(sqs, QUEUE_URL, sleep=lambda s: None, parallelism=1)
+    hb = Heartbeat(journal, caller, visibility_timeout=VISIBILITY, interval=INTERVAL, clock=mono)
+    by_receiver = {0: [0, 1], 2: [2], 5: [3]}  # receiver 5: a file no plan names
+    for receiver, numbers in by_receiver.items():
+        messages = [sqs_message(n) for n in numbers]
+        journal.write_entry(1, receiver, messages_to_table(messages, QUEUE_URL))
+        for m in messages:
+            sqs.receive(m["ReceiptHandle"], MONO - 10.0, VISIBILITY)
+    assert journal.list_batches() == []
+    store.calls.clear()
+
+    hb.watch(1, receivers=(0, 1, 2))
+    hb.tick()
+
+    assert sorted(sqs.handles_sent()) == [f"AQEB-receipt-{n}-1" for n in (0, 1, 2)]
+    assert not [c for c in store.calls if c[0] == "list"]
+    assert hb.snapshot(1).lost == frozenset()
 
 
 def test_an_entry_that_cannot_be_read_yet_is_read_again_on_the_next_tick() -> None:
     world = World()
     hb = world.heartbeat
-    hb.watch(1)
+    world.watch(1)
     ids = world.receive(1, 2)
     world.journal.unreadable.add((1, 0))
 
@@ -344,13 +481,13 @@ def test_an_entry_that_cannot_be_read_yet_is_read_again_on_the_next_tick() -> No
 def test_batches_that_are_not_watched_are_neither_read_nor_extended() -> None:
     world = World()
     hb = world.heartbeat
-    hb.watch(1)
+    world.watch(1)
     world.receive(1, 1, ago=100.0)
     world.receive(9, 3, ago=100.0)
 
     hb.tick()
 
-    assert 9 not in world.journal.listed
+    assert [b for b, _ in world.journal.read] == [1]
     assert world.sqs.handles_sent() == [handle_of(mid(1, 0, 0))]
     assert hb.watched() == [1]
     assert hb.snapshot(9).expires_at == {}
@@ -359,16 +496,18 @@ def test_batches_that_are_not_watched_are_neither_read_nor_extended() -> None:
 # -- the 12-hour ceiling -----------------------------------------------------------------------
 
 
-def test_extensions_stop_at_twelve_hours_from_the_receive(
+def test_extensions_stop_at_twelve_hours_from_the_planning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    # The receive came after the planning: 12 hours from the planning, on this driver's clock,
+    # is never later than SQS's ceiling.
     world = World(visibility=600, interval=60.0)
     hb = world.heartbeat
-    hb.watch(5)
-    [message] = world.receive(5, 1, ago=0.25)
+    world.watch(5, planned=True)
+    world.advance(0.25)
+    [message] = world.receive(5, 1)
     handle = handle_of(message)
-    ceiling = MONO - 0.25 + TWELVE_HOURS
-    wall_ceiling = NOW - 0.25 + TWELVE_HOURS
+    ceiling = MONO + TWELVE_HOURS
 
     warned_at: list[float] = []
     with caplog.at_level(logging.WARNING, logger="spark_sqs.driver.heartbeat"):
@@ -382,7 +521,7 @@ def test_extensions_stop_at_twelve_hours_from_the_receive(
             if any("ceiling" in r.getMessage() for r in caplog.records[before:]):
                 warned_at.append(world.mono.now)
             if message in hb.snapshot(5).expires_at:
-                assert hb.snapshot(5).expires_at[message] <= wall_ceiling + 1e-3
+                assert hb.snapshot(5).expires_at[message] <= ceiling + 1e-3
 
     # SQS never had to reject a request reaching past 12 hours.
     assert world.sqs.rejected == []
@@ -418,8 +557,9 @@ def test_the_requested_timeout_is_capped_at_the_seconds_left_before_the_ceiling(
     # With a 12-hour visibility timeout the first visibility ends at the ceiling already.
     world = World(visibility=43200, interval=60.0)
     hb = world.heartbeat
-    hb.watch(1)
-    [message] = world.receive(1, 1, ago=TWELVE_HOURS - left)
+    world.watch(1, planned=True)
+    [message] = world.receive(1, 1)
+    world.advance(TWELVE_HOURS - left)
 
     hb.tick()
 
@@ -427,15 +567,16 @@ def test_the_requested_timeout_is_capped_at_the_seconds_left_before_the_ceiling(
     assert call.timeouts == {timeout}
     assert world.sqs.rejected == []
     assert hb.snapshot(1).lost == frozenset()
-    assert hb.snapshot(1).expires_at[message] <= NOW - (TWELVE_HOURS - left) + TWELVE_HOURS
+    assert hb.snapshot(1).expires_at[message] <= MONO + TWELVE_HOURS
 
 
 @pytest.mark.parametrize("left", [0.5, 0.0, -30.0])
 def test_a_message_at_or_past_the_ceiling_is_lost(left: float) -> None:
     world = World(visibility=43200, interval=60.0)
     hb = world.heartbeat
-    hb.watch(1)
-    [message] = world.receive(1, 1, ago=TWELVE_HOURS - left)
+    world.watch(1, planned=True)
+    [message] = world.receive(1, 1)
+    world.advance(TWELVE_HOURS - left)
 
     hb.tick()
 
@@ -445,34 +586,41 @@ def test_a_message_at_or_past_the_ceiling_is_lost(left: float) -> None:
 
 
 def test_the_ceiling_warning_is_logged_once_per_batch(caplog: pytest.LogCaptureFixture) -> None:
-    world = World(visibility=43200, interval=60.0)
-    hb = world.heartbeat
-    for batch in (7, 8, 9):
-        hb.watch(batch)
-    world.receive(7, 3, ago=TWELVE_HOURS - 3000)  # 50 minutes left
-    world.receive(8, 3, ago=TWELVE_HOURS - 3700)  # an hour and 100 s left
-    world.receive(9, 3, ago=1000)  # far away
+    world = World(visibility=600, interval=60.0)
+    planned_at: dict[int, float] = {}
 
-    def warnings() -> list[str]:
-        return [r.getMessage() for r in caplog.records if "ceiling" in r.getMessage()]
+    def plan(batch: int) -> None:
+        planned_at[batch] = world.mono.now
+        world.watch(batch, planned=True)
+        world.receive(batch, 3)
 
+    warned: list[tuple[str, float]] = []
     with caplog.at_level(logging.WARNING, logger="spark_sqs.driver.heartbeat"):
-        hb.tick()
-        assert len(warnings()) == 1
-        assert warnings()[0].startswith("batch 7:")
-        assert "50 minutes" in warnings()[0]
-
-        world.advance(60.0)
-        hb.tick()
-        assert len(warnings()) == 1, "batch 7 warned again; batch 8 is not within an hour yet"
-
-        world.advance(60.0)
-        hb.tick()
-        for _ in range(5):
+        plan(7)
+        for _ in range(12):
             world.step()
+        plan(8)  # 12 minutes later
+        for _ in range(50):
+            world.step()
+        plan(9)  # 50 minutes after that: within the loop below, it never nears its ceiling
+        while world.mono.now < MONO + TWELVE_HOURS:
+            before = len(caplog.records)
+            world.step()
+            warned += [
+                (r.getMessage(), world.mono.now)
+                for r in caplog.records[before:]
+                if "ceiling" in r.getMessage()
+            ]
 
-    assert [w.split(":")[0] for w in warnings()] == ["batch 7", "batch 8"]
-    assert all(r.levelno == logging.WARNING for r in caplog.records if "ceiling" in r.getMessage())
+    assert [w.split(":")[0] for w, _ in warned] == ["batch 7", "batch 8"]
+    for (message, at), batch in zip(warned, (7, 8), strict=True):
+        # At the first tick within an hour of 12 hours after the planning.
+        ceiling = planned_at[batch] + TWELVE_HOURS
+        assert ceiling - 3600 <= at < ceiling - 3600 + 60
+        assert "60 minutes from SQS's 12-hour visibility ceiling" in message
+    ceiling_records = [r for r in caplog.records if "ceiling" in r.getMessage()]
+    assert all(r.levelno == logging.WARNING for r in ceiling_records)
+    assert world.sqs.rejected == []
 
 
 # -- failures ----------------------------------------------------------------------------------
@@ -492,7 +640,7 @@ def test_a_permanent_entry_failure_marks_the_message_lost_and_is_never_retried(
 ) -> None:
     world = World()
     hb = world.heartbeat
-    hb.watch(1)
+    world.watch(1)
     ids = world.receive(1, 3, ago=100.0)
     world.sqs.failures[handle_of(ids[1])].append(failure)
 
@@ -520,7 +668,7 @@ def test_a_permanent_entry_failure_marks_the_message_lost_and_is_never_retried(
 def test_transient_entry_failures_are_retried_with_backoff_within_the_tick() -> None:
     world = World()
     hb = world.heartbeat
-    hb.watch(1)
+    world.watch(1)
     ids = world.receive(1, 3, ago=100.0)
     world.sqs.failures[handle_of(ids[1])] += [INTERNAL_ERROR, INTERNAL_ERROR]
 
@@ -535,14 +683,14 @@ def test_transient_entry_failures_are_retried_with_backoff_within_the_tick() -> 
     assert hb.stats.extended == 3
     assert hb.stats.failed_transient == 0
     assert hb.snapshot(1).lost == frozenset()
-    expected = {i: world.wall.now + VISIBILITY for i in ids}
+    expected = {i: world.mono.now + VISIBILITY for i in ids}
     assert hb.snapshot(1).expires_at == pytest.approx(expected)
 
 
 def test_transient_failures_that_outlast_the_retries_are_counted_and_retried_next_tick() -> None:
     world = World(attempts=3)
     hb = world.heartbeat
-    hb.watch(1)
+    world.watch(1)
     ids = world.receive(1, 2, ago=100.0)
     world.sqs.failures[handle_of(ids[1])] += [INTERNAL_ERROR] * 3
 
@@ -553,37 +701,69 @@ def test_transient_failures_that_outlast_the_retries_are_counted_and_retried_nex
     assert hb.stats.failed_permanent == 0
     snap = hb.snapshot(1)
     assert snap.lost == frozenset()
-    # The failed one keeps its old expiry (20 s left); the other was extended.
-    assert snap.expires_at[ids[1]] == pytest.approx(NOW - 100.0 + VISIBILITY)
-    assert snap.expires_at[ids[0]] == pytest.approx(NOW + VISIBILITY)
+    # The failed one keeps its estimate (an inherited batch: the first tick); the other was
+    # extended.
+    assert snap.expires_at[ids[1]] == pytest.approx(MONO)
+    assert snap.expires_at[ids[0]] == pytest.approx(MONO + VISIBILITY)
 
     world.advance(10.0)
     hb.tick()
 
     assert world.sqs.calls[-1].handles == [handle_of(ids[1])]
     assert world.sqs.calls[-1].timeouts == {VISIBILITY}
-    assert hb.snapshot(1).expires_at[ids[1]] == pytest.approx(world.wall.now + VISIBILITY)
+    assert hb.snapshot(1).expires_at[ids[1]] == pytest.approx(world.mono.now + VISIBILITY)
     assert hb.stats.failed_transient == 1
     world.assert_all_invisible([handle_of(i) for i in ids])
 
 
-def test_a_message_whose_extension_keeps_failing_is_lost_once_its_visibility_passes() -> None:
+def test_a_message_whose_extension_keeps_failing_is_lost_once_its_confirmed_visibility_passes() -> (
+    None
+):
     world = World(attempts=2)
     hb = world.heartbeat
-    hb.watch(1)
-    [message] = world.receive(1, 1, ago=100.0)  # 20 s left
+    world.watch(1)
+    [message] = world.receive(1, 1, ago=100.0)
+    hb.tick()  # inherited: extended at once, until MONO + 120 (confirmed by SQS)
+    assert world.sqs.visible_at[handle_of(message)] == MONO + VISIBILITY
     world.sqs.failures[handle_of(message)] += [INTERNAL_ERROR] * 100
 
+    world.advance(72.0)  # due: both attempts fail
     hb.tick()
-    world.advance(10.0)
+    world.advance(24.0)
     hb.tick()
     assert hb.snapshot(1).lost == frozenset()
-    world.advance(10.0)
+    world.advance(24.0)  # MONO + 120: the confirmed visibility ended
     hb.tick()
 
     assert hb.snapshot(1).lost == {message}
     assert hb.stats.failed_transient == 2
-    assert len(world.sqs.calls) == 4
+    assert len(world.sqs.calls) == 5, "not tried once it is known to be visible again"
+
+
+def test_an_estimate_whose_extension_keeps_failing_is_tried_at_every_tick_not_lost() -> None:
+    """Only an extension confirms an expiry: until one succeeds, the heartbeat keeps trying a
+    message past its estimate (SQS would refuse it if it had expired), and the estimate it
+    reports makes the acknowledger count the message uncertain meanwhile."""
+    world = World(attempts=2)
+    hb = world.heartbeat
+    world.watch(1, planned=True)
+    world.advance(60.0)
+    [message] = world.receive(1, 1)  # in flight until MONO + 180
+    world.sqs.failures[handle_of(message)] += [INTERNAL_ERROR] * 8
+
+    world.advance(DUE_AFTER - 60.0)
+    hb.tick()
+    for _ in range(3):
+        world.step()
+    assert world.mono.now > MONO + VISIBILITY, "the estimate passed"
+    assert hb.snapshot(1).lost == frozenset()
+    assert hb.snapshot(1).expires_at == {message: MONO + VISIBILITY}
+    assert len(world.sqs.calls) == 8, "tried at every tick, two attempts each"
+
+    world.step()  # SQS answers again
+    assert hb.snapshot(1).lost == frozenset()
+    assert hb.snapshot(1).expires_at == {message: pytest.approx(world.mono.now + VISIBILITY)}
+    world.assert_all_invisible([handle_of(message)])
 
 
 @pytest.mark.parametrize(
@@ -598,7 +778,7 @@ def test_a_message_whose_extension_keeps_failing_is_lost_once_its_visibility_pas
 def test_a_throttled_call_is_retried(code: str, status: int) -> None:
     world = World()
     hb = world.heartbeat
-    hb.watch(1)
+    world.watch(1)
     ids = world.receive(1, 3, ago=100.0)
     world.sqs.errors.append(client_error(code, status, CHANGE_VISIBILITY))
 
@@ -614,7 +794,7 @@ def test_a_throttled_call_is_retried(code: str, status: int) -> None:
 def test_throttling_that_outlasts_the_retries_leaves_the_messages_for_the_next_tick() -> None:
     world = World(attempts=2)
     hb = world.heartbeat
-    hb.watch(1)
+    world.watch(1)
     ids = world.receive(1, 3, ago=100.0)
     world.sqs.errors += [client_error("ThrottlingException", 400, CHANGE_VISIBILITY)] * 2
 
@@ -634,7 +814,7 @@ def test_throttling_that_outlasts_the_retries_leaves_the_messages_for_the_next_t
 def test_access_denied_escapes_tick_and_keeps_the_messages_tracked() -> None:
     world = World()
     hb = world.heartbeat
-    hb.watch(1)
+    world.watch(1)
     ids = world.receive(1, 2, ago=100.0)
     world.sqs.errors.append(client_error("AccessDenied", 403, CHANGE_VISIBILITY))
 
@@ -661,19 +841,18 @@ def test_access_denied_escapes_tick_and_keeps_the_messages_tracked() -> None:
 def test_forget_stops_all_extension_of_the_batch() -> None:
     world = World()
     hb = world.heartbeat
-    hb.watch(1)
-    hb.watch(2)
+    world.watch(1, (0, 1, 2))
+    world.watch(2)
     acked = world.receive(1, 3, ago=60.0)
     kept = world.receive(2, 3, ago=60.0)
     world.receive(1, 2, receiver=1, ago=60.0)
     world.sqs.failures[handle_of(acked[0])].append(("ReceiptHandleIsInvalid", True))
-    world.advance(11.0)  # 49 s left: due
     hb.tick()
     assert hb.snapshot(1).lost == {acked[0]}
     sent_before = len(world.sqs.handles_sent())
 
     hb.forget(1)
-    listed_before = len(world.journal.listed)
+    read_before = len(world.journal.read)
     # A receiver of the acknowledged batch that shows up late is not picked up either.
     world.receive(1, 2, receiver=2)
     for _ in range(10 * VISIBILITY // int(INTERVAL)):
@@ -682,7 +861,7 @@ def test_forget_stops_all_extension_of_the_batch() -> None:
     sent_after = world.sqs.handles_sent()[sent_before:]
     assert not [h for h in sent_after if h.startswith("AQEB-b1-")]
     assert {handle_of(m) for m in kept} <= set(sent_after)
-    assert 1 not in world.journal.listed[listed_before:]
+    assert [b for b, _ in world.journal.read[read_before:] if b == 1] == []
     assert hb.watched() == [2]
     snap = hb.snapshot(1)
     assert snap.expires_at == {} and snap.lost == frozenset()
@@ -692,39 +871,46 @@ def test_forgetting_an_unknown_batch_is_harmless() -> None:
     world = World()
     hb = world.heartbeat
     hb.forget(42)
-    hb.watch(1)
-    hb.watch(1)  # watching twice keeps what was discovered
+    world.watch(1)
+    world.watch(1)  # watching twice keeps what was discovered
     world.receive(1, 1)
     hb.tick()
-    hb.watch(1)
+    world.watch(1)
+    hb.watch(1)  # also without naming the receivers again (a retry after a failed delete)
     assert set(hb.snapshot(1).expires_at) == {mid(1, 0, 0)}
     assert hb.watched() == [1]
 
 
-def test_snapshot_reports_wall_clock_expiries() -> None:
+def test_snapshot_reports_expiries_on_the_driver_s_monotonic_clock() -> None:
     world = World()
     hb = world.heartbeat
-    hb.watch(3)
-    [a] = world.receive(3, 1, receiver=0, ago=10.0)
-    [b] = world.receive(3, 1, receiver=1, ago=50.0)
+    world.watch(3, (0, 1), planned=True)
+    world.advance(10.0)
+    [a] = world.receive(3, 1, receiver=0)
+    world.advance(40.0)
+    [b] = world.receive(3, 1, receiver=1)
     hb.tick()
+    snap = hb.snapshot(3)
+    assert snap.planned_at == MONO
+    assert snap.expires_at == {}, "not read yet: the planning time bounds it"
 
-    expected = {a: NOW - 10.0 + VISIBILITY, b: NOW - 50.0 + VISIBILITY}
-    assert hb.snapshot(3).expires_at == pytest.approx(expected)
-
-    # Time passing changes nothing until an extension.
-    world.advance(20.0)
+    world.advance(DISCOVER_AFTER - 50.0)
     hb.tick()
-    assert hb.snapshot(3).expires_at == pytest.approx(expected)
+    snap = hb.snapshot(3)
+    expected = {a: MONO + VISIBILITY, b: MONO + VISIBILITY}
+    assert snap.expires_at == pytest.approx(expected)
+    assert snap.entry_expires == pytest.approx({0: MONO + VISIBILITY, 1: MONO + VISIBILITY})
+    # An estimate is a lower bound of what SQS knows.
+    for m in (a, b):
+        assert snap.expires_at[m] <= world.sqs.visible_at[handle_of(m)]
 
-    world.advance(2.0)  # b has 48 s left
+    world.advance(DUE_AFTER - DISCOVER_AFTER)
     hb.tick()
-    expected[b] = world.wall.now + VISIBILITY
+    expected = {a: world.mono.now + VISIBILITY, b: world.mono.now + VISIBILITY}
     assert hb.snapshot(3).expires_at == pytest.approx(expected)
-    # SQS agrees with what the heartbeat reports (monotonic and wall clocks move together).
-    assert world.sqs.visible_at[handle_of(b)] - world.mono.now == pytest.approx(
-        expected[b] - world.wall.now
-    )
+    # SQS agrees with what the heartbeat reports once it extended them (one clock).
+    for m in (a, b):
+        assert world.sqs.visible_at[handle_of(m)] == pytest.approx(expected[m])
 
 
 # -- locking -----------------------------------------------------------------------------------
@@ -734,8 +920,8 @@ def test_tick_blocks_while_another_thread_holds_the_lock() -> None:
     """The acknowledger's pattern: hold the lock, delete the batch, forget it, release."""
     world = World()
     hb = world.heartbeat
-    hb.watch(1)
-    hb.watch(2)
+    world.watch(1)
+    world.watch(2)
     acked = world.receive(1, 2, ago=100.0)
     kept = world.receive(2, 2, ago=100.0)
 
@@ -766,7 +952,7 @@ def test_tick_blocks_while_another_thread_holds_the_lock() -> None:
     assert started.wait(WAIT)
 
     assert not ticked.wait(0.2), "tick ran while the lock was held"
-    assert world.journal.listed == [] and world.sqs.calls == []
+    assert world.journal.read == [] and world.sqs.calls == []
 
     release.set()
     assert ticked.wait(WAIT)
@@ -784,7 +970,7 @@ def test_tick_calls_sqs_without_holding_the_lock_planning_needs() -> None:
     # ChangeMessageVisibilityBatch must not hold them up.
     world = World()
     hb = world.heartbeat
-    hb.watch(1)
+    world.watch(1)
     world.receive(1, 1, ago=100.0)
     free_during_call: list[bool] = []
     world.sqs.on_call = lambda: free_during_call.append(lock_is_free(hb.lock))
@@ -798,7 +984,7 @@ def test_tick_calls_sqs_without_holding_the_lock_planning_needs() -> None:
 def test_a_batch_forgotten_during_an_extension_stays_forgotten() -> None:
     world = World()
     hb = world.heartbeat
-    hb.watch(1)
+    world.watch(1)
     world.receive(1, 2, ago=100.0)
     world.sqs.on_call = lambda: hb.forget(1)
 
@@ -810,19 +996,19 @@ def test_a_batch_forgotten_during_an_extension_stays_forgotten() -> None:
 
 def test_a_batch_planned_now_is_not_read_until_it_could_need_extending() -> None:
     # A batch acknowledged well within its visibility timeout costs the heartbeat nothing: no
-    # journal list, no entry read, no SQS call (issue 14: no per-message work on the driver).
+    # journal read, no SQS call (issue 14: no per-message work on the driver).
     world = World()
     hb = world.heartbeat
-    hb.watch(1, planned=True)
+    world.watch(1, planned=True)
     world.receive(1, 3)
     ticks = 0
     while world.sqs.handles_sent() == []:
         hb.tick()
         ticks += 1
-        if world.mono.now < MONO + world.visibility - 2 * world.interval - 1.0 - 2.0:
-            assert world.journal.listed == [] and world.journal.read == [], "read too early"
-        world.mono.now += world.interval
-        world.wall.now += world.interval
+        if world.mono.now < MONO + DISCOVER_AFTER:
+            assert world.journal.read == [], "read too early"
+            assert world.journal.marker_reads == []
+        world.advance(world.interval)
     # It was still extended in time: before its visibility ran out.
     assert world.mono.now <= MONO + world.visibility
     assert ticks > 1
@@ -831,7 +1017,7 @@ def test_a_batch_planned_now_is_not_read_until_it_could_need_extending() -> None
 def test_the_lock_is_reentrant_for_the_thread_that_holds_it() -> None:
     world = World()
     hb = world.heartbeat
-    hb.watch(1)
+    world.watch(1)
     world.receive(1, 1, ago=100.0)
     done = threading.Event()
 
@@ -853,7 +1039,7 @@ def test_the_lock_is_reentrant_for_the_thread_that_holds_it() -> None:
 
 
 class FlakyJournal(FakeJournal):
-    """Raises on the first listing; signals once a later tick got through."""
+    """Raises on the first entry read; signals once a later tick got through."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -861,14 +1047,14 @@ class FlakyJournal(FakeJournal):
         self.recovered = threading.Event()
         self.threads: set[threading.Thread] = set()
 
-    def receivers(self, batch: int) -> list[int]:
+    def read_receipts(self, batch: int, receiver: int) -> EntryReceipts | None:
         self.threads.add(threading.current_thread())
         self.calls += 1
         if self.calls == 1:
             raise OSError("journal store unreachable (injected)")
         if self.calls >= 3:
             self.recovered.set()
-        return super().receivers(batch)
+        return super().read_receipts(batch, receiver)
 
 
 def test_the_thread_survives_a_failing_tick_and_stops(caplog: pytest.LogCaptureFixture) -> None:
@@ -876,7 +1062,7 @@ def test_the_thread_survives_a_failing_tick_and_stops(caplog: pytest.LogCaptureF
     sqs = VisibilitySqs(Clock(0.0))
     caller = BatchCaller(sqs, QUEUE_URL, sleep=lambda s: None, parallelism=1)
     hb = Heartbeat(journal, caller, visibility_timeout=VISIBILITY, interval=0.01)
-    hb.watch(1)
+    hb.watch(1, receivers=(0,))
     hb.stop()  # before start: nothing to stop
 
     with caplog.at_level(logging.ERROR, logger="spark_sqs.driver.heartbeat"):
@@ -899,7 +1085,7 @@ def test_the_thread_survives_a_failing_tick_and_stops(caplog: pytest.LogCaptureF
 def test_a_failure_a_person_must_fix_is_kept_for_the_driver_to_raise() -> None:
     world = World()
     world.receive(1, 3, ago=VISIBILITY - 1)
-    world.heartbeat.watch(1)
+    world.watch(1)
     world.sqs.errors = [client_error("AccessDenied", 403, CHANGE_VISIBILITY)]
 
     world.heartbeat.tick_safely()
@@ -917,12 +1103,12 @@ def test_a_failure_a_person_must_fix_is_kept_for_the_driver_to_raise() -> None:
 def test_failures_a_retry_may_fix_are_never_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
     world = World()
     world.receive(1, 3, ago=VISIBILITY - 1)
-    world.heartbeat.watch(1)
+    world.watch(1)
 
-    def unreachable(batch: int) -> list[int]:
+    def unreachable(batch: int, receiver: int) -> EntryReceipts | None:
         raise OSError("journal store unreachable (injected)")
 
-    monkeypatch.setattr(world.journal, "receivers", unreachable)
+    monkeypatch.setattr(world.journal, "read_receipts", unreachable)
     world.heartbeat.tick_safely()
     monkeypatch.undo()
     world.sqs.errors = [client_error("ServiceUnavailable", 503, CHANGE_VISIBILITY)] * 5
@@ -938,7 +1124,7 @@ def test_extending_further_than_the_timeout_extends_each_message_that_much_less_
     calls = {}
     for extend_by in (None, 900):
         world = World(visibility=30, interval=6.0, extend_by=extend_by)
-        world.heartbeat.watch(1)
+        world.watch(1, planned=True)
         handles = [handle_of(m) for m in world.receive(1, 20)]
         for _ in range(int(1800 / 6.0)):
             world.step()
@@ -957,8 +1143,6 @@ def test_the_driver_extends_by_the_floor_unless_messages_must_come_back(
     """With deleteOnCommit=false a committed batch's messages must reappear after about
     visibilityTimeout, for the queue's redrive policy: no longer extensions there."""
     from spark_sqs.driver.coordinator import Coordinator
-    from spark_sqs.journal import Journal
-    from tests.unit.factories import make_options
 
     options = make_options(
         str(tmp_path / "j"), visibilityTimeout="30", deleteOnCommit=delete_on_commit
@@ -972,46 +1156,102 @@ def test_the_driver_extends_by_the_floor_unless_messages_must_come_back(
 # -- entries their receivers extended (executor/extension.py) ----------------------------------
 
 
-def test_an_entry_its_receiver_extended_is_read_only_once_its_marker_deadline_nears() -> None:
-    """Issue 14: a receiver extended its own entry and recorded the deadline in a marker: the
-    heartbeat costs nothing for it until then, and still keeps it invisible after. Receiver 1
+def test_an_entry_its_receiver_extended_is_read_only_once_its_marker_reach_nears() -> None:
+    """Issue 14: a receiver extended its own entry and recorded it in a marker: the heartbeat
+    costs nothing for it until the marker's reach (the planning time plus the plan's
+    extend_by, on the driver's clock) nears, and still keeps it invisible after. Receiver 1
     died between journaling and its marker (or its extension failed): the heartbeat reads and
-    extends it as before."""
+    extends it as for any entry."""
     world = World(extend_by=900)
     hb = world.heartbeat
-    hb.watch(1)
+    world.watch(1, (0, 1), planned=True, extend_by=900)
+    world.advance(1.0)
     marked = world.receive(1, 3, receiver=0)
     unmarked = world.receive(1, 2, receiver=1)
     # What the receiver did: extend by 900 s, then create its marker.
     for m in marked:
         world.sqs.visible_at[handle_of(m)] = world.mono.now + 900
     world.journal.extended[1][0] = NOW + 900
-
-    hb.tick()
-    assert world.journal.read == [(1, 1)]
-    assert hb.snapshot(1).held_until == {0: pytest.approx(NOW + 900)}
     handles = [handle_of(m) for m in marked + unmarked]
+
+    while not world.journal.read:
+        world.step()
+        world.assert_all_invisible(handles)
+    assert world.journal.read == [(1, 1)]
+    assert hb.snapshot(1).held_until == {0: pytest.approx(MONO + 900)}
     for _ in range(int(1500 / INTERVAL)):
         world.step()
         world.assert_all_invisible(handles)
     assert world.journal.read == [(1, 1), (1, 0)], "the marked entry is read once, late"
     assert world.sqs.rejected == [] and hb.snapshot(1).lost == frozenset()
-    # Its first extension by the driver came within three ticks of the marker's deadline.
-    first = min(c.at for c in world.sqs.calls if handle_of(marked[0]) in c.handles)
+    # Its first extension by the driver came within three ticks of the marker's reach.
+    first = world.first_extension(marked[0])
     assert MONO + 900 - 3 * INTERVAL - 10 <= first < MONO + 900
     assert hb.snapshot(1).held_until == {}
+    # Markers are read by key, for the receivers whose entries were not read yet.
+    assert {r for _, r in world.journal.marker_reads} == {0, 1}
 
 
-def test_a_marker_whose_deadline_already_nears_is_read_at_once() -> None:
+def test_a_marker_whose_reach_already_nears_is_not_read_and_its_entry_is_extended() -> None:
+    """The driver's first tick came late (a long pause): the receiver's extension, bounded by
+    the planning time plus extend_by, ends within the read-ahead. The heartbeat reads the
+    entry at once, without its marker, and extends it (its estimate passed: it is tried)."""
     world = World(extend_by=900)
     hb = world.heartbeat
-    hb.watch(1)
-    [m] = world.receive(1, 1, receiver=0, ago=100.0)
-    world.sqs.visible_at[handle_of(m)] = world.mono.now + 30
-    world.journal.extended[1][0] = NOW + 30
+    world.watch(1, planned=True, extend_by=900)
+    [m] = world.receive(1, 1)
+    world.sqs.visible_at[handle_of(m)] = world.mono.now + 900
+    world.journal.extended[1][0] = NOW + 900
+    world.advance(850.0)
+
     hb.tick()
+
+    assert world.journal.marker_reads == []
     assert world.journal.read == [(1, 0)]
-    assert hb.snapshot(1).expires_at[m] == pytest.approx(NOW + 30)
+    assert world.sqs.handles_sent() == [handle_of(m)]
+    assert hb.snapshot(1).expires_at[m] == pytest.approx(world.mono.now + 900)
     world.step()
     world.assert_all_invisible([handle_of(m)])
-    assert world.sqs.handles_sent() == [handle_of(m)]
+    assert hb.snapshot(1).lost == frozenset()
+
+
+def test_a_marker_is_read_by_key_and_its_reach_is_the_planning_time_plus_extend_by(
+    tmp_path: Path,
+) -> None:
+    """On a real journal whose LIST shows no batch file: the marker at ``<receiver>.extended``
+    is read by key, and its reach is this driver's planning time plus the plan's extend_by,
+    whatever deadline the executor's clock wrote in it (an hour behind here)."""
+    location = str(tmp_path / "journal")
+    store = ListHidingStore(LocalStore(location), lambda key: key.startswith("batches/"))
+    journal = Journal(location, make_options(location), store=store)
+    mono = Clock(MONO)
+    sqs = VisibilitySqs(mono)
+    caller = BatchCaller(sqs, QUEUE_URL, sleep=lambda s: None, parallelism=1)
+    hb = Heartbeat(
+        journal, caller, visibility_timeout=VISIBILITY, interval=INTERVAL, clock=mono, extend_by=900
+    )
+    hb.watch(1, planned=True, receivers=(0, 1), extend_by=900)
+    mono.now += 1.0
+    marked = [sqs_message(n) for n in (0, 1)]
+    journal.write_entry(1, 0, messages_to_table(marked, QUEUE_URL))
+    journal.write_entry(1, 1, messages_to_table([sqs_message(2)], QUEUE_URL))
+    for n in (0, 1, 2):
+        sqs.receive(f"AQEB-receipt-{n}-1", mono.now, VISIBILITY)
+    for m in marked:
+        sqs.visible_at[m["ReceiptHandle"]] = mono.now + 900
+    journal.write_extension(1, 0, int(NOW - 3600 + 900))
+    handles = [f"AQEB-receipt-{n}-1" for n in (0, 1, 2)]
+
+    while not sqs.calls:
+        mono.now += INTERVAL
+        hb.tick()
+    assert hb.snapshot(1).held_until == {0: pytest.approx(MONO + 900)}
+    assert sqs.handles_sent() == ["AQEB-receipt-2-1"], "the unmarked entry only"
+    while mono.now < MONO + 1500:
+        mono.now += INTERVAL
+        hb.tick()
+        assert [h for h in handles if sqs.visible_at[h] <= mono.now] == []
+    first = min(c.at for c in sqs.calls if "AQEB-receipt-0-1" in c.handles)
+    assert MONO + 900 - 3 * INTERVAL - 10 <= first < MONO + 900
+    assert sqs.rejected == [] and hb.snapshot(1).lost == frozenset()
+    assert not [c for c in store.calls if c[0] == "list"]
