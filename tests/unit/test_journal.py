@@ -32,6 +32,7 @@ from spark_sqs.journal import (
     receipts_of,
     reports,
 )
+from spark_sqs.journal.entries import FORMAT_VERSION
 from spark_sqs.journal.reports import report_key
 from spark_sqs.schema import messages_to_table
 from tests.fakes import CreateIgnoresExistenceStore, HookedStore, ListHidingStore
@@ -888,7 +889,7 @@ def test_identity_is_fixed_when_the_journal_is_bound_and_stable_across_journal_o
     identity = journal.identity()
     assert isinstance(identity, str) and len(identity) >= 8
     meta = json.loads((Path(location) / "_meta.json").read_text())
-    assert meta["journalId"] == identity and meta["format"] == 3
+    assert meta["journalId"] == identity and meta["format"] == FORMAT_VERSION
 
     # Another process, a restart, a pickled copy: the same identity; binding again keeps it.
     again = Journal(location, make_options(location))
@@ -928,7 +929,8 @@ def test_a_journal_of_an_earlier_format_gets_a_stable_derived_identity(tmp_path:
 
 
 def test_a_journal_of_a_newer_format_is_refused(journal: Journal, location: str) -> None:
-    doc = {"format": 4, "queueUrl": QUEUE_URL, "journalId": "0123456789abcdef"}
+    newer = FORMAT_VERSION + 1
+    doc = {"format": newer, "queueUrl": QUEUE_URL, "journalId": "0123456789abcdef"}
     journal.store.create("_meta.json", json.dumps(doc).encode())
 
     for call in (
@@ -939,11 +941,11 @@ def test_a_journal_of_a_newer_format_is_refused(journal: Journal, location: str)
         with pytest.raises(JournalError) as info:
             call(Journal(location, make_options(location)))
         message = str(info.value)
-        assert "journal format 4" in message and location in message
+        assert f"journal format {newer}" in message and location in message
         assert "Fix:" in message
         assert info.value.retriable is False
-    # The format this version writes is read.
-    assert json.loads((Path(location) / "_meta.json").read_text())["format"] == 4
+    # The journal is left as the newer version wrote it.
+    assert json.loads((Path(location) / "_meta.json").read_text()) == doc
 
 
 def test_probe_writable_refuses_a_store_whose_second_create_of_one_key_succeeds(
