@@ -55,7 +55,8 @@ from spark_sqs.executor import duplicates
 from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import Journal
 from spark_sqs.journal import entries as journal_entries
-from spark_sqs.journal.lease import Lease
+from spark_sqs.journal.entries import PLANNED_MARKERS_KEPT
+from spark_sqs.journal.lease import RECORDS_KEPT, Lease
 from spark_sqs.options import SqsOptions
 
 try:  # Spark 4.2+ read limits
@@ -1127,12 +1128,18 @@ class SparkSim:
         if extra:
             self.violations.append(f"the journal ends with {len(extra)} leftovers: {extra[:6]}")
         leases = [k for k in keys if k.startswith("lease/")]
-        if len(leases) > 3:
-            self.violations.append(f"the journal ends with {len(leases)} lease records (bound 3)")
+        # RECORDS_KEPT below the newest, the newest, and a released record after it.
+        bound = RECORDS_KEPT + 1
+        if len(leases) > bound:
+            self.violations.append(
+                f"the journal ends with {len(leases)} lease records (bound {bound})"
+            )
         # Reported as a finding (storage, not correctness): markers a crash left behind.
         markers = [k for k in keys if k.startswith("state/")]
-        if len(markers) > 3:
-            self.findings.append(f"state markers: {len(markers)} kept (bound 3)")
+        # The newest planned markers (PLANNED_MARKERS_KEPT), one acked, the initial one.
+        if len(markers) > PLANNED_MARKERS_KEPT + 2:
+            bound = PLANNED_MARKERS_KEPT + 2
+            self.findings.append(f"state markers: {len(markers)} kept (bound {bound})")
         self.stats["sent"] = len(sent)
 
 

@@ -138,6 +138,8 @@ class Acknowledger:
         # Committed batch -> the batch whose receivers acknowledge it, and which of them.
         self._assigned: dict[int, int] = {}
         self._reporters: dict[int, set[int]] = {}
+        # Acknowledging batch -> every receiver of it that writes a report.
+        self._report_writers: dict[int, set[int]] = {}
         # (batch, receiver) -> until when (monotonic) the entry's handles were known valid when
         # its deletes were assigned: the bound the settlement checks against its own clock.
         self._valid_until: dict[tuple[int, int], float] = {}
@@ -244,6 +246,8 @@ class Acknowledger:
             if batch in self._pending:
                 self._assigned[batch] = plan.batch
                 self._reporters[batch] = {a.by for a in plan.acks if a.batch == batch}
+        if plan.acks:
+            self._report_writers[plan.batch] = {a.by for a in plan.acks}
 
     def unassigned(self, committed: int) -> list[int]:
         """Committed pending batches whose deletes no planned batch's receivers were given yet
@@ -460,7 +464,7 @@ class Acknowledger:
         )
         self._finish(batch, rows, stats)
         if not any(b for b, m in self._assigned.items() if m == by):
-            self._journal.remove_ack_reports(by)
+            self._journal.remove_ack_reports(by, self._report_writers.pop(by, expected))
         return True
 
     def _expired_before_settling(self, batch: int) -> set[str]:
@@ -611,8 +615,10 @@ class Acknowledger:
         return True
 
     def _rewatch(self, batch: int) -> None:
+        """A batch whose deletes must be retried is kept invisible meanwhile: its handles'
+        bounds were forgotten with it, so it is extended at the next tick (as inherited)."""
         if self._heartbeat is not None:
-            self._heartbeat.watch(batch)
+            self._heartbeat.watch(batch, receivers=self.receivers_of(batch))
 
     def _uncertain(self, batch: int, receipts: list[EntryReceipts]) -> set[str]:
         """Messages whose receipt handle may have expired before the deletes about to be made

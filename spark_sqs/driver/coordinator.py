@@ -576,8 +576,11 @@ class Coordinator:
                     orphan, source, plan.batch, receiver.receiver, keep=keep
                 )
         if self.quarantine is not None:
-            # Before the orphans go: a batch adopting carried messages becomes suspect.
+            # Before the orphans go: a batch adopting carried messages becomes suspect, and
+            # the batches they were carried out of record that they were adopted.
             self.quarantine.inherit(plan.batch, orphans)
+            for orphan in orphans:
+                self.quarantine.adopted(orphan)
         for orphan in orphans:
             self.journal.remove_batch(orphan)
             self.acknowledger.forget(orphan)

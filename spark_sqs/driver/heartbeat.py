@@ -268,13 +268,19 @@ class Heartbeat:
     def tick(self) -> None:
         """Discover new entries, then extend what runs out before the next two ticks. Journal
         and SQS calls run outside ``lock``, which planning and acknowledgement also take."""
+        # An entry its receiver extended is read only once the marker's reach comes within
+        # one tick of the extension horizon: then it is tracked in time to be extended.
+        ahead = 3 * self._interval + 1.0 + max(2.0, 0.05 * self._visibility)
         with self.lock:
             self.stats.ticks += 1
             now = self._clock()
             due = [
                 (
                     batch,
-                    set(self._seen_receivers[batch]),
+                    # Seen, or held by its own extension for a while yet (no need to read its
+                    # marker again every tick).
+                    set(self._seen_receivers[batch])
+                    | {r for r, until in self._held.get(batch, {}).items() if until - now > ahead},
                     self._receivers.get(batch, ()),
                     self._self_extended.get(batch, 0),
                     self._planned_at.get(batch),
@@ -284,9 +290,6 @@ class Heartbeat:
             ]
         found: list[EntryReceipts] = []
         held: list[tuple[int, int, float]] = []
-        # An entry its receiver extended is read only once the marker's reach comes within
-        # one tick of the extension horizon: then it is tracked in time to be extended.
-        read_ahead = 3 * self._interval + 1.0 + max(2.0, 0.05 * self._visibility)
         for batch, seen, receivers, extend_by, planned_at in due:
             unseen = [r for r in receivers if r not in seen]
             marked: set[int] = set()
@@ -294,7 +297,7 @@ class Heartbeat:
                 # The reach is bounded by this driver's clock: the receiver extended after the
                 # batch was planned, by extend_by.
                 until = planned_at + extend_by
-                if until - self._clock() > read_ahead:
+                if until - self._clock() > ahead:
                     marked = self._journal.extended_receivers(batch, unseen)
                     held += [(batch, r, until) for r in marked]
             for receiver in unseen:

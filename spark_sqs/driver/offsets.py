@@ -114,7 +114,7 @@ class CheckpointGuard:
         theirs = journal_of(offset)
         if theirs is not None and self.identity is not None and theirs != self.identity:
             raise CheckpointMismatchError(
-                f"The checkpoint does not belong to journalLocation {self.location}: its "
+                f"The checkpoint does not match journalLocation {self.location}: its "
                 f"offsets name batch {batch} of journal {theirs}, and the journal at that "
                 f"location is journal {self.identity}. {_CAUSE} {_FIX}"
             )

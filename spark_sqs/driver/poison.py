@@ -227,6 +227,10 @@ class Quarantine:
         carry = narrowing.carry_batch
         assert carry is not None
         store = self.journal.store
+        if store.read(carried_key(batch, narrowing.step)) is not None:
+            # A later batch adopted the carry batch and removed it: creating it again would
+            # deliver its messages a second time.
+            return
         # The marker first: it is what makes the adopting batch a suspect one.
         # Its receivers are named, so that they are read by key (never found by a LIST).
         marker = {"from": batch, "step": narrowing.step, "receivers": sorted(narrowing.carried)}
@@ -332,6 +336,18 @@ class Quarantine:
                 return found.to_pylist()[0]
         return None
 
+    def adopted(self, carry: int) -> None:
+        """``carry``, a batch of carried messages, was adopted by a later batch (every copy
+        exists) and is about to be removed: its narrowed batch records it, so that finishing
+        that batch's step again never creates the carry batch anew."""
+        data = self.journal.store.read(f"{batch_dir(carry)}/{CARRY}")
+        if data is None:
+            return
+        doc = json.loads(data)
+        source, step = int(doc["from"]), int(doc["step"])
+        if self.journal.read_plan(source) is not None:
+            self.journal.store.create(carried_key(source, step), b"")
+
     def inherit(self, batch: int, orphans: list[int]) -> None:
         """A new plan adopts ``orphans``: if any is a carry batch, the plan's batch is suspect
         (narrowed after one failure, first to the messages of the newest carry batch: the
@@ -362,6 +378,11 @@ def narrowed_without_policy(options: SqsOptions, batch: int) -> InvalidOptionErr
         "restart with poisonMessagePolicy=deadLetter until `spark-sqs inspect` shows no "
         "narrowed batch, then change the policy",
     )
+
+
+def carried_key(batch: int, step: int) -> str:
+    """Marks that the carry batch of ``batch``'s narrowing ``step`` was adopted (``adopted``)."""
+    return f"{batch_dir(batch)}/_carried-{step:04d}.json"
 
 
 def carry_batches(journal: Journal, batches: list[int]) -> list[int]:

@@ -64,6 +64,8 @@ FORMAT_VERSION = 3
 META = "_meta.json"
 PLAN = "_plan.json"
 INITIAL = "state/initial.json"
+# How many of the newest planned markers are kept (write_state).
+PLANNED_MARKERS_KEPT = 16
 RETIRED = "_retired.json"
 # Journal.batch_status
 LIVE, RETIRED_STATUS, REMOVED = "live", "retired", "removed"
@@ -604,8 +606,10 @@ class Journal:
                 return AckReport(receiver, tuple(reports.entries_of_summary(parsed[1])))
         return None
 
-    def remove_ack_reports(self, batch: int) -> None:
-        self.store.delete_many(self.store.list(f"acks/{batch:012d}"))
+    def remove_ack_reports(self, batch: int, receivers: Iterable[int]) -> None:
+        """Remove the reports of ``receivers`` of ``batch``, by key (what else is under
+        ``acks/``, e.g. reports named by an earlier version, ``collect_ack_reports`` finds)."""
+        self.store.delete_many([reports.report_key(batch, r) for r in sorted(set(receivers))])
 
     def collect_ack_reports(self, oldest_pending: int, keep: set[int]) -> int:
         """Remove the reports written by batches before ``oldest_pending`` (acknowledged or
@@ -738,14 +742,20 @@ class Journal:
         """Advance the state to ``state``: markers are only ever added (numbers only grow), and
         markers below the newest are removed once the newer one exists."""
         current = known if known is not None else self.read_state()
-        for kind, new, old in (
-            ("planned", state.planned_batch, current.planned_batch),
-            ("acked", state.acked_batch, current.acked_batch),
-        ):
-            if new > old:
-                self.store.create(f"state/{kind}-{new:012d}", b"")
-                if old:
-                    self.store.delete(f"state/{kind}-{old:012d}")
+        new, old = state.planned_batch, current.planned_batch
+        if new > old:
+            self.store.create(f"state/planned-{new:012d}", b"")
+            # The newest planned markers stay, so that a listing that lags by fewer batches
+            # still shows one of them, and read_state reads on from it by key.
+            for gone in range(
+                max(1, old - PLANNED_MARKERS_KEPT + 1), new - PLANNED_MARKERS_KEPT + 1
+            ):
+                self.store.delete(f"state/planned-{gone:012d}")
+        new, old = state.acked_batch, current.acked_batch
+        if new > old:
+            self.store.create(f"state/acked-{new:012d}", b"")
+            if old:
+                self.store.delete(f"state/acked-{old:012d}")
         if current.initial_batch is None and state.initial_batch is not None:
             self.store.create(INITIAL, json.dumps({"batch": state.initial_batch}).encode())
 

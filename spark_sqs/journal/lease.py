@@ -50,6 +50,8 @@ _RECORD = re.compile(r"^lease/(\d{12})\.json$")
 _RELISTS = 8
 # How often ``acquire`` starts over after its record turned out to fill a hole.
 _CLAIMS = 4
+# Records kept below the newest (``_collect``).
+RECORDS_KEPT = 4
 
 
 def _key(seq: int) -> str:
@@ -219,12 +221,13 @@ class Lease:
         return seqs
 
     def _collect(self, seq: int, seqs: list[int]) -> None:
-        """Delete the records below ``seq - 1``: two are enough for anyone to see the sequence
-        move; a crashed run's records and filled holes go too. Best effort: what a failed
-        delete leaves, the next renewal removes."""
+        """Delete the records below the newest ``RECORDS_KEPT``: a few are kept so that a
+        listing that lags by fewer renewals still shows one, from which ``newest`` reads on by
+        key; a crashed run's records and filled holes go too. Best effort: what a failed delete
+        leaves, the next renewal removes."""
         try:
             for old in seqs:
-                if old >= seq - 1:
+                if old > seq - RECORDS_KEPT:
                     break
                 self._store.delete(_key(old))
         except Exception:

@@ -619,15 +619,6 @@ def test_retriable_exception_from_the_caller_keeps_the_batch_pending() -> None:
     assert journal.removed == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Acknowledger._rewatch calls heartbeat.watch(batch) without the batch's receivers, "
-        "and _acknowledge made the heartbeat forget them just before the delete: the heartbeat "
-        "reads entries only of the receivers watch names, so a batch whose delete failed "
-        "transiently is no longer extended while it waits for the retry"
-    ),
-)
 def test_a_batch_whose_delete_failed_transiently_stays_heartbeated() -> None:
     """The module's promise: a batch whose deletes failed transiently stays pending and
     heartbeated until a retry succeeds (an AWS outage delays deletion, never lets messages

@@ -16,6 +16,7 @@ import pytest
 
 from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.driver.planning import ReceiverPartition
+from spark_sqs.driver.state import StateMarkers
 from spark_sqs.errors import JournalError, JournalOutcomeUnknown
 from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import BatchPlan, Journal, JournalState, ReceiverPlan, open_store
@@ -124,7 +125,7 @@ def test_two_processes_running_one_receiver_at_once_yield_one_entry(
         assert p.exitcode == 0
 
     journal = Journal(location, options)
-    assert journal.receivers(1) == [0]
+    assert journal.read_entry(1, 0) is not None
     entry = journal.read_entry(1, 0)
     assert entry is not None
     winner = sorted(ids_of(entry))
@@ -194,7 +195,7 @@ def test_fifo_twins_with_one_attempt_id_release_nothing(location: str) -> None:
         t.join(120)
     assert len(results) == 2 and results[0] == results[1] and len(results[0]) == 25
     assert released(sqs) == []
-    assert Journal(location, options).receivers(1) == [0]
+    assert Journal(location, options).read_entry(1, 0) is not None
 
 
 def replace_url(part: ReceiverPartition) -> ReceiverPartition:
@@ -227,7 +228,7 @@ def test_a_straggler_that_journals_after_its_batch_was_acknowledged_leaves_nothi
     out = rows(read_partition(part, client_factory=lambda: sqs, journal=straggler))
 
     assert out.num_rows == 0
-    assert journal.batches() == []
+    assert journal.list_batches() == []
     assert released(sqs) == [m["ReceiptHandle"] for m in ours]
 
 
@@ -242,7 +243,7 @@ def test_a_straggler_that_starts_after_acknowledgement_receives_nothing(location
         raise AssertionError("a straggler of an acknowledged batch must not receive")
 
     assert rows(read_partition(part, client_factory=forbidden, journal=journal)).num_rows == 0
-    assert journal.batches() == []
+    assert journal.list_batches() == []
 
 
 # -- a journal write whose outcome is unknown ------------------------------------------------------
@@ -290,7 +291,7 @@ def test_a_failure_of_unknown_outcome_before_the_write_also_releases_nothing(loc
     # Whether it landed is unknown to the receiver: its messages stay invisible until the
     # visibility timeout, and the retry (which finds no entry) receives others.
     assert released(sqs) == []
-    assert Journal(location, options).receivers(1) == []
+    assert Journal(location, options).read_entry(1, 0) is None
 
 
 # -- a retried deleteAfterJournal task -------------------------------------------------------------
@@ -389,9 +390,12 @@ def test_two_orphan_adoptions_with_a_crash_between_deliver_each_entry_once(
         (5, 1): [sqs_message(2)],
         (6, 0): [sqs_message(n) for n in (3, 4)],
     }
+    journal.write_plan(BatchPlan(5, (ReceiverPlan(0, 2), ReceiverPlan(1, 2))))
+    journal.write_plan(BatchPlan(6, (ReceiverPlan(0, 2), ReceiverPlan(1, 2))))
     for (batch, receiver), messages in orphans.items():
         journal.write_entry(batch, receiver, messages_to_table(messages, QUEUE_URL))
-    journal.write_state(JournalState(planned_batch=6, acked_batch=4))
+    # Spark logged batch 7 (4 -> 7) in a run that died before planning it.
+    journal.write_state(JournalState(planned_batch=7, acked_batch=4))
 
     def crash(method: str, key: str) -> None:
         if (method, key) == crash_at:
@@ -412,7 +416,7 @@ def test_two_orphan_adoptions_with_a_crash_between_deliver_each_entry_once(
             state.close()
         assert [p.receiver for p in parts] == [0, 1, 10000, 10001, 10002]
 
-    assert journal.batches() == [7]
+    assert journal.list_batches() == [7]
     delivered = {
         receiver: ids_of(journal.read_entry(7, receiver)) for receiver in (10000, 10001, 10002)
     }
@@ -478,6 +482,8 @@ def test_a_replay_after_a_restart_with_other_options_uses_the_stored_plan(locati
     the first run's receivers and limits: new receivers would receive fresh messages that a
     write-then-skip sink drops (and the acknowledgement then deletes)."""
     first = options_for(location, numPartitions="2", maxMessagesPerTrigger="10")
+    # The first run's latestOffset numbered batches 1 and 2 (Spark logged both).
+    StateMarkers(Journal(location, first)).advance(planned=2)
     state = Coordinator(first, FakeSqs(), QUEUE_URL, Journal(location, first))
     try:
         planned_first = state.plan({"batch": 0}, {"batch": 1})

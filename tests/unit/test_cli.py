@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from spark_sqs.cli import main
-from spark_sqs.journal import Journal, JournalState
+from spark_sqs.journal import BatchPlan, Journal, JournalState, ReceiverPlan
 from spark_sqs.schema import messages_to_table
 from tests.unit.factories import make_options, sqs_message
 
@@ -21,6 +21,8 @@ def queue_url(mocked_sqs: Any) -> str:
 def test_send_then_inspect_reports_backlog_and_journal(queue_url, tmp_path, capsys) -> None:
     assert main(["send", "--queue-url", queue_url, "--count", "25"]) == 0
     journal = Journal(str(tmp_path / "j"), make_options(str(tmp_path / "j")))
+    # Batch 3 is pending: its plan names receiver 0, whose entry holds two messages.
+    journal.write_plan(BatchPlan(3, (ReceiverPlan(0, 2),)))
     journal.write_entry(3, 0, messages_to_table([sqs_message(1), sqs_message(2)], queue_url))
     journal.write_state(JournalState(planned_batch=3, acked_batch=2, initial_batch=0))
     capsys.readouterr()

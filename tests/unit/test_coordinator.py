@@ -348,7 +348,7 @@ def test_an_orphaned_batch_s_journaled_rows_are_delivered_by_the_next_batch(
     assert set(orphan) <= set(delivered)
     assert_each_once(committed + delivered, world.sent)
     assert world.live() == 0
-    assert world.journal(again.reader.options).batches() == []
+    assert world.journal(again.reader.options).list_batches() == []
 
 
 @pytest.mark.parametrize("spark", SPARK_VERSIONS)

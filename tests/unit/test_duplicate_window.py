@@ -157,7 +157,7 @@ def test_the_acknowledgement_writes_its_segment_before_the_first_delete(location
     sqs.delete_message_batch = delete  # type: ignore[method-assign]
     acknowledge_assigned(
         journal, sqs, QUEUE_URL, 3, 0, [AckAssignment(2, 0, 0, valid_until=time.time() + 600)],
-        visibility_timeout=120, duplicate_window=600,
+        duplicate_window=600,
     )  # fmt: skip
     assert order.index("create window") < order.index("DeleteMessageBatch")
     cache = duplicates.DuplicateWindow(600)

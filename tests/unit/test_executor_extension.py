@@ -1,11 +1,13 @@
-"""Executor-side first visibility extension (issue 14, executor/extension.py): when batches run
-slow relative to visibilityTimeout, each receiver extends its own journaled messages and
-records the deadline in a marker's name; the driver's heartbeat then reads no entry. Driven
+"""Executor-side first visibility extension (executor/extension.py): when batches run slow
+relative to visibilityTimeout, each receiver extends its own journaled messages and records it
+in a marker; the driver's heartbeat then reads no entry, and bounds the marker's reach by its
+own clock (the batch's planning time plus the plan's extend_by). Driven
 through the real coordinator, receivers and heartbeat on a local journal with counted
 requests; the clocks are fake, so nothing waits."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -90,6 +92,22 @@ class World:
         return [e for a, es in self.sqs.batch_calls[since:] for e in es if a == "visibility"]
 
 
+def _receivers(journal: Journal, batch: int) -> list[int]:
+    plan = journal.read_plan(batch)
+    assert plan is not None
+    return [r.receiver for r in plan.receivers]
+
+
+def _markers(journal: Journal, batch: int, receivers: list[int] | None = None) -> dict[int, float]:
+    """Receiver -> the deadline its marker's body records (the executor's clock)."""
+    out = {}
+    for r in receivers if receivers is not None else _receivers(journal, batch):
+        data = journal.store.read(f"batches/{batch:012d}/{r:05d}.extended")
+        if data is not None:
+            out[r] = float(json.loads(data)["until"])
+    return out
+
+
 @pytest.fixture
 def world(tmp_path: Path) -> Any:
     w = World(tmp_path)
@@ -116,18 +134,19 @@ def test_after_a_slow_batch_receivers_extend_and_the_driver_reads_no_entry(world
     extended = world.extensions()
     assert len(extended) == 9
     assert {e["VisibilityTimeout"] for e in extended} == {900}
-    receivers, markers = world.journal.batch_index(2)
+    receivers, markers = _receivers(world.journal, 2), _markers(world.journal, 2)
     assert sorted(markers) == receivers and len(receivers) == 3
     assert set(markers.values()) == {int(NOW + VISIBILITY / 3 + 1) + 900}
 
-    # The heartbeat, once batch 2 could need extending: one LIST of it, no entry of it read,
-    # none of its messages extended (batch 1, planned before the flag, is the driver's).
+    # The heartbeat, once batch 2 could need extending: each receiver's marker read by key,
+    # no entry of it read, none of its messages extended (batch 1, planned before the flag, is
+    # the driver's).
     world.store.calls.clear()
     world.advance(VISIBILITY)
     calls = len(world.sqs.batch_calls)
     world.state.heartbeat.tick()
     mine = [(m, k) for m, k in world.store.calls if k.startswith("batches/000000000002")]
-    assert mine == [("list", "batches/000000000002")]
+    assert sorted(mine) == [("read", f"batches/000000000002/{r:05d}.extended") for r in receivers]
     handles = {e["ReceiptHandle"] for _, es in world.sqs.batch_calls[calls:] for e in es}
     assert not handles & {e["ReceiptHandle"] for e in extended}
     held = world.state.heartbeat.snapshot(2).held_until
@@ -136,7 +155,9 @@ def test_after_a_slow_batch_receivers_extend_and_the_driver_reads_no_entry(world
     world.run(world.batch(2))
     plan3 = world.journal.read_plan(3)
     assert plan3 is not None and {a.batch for a in plan3.acks} == {2}
-    assert min(a.valid_until for a in plan3.acks) == pytest.approx(min(held.values()))
+    # held_until is the driver's monotonic clock; the plan shows it as wall time.
+    offset = world.wall.now - world.mono.now
+    assert min(a.valid_until for a in plan3.acks) == pytest.approx(min(held.values()) + offset)
     world.state.latest_offset({"batch": 3})
     assert world.journal.read_state().acked_batch >= 2
     assert not set(got) & set(world.journal.read_dedupe(world.wall.now))
@@ -160,7 +181,7 @@ def test_a_receiver_whose_extension_fails_leaves_its_entry_to_the_driver(world: 
     failing = FailingVisibility()
     failing.queue = world.sqs.queue
     assert len(world.run(parts, sqs=failing)) == 9
-    receivers, markers = world.journal.batch_index(2)
+    receivers, markers = _receivers(world.journal, 2), _markers(world.journal, 2)
     assert markers == {} and len(receivers) == 3
     calls = len(world.sqs.batch_calls)
     world.advance(VISIBILITY - 5)  # due for an extension, not expired
@@ -180,11 +201,7 @@ def test_a_receiver_that_dies_before_its_marker_leaves_its_entry_to_the_driver(
     failed = []
 
     def before(method: str, key: str) -> None:
-        if (
-            method == "create"
-            and ".extended-" in key
-            and key.endswith(f"{parts[0].receiver:05d}.extended-{int(world.wall.now) + 900}")
-        ):
+        if method == "create" and key.endswith(f"{parts[0].receiver:05d}.extended"):
             failed.append(key)
             raise OSError("store unreachable (injected)")
 
@@ -195,7 +212,7 @@ def test_a_receiver_that_dies_before_its_marker_leaves_its_entry_to_the_driver(
     )
     assert len(world.run(parts)) == 9
     assert failed
-    receivers, markers = world.journal.batch_index(2)
+    receivers, markers = _receivers(world.journal, 2), _markers(world.journal, 2)
     assert sorted(markers) == receivers[1:]
     calls = len(world.extensions())
     world.advance(VISIBILITY - 5)
@@ -259,13 +276,13 @@ def test_the_extension_stops_short_of_the_twelve_hour_ceiling(tmp_path: Path) ->
     assert extend_journaled(journal, sqs, QUEUE_URL, 1, 0, _entry(NOW), 900, wall_clock=lambda: now)
     [(_, entries)] = sqs.batch_calls
     assert {e["VisibilityTimeout"] for e in entries} == {500 - 60}
-    assert journal.batch_index(1)[1] == {0: float(int(now) + 440)}
+    assert _markers(journal, 1, [0]) == {0: float(int(now) + 440)}
     # Past the ceiling's reserve: nothing to ask for, no marker (the driver marks it lost).
     late = NOW + 43200 - 30
     assert not extend_journaled(
         journal, sqs, QUEUE_URL, 2, 0, _entry(NOW), 900, wall_clock=lambda: late
     )
-    assert len(sqs.batch_calls) == 1 and journal.batch_index(2)[1] == {}
+    assert len(sqs.batch_calls) == 1 and _markers(journal, 2, [0]) == {}
 
 
 def test_a_partly_failed_extension_writes_no_marker(tmp_path: Path) -> None:
@@ -284,22 +301,26 @@ def test_a_partly_failed_extension_writes_no_marker(tmp_path: Path) -> None:
     assert not extend_journaled(
         journal, Stale(), QUEUE_URL, 1, 0, _entry(NOW), 900, wall_clock=lambda: NOW
     )
-    assert journal.batch_index(1)[1] == {}
+    assert _markers(journal, 1, [0]) == {}
 
 
 def test_assignments_take_each_entry_s_marker_deadline_before_the_heartbeat_looked(
     world: World,
 ) -> None:
-    """The next plan lists the committed batch anyway: its markers name how long each entry's
-    handles stay valid, so the deletes of a medium-slow pipeline are not judged uncertain
-    before the heartbeat has read the batch."""
+    """The next plan reads the committed batch's markers by key: an entry whose receiver
+    extended it stays valid until the batch's planning plus extend_by (the driver's clock), so
+    the deletes of a medium-slow pipeline are not judged uncertain before the heartbeat has
+    read the batch."""
     parts = _slow_plan(world)
     world.run(parts)
-    _, markers = world.journal.batch_index(2)
+    markers = _markers(world.journal, 2)
     world.run(world.batch(2))  # no heartbeat tick in between
     plan3 = world.journal.read_plan(3)
     assert plan3 is not None
-    assert {a.receiver: a.valid_until for a in plan3.acks if a.batch == 2} == markers
+    valid = {a.receiver: a.valid_until for a in plan3.acks if a.batch == 2}
+    assert sorted(valid) == sorted(markers)
+    for receiver, until in valid.items():
+        assert until == pytest.approx(markers[receiver], abs=1.0)
     assert world.journal.read_dedupe(world.wall.now) == {}
 
 
@@ -308,13 +329,17 @@ def test_a_batch_its_receivers_extended_is_not_dropped_nor_read_when_planning_la
 ) -> None:
     """Planning the next batch when the committed one's receive baseline may lapse during the
     next receive: without markers the driver reads every entry into the drop set; with them,
-    one LIST shows the handles valid for long enough."""
+    their markers, read by key, show the handles valid for long enough."""
     world.run(_slow_plan(world))
+    batch2 = {i for r in _receivers(world.journal, 2) for i in world.journal.receiver_ids(2, r)}
     world.advance(VISIBILITY - 3)  # the heartbeat has not ticked
     world.store.calls.clear()
     world.batch(2)
     plan3 = world.journal.read_plan(3)
-    assert plan3 is not None and plan3.drop_count == 0
+    assert plan3 is not None
+    # (Batch 1, settled only now, long after batch 2's receivers deleted it, and never
+    # extended, has its deletes judged uncertain: its ids may be dropped, batch 2's not.)
+    assert not batch2 & world.journal.read_drops(plan3.drops)
     reads = [k for m, k in world.store.calls if m == "read" and k.endswith(".arrow")]
     assert not [k for k in reads if k.startswith("batches/000000000002/")]
 

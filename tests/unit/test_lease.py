@@ -66,14 +66,100 @@ def test_a_restart_after_the_driver_died_takes_over_within_two_intervals(
         restarted.acquire()
     assert restarted.seq == 1
     assert clock.now - 1_700_000_001.0 <= 2 * INTERVAL
-    assert "waiting up to 20s" in caplog.text
+    assert "watching its lease for 20s" in caplog.text
 
 
-def test_a_lease_older_than_two_intervals_is_taken_without_waiting(store: LocalStore) -> None:
+def test_an_old_record_is_watched_too_its_time_is_another_hosts_clock(store: LocalStore) -> None:
+    """The record's writtenAt is the owner's wall clock: a newcomer whose clock runs ahead
+    would take a live journal at once if it judged the record's age. It watches instead."""
+    owner_clock = Clock(NOW)
+    owner = lease(store, owner_clock, "owner")
+    owner.acquire()
+    # The newcomer's wall clock is two intervals plus five seconds ahead of the owner's.
+    newcomer_clock = Clock(NOW + 2 * INTERVAL + 5.0)
+    newcomer_clock.on_sleep.append(
+        lambda: (owner_clock.sleep(1.0), owner.renew() if owner_clock.now % INTERVAL < 1 else None)
+    )
+    with pytest.raises(JournalInUseError, match=r"run owner\) is using"):
+        lease(store, newcomer_clock, "newcomer").acquire()
+    owner.renew()  # the owner was never displaced
+
+
+def test_a_dead_owner_is_waited_out_however_old_its_record(store: LocalStore) -> None:
     clock = Clock(NOW)
     lease(store, clock, "dead").acquire()
     clock.now += 3 * INTERVAL
-    acquire_at_once(store, clock, "new")
+    start = clock.now
+    lease(store, clock, "new").acquire()
+    assert clock.now - start >= 2 * INTERVAL
+
+
+def test_confirm_renews_a_lease_older_than_one_interval_and_stops_a_displaced_owner(
+    store: LocalStore,
+) -> None:
+    clock = Clock(NOW)
+    owner = lease(store, clock, "owner")
+    owner.acquire()
+    owner.confirm()
+    assert owner.seq == 0, "a lease renewed within the interval is not renewed again"
+    clock.now += INTERVAL + 1
+    owner.confirm()
+    assert owner.seq == 1
+    clock.now += 3 * INTERVAL  # a pause: another run takes over
+    lease(store, clock, "new").acquire()
+    with pytest.raises(JournalInUseError, match=r"run new\) took over"):
+        owner.confirm()
+
+
+def test_concurrent_renewals_of_one_owner_keep_its_lease(store: LocalStore) -> None:
+    """The heartbeat renews while the driver's confirm renews: both ask for one number, or one
+    goes past the other; neither is a takeover."""
+    clock = Clock(NOW)
+    owner = lease(store, clock, "owner")
+    owner.acquire()
+    twin = lease(store, clock, "owner")
+    twin.seq = owner.seq
+    owner.renew()
+    twin.renew()  # its record 1 exists (the owner's): not taken over
+    assert twin.seq == 1
+    owner.renew()
+    owner.renew()
+    twin.renew()  # records 2 and 3 are newer: still its own
+    assert twin.seq >= 3
+
+
+class Lagging(LocalStore):
+    """A store whose listing lags: records created in the last ``lag`` seconds are not listed."""
+
+    def __init__(self, root: str, clock: Clock, lag: float) -> None:
+        super().__init__(root)
+        self.clock, self.lag, self.created_at = clock, lag, {}
+
+    def create(self, key: str, data: bytes) -> bool:
+        created = super().create(key, data)
+        if created:
+            self.created_at[key] = self.clock.now
+        return created
+
+    def list(self, prefix: str) -> list[str]:
+        return [
+            k
+            for k in super().list(prefix)
+            if self.clock.now - self.created_at.get(k, -1e18) >= self.lag
+        ]
+
+
+def test_a_listing_that_lags_does_not_hide_the_newest_record(tmp_path: Path) -> None:
+    clock = Clock(NOW)
+    store = Lagging(str(tmp_path / "journal"), clock, lag=INTERVAL * 1.5)
+    owner = lease(store, clock, "owner")
+    owner.acquire()
+    clock.now += INTERVAL * 2
+    owner.renew()
+    owner.renew()
+    owner.renew()  # records 1 to 3 are not listed yet; record 0 is kept
+    newest = lease(store, clock, "reader").newest()
+    assert newest is not None and newest.seq == 3
 
 
 def test_a_released_lease_is_taken_without_waiting(store: LocalStore) -> None:
@@ -101,7 +187,7 @@ def test_renewals_keep_two_records(store: LocalStore) -> None:
     owner.acquire()
     for _ in range(5):
         owner.renew()
-    assert store.list("lease") == ["lease/000000000004.json", "lease/000000000005.json"]
+    assert store.list("lease") == [f"lease/{n:012d}.json" for n in range(2, 6)]
 
 
 def test_a_lost_answer_to_taking_the_lease_is_not_another_query(store: LocalStore) -> None:
@@ -201,4 +287,4 @@ def test_renewals_remove_a_crashed_runs_records(store: LocalStore) -> None:
     owner = lease(store, clock, "d")
     owner.acquire()
     owner.renew()
-    assert store.list("lease") == ["lease/000000000006.json", "lease/000000000007.json"]
+    assert store.list("lease") == [f"lease/{n:012d}.json" for n in range(4, 8)]

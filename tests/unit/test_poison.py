@@ -186,7 +186,7 @@ def _quarantine(journal: Any, options: Any, client: Any, driver: _Driver, dlq: s
         dlq,
         options,
         reserve_batch=driver.reserve,
-        track=driver.tracked.append,
+        track=lambda batch, **_: driver.tracked.append(batch),
     )
 
 
@@ -226,6 +226,8 @@ def test_narrowing_carries_the_rest_out_and_quarantines_the_last_message_once(
     assert step.keep == {0: [_mid(1), _mid(2)], 1: []}
     assert driver.tracked == [5]
     assert _ids(journal.read_entry(5, 1)) == [_mid(3), _mid(4)]
+    # The carry batch has no plan: its record names its receivers, read by key.
+    assert journal.live_receivers(5) == (1,)
     assert driver_poison.carry_batches(journal, [4, 5]) == [5]
     # Planning again without a new failure changes nothing (a run that died before reading).
     assert quarantine.prepare_replay(4, [0, 1]) == step
@@ -365,7 +367,7 @@ def test_release_makes_messages_visible_and_the_replay_receives_nothing(
     assert json.loads(out[out.index("{") :])["madeVisible"] == 3
     visible = sqs.receive_message(QueueUrl=QUEUE_URL, MaxNumberOfMessages=10)["Messages"]
     assert sorted(m["Body"] for m in visible) == ["m0", "m1", "m2"]
-    assert journal.receivers(3) == [] and records.read_attempts(journal, 3) == []
+    assert journal.read_entry(3, 0) is None and records.read_attempts(journal, 3) == []
     plan = journal.read_plan(3)
     assert [(r.receiver, r.limit) for r in plan.receivers] == [(0, 0), (1, 0)]
     # A crash that left no plan: the driver takes the marker's zero plan.
@@ -381,7 +383,7 @@ def test_release_asks_before_it_acts(tmp_path: Any, sqs: Any, monkeypatch: Any) 
     journal.write_entry(3, 0, messages_to_table([sqs_message(1)], QUEUE_URL))
     monkeypatch.setattr("builtins.input", lambda prompt: "n")
     assert main(["release", "--journal", location, "--batch", "3"]) == 1
-    assert journal.receivers(3) == [0]
+    assert journal.read_entry(3, 0) is not None
 
 
 # -- options --
@@ -490,7 +492,7 @@ def test_an_adopted_narrowed_batch_delivers_only_what_its_latest_step_keeps(
         journal.adopt_entry(4, source, 7, 10000 + source, keep=step.keep.get(source))
         journal.adopt_entry(5, source, 7, 10002 + source)
     delivered = [
-        i for r in journal.receivers(7) if (t := journal.read_entry(7, r)) for i in _ids(t)
+        i for r in range(10000, 10004) if (t := journal.read_entry(7, r)) for i in _ids(t)
     ]
     assert sorted(delivered) == sorted(_mid(n) for n in (1, 2, 3, 4))
 
@@ -514,3 +516,26 @@ def test_another_policy_is_refused_while_a_narrowed_batch_is_pending(
     message = str(err.value)
     assert "poisonMessagePolicy" in message and "batch 4" in message
     assert "restart with poisonMessagePolicy=deadLetter" in message
+
+
+def test_a_carry_batch_once_adopted_is_never_created_again(tmp_path: Any, sqs: Any) -> None:
+    """Found by the simulation (seed 238 with --poison): a narrowed batch that a new
+    checkpoint adopted had its step finished again, which re-created its carry batch after a
+    later batch had adopted and removed it: the carried messages were delivered twice."""
+    journal, options = _journal_with_batch(
+        tmp_path, 4, [[1, 2], [3, 4]], poisonMessagePolicy="deadLetter", maxBatchAttempts="2"
+    )
+    quarantine = _quarantine(journal, options, sqs, _Driver(planned=4))
+    for run in ("r1", "r2"):
+        _fail_once_more(journal, 4, run, [0, 1])
+    step = quarantine.prepare_replay(4, [0, 1])
+    assert step is not None and step.carry_batch == 5
+    # Batch 7 adopts the carry batch and removes it (driver/coordinator.py _adopt).
+    journal.adopt_entry(5, 1, 7, 10000)
+    quarantine.adopted(5)
+    journal.remove_batch(5)
+
+    quarantine.complete(4, step)  # the step finished again (a replay, an adoption of 4)
+
+    assert journal.live_receivers(5) is None
+    assert journal.read_entry(5, 1) is None

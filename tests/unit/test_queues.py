@@ -266,7 +266,6 @@ def test_a_receiver_deletes_assigned_entries_on_the_queues_they_came_from(tmp_pa
         2,
         0,
         assigned,
-        visibility_timeout=30,
         wall_clock=lambda: 1010.0,
     )
     assert sum(e.deleted for e in entries) == 17
@@ -291,7 +290,7 @@ def test_the_driver_deletes_a_batch_on_the_queues_of_its_rows(tmp_path: Path) ->
         dedupe_window=60,
         wall_clock=lambda: 1010.0,
     )
-    acknowledger.start(0, [1])
+    acknowledger.start(0, {1: (0, 1)})
     stats = acknowledger.acknowledge_through(1)
     assert acked == [1] and stats.deleted == 17
     assert _calls_by_queue(sqs, "delete") == {
@@ -303,8 +302,7 @@ def test_the_driver_deletes_a_batch_on_the_queues_of_its_rows(tmp_path: Path) ->
 def test_the_heartbeat_extends_each_message_on_its_own_queue(tmp_path: Path) -> None:
     location = str(tmp_path / "journal")
     journal = Journal(location, make_options(location))
-    wall = [1000.0]
-    _two_queue_entry(journal, 1, 0, received_at=wall[0] - 25)  # 5 s of visibility left
+    _two_queue_entry(journal, 1, 0, received_at=975.0)
     sqs = FakeSqs(queue_urls=(QUEUE_URL, OTHER))
     heartbeat = Heartbeat(
         journal,
@@ -312,9 +310,8 @@ def test_the_heartbeat_extends_each_message_on_its_own_queue(tmp_path: Path) -> 
         visibility_timeout=30,
         interval=5,
         clock=lambda: 50.0,
-        wall_clock=lambda: wall[0],
     )
-    heartbeat.watch(1)
+    heartbeat.watch(1, receivers=(0, 1))  # inherited: extended at the first tick
     heartbeat.tick()
     assert heartbeat.stats.extended == 17
     assert _calls_by_queue(sqs, "visibility") == {

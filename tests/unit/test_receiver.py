@@ -341,7 +341,7 @@ def test_nothing_is_journaled_before_the_rows_are_asked_for(journal_dir: str) ->
     rows = read_partition(partition(10, journal=journal_dir), client_factory=lambda: sqs)
     assert sqs.receive_calls == []
     next(rows)
-    assert Journal(journal_dir).receivers(1) == [0]
+    assert Journal(journal_dir).read_entry(1, 0) is not None
 
 
 def test_replay_yields_identical_rows_without_calling_sqs(journal_dir: str) -> None:
@@ -359,17 +359,75 @@ def test_replay_of_an_empty_receive_yields_nothing(journal_dir: str) -> None:
     part = partition(10, journal=journal_dir)
     assert list(read_partition(part, client_factory=lambda: FakeSqs(available=0))) == []
     # The empty result is journaled too, so a retried task does not receive anew.
-    assert Journal(journal_dir).receivers(1) == [0]
+    assert Journal(journal_dir).read_entry(1, 0) is not None
     assert list(read_partition(part, client_factory=forbidden_client)) == []
 
 
 @pytest.mark.parametrize("batch", [4, 5])
 def test_a_batch_already_acknowledged_yields_nothing(journal_dir: str, batch: int) -> None:
-    Journal(journal_dir).write_state(JournalState(planned_batch=6, acked_batch=5))
     part = partition(10, batch=batch, journal=journal_dir)
+    # The driver acknowledged the batch and removed its files (the plan first).
+    Journal(journal_dir).write_state(JournalState(planned_batch=6, acked_batch=5))
+    Journal(journal_dir).remove_batch(batch)
 
     assert list(read_partition(part, client_factory=forbidden_client)) == []
-    assert Journal(journal_dir).receivers(batch) == []
+    assert Journal(journal_dir).read_entry(batch, 0) is None
+
+
+def test_a_plan_that_is_missing_for_a_batch_not_acknowledged_is_an_error(journal_dir: str) -> None:
+    """A local journal an executor does not see looks like this: said, naming the fix."""
+    part = partition(10, batch=4, journal=journal_dir)
+    Journal(journal_dir).remove_batch(4)
+    with pytest.raises(JournalError, match="s3://bucket/prefix"):
+        list(read_partition(part, client_factory=forbidden_client))
+
+
+def test_a_retired_batch_yields_nothing_and_receives_nothing(journal_dir: str) -> None:
+    """A task of a dead driver whose batch a later batch adopted (retired)."""
+    part = partition(10, batch=4, journal=journal_dir)
+    Journal(journal_dir).retire(4)
+    assert list(read_partition(part, client_factory=forbidden_client)) == []
+
+
+def test_a_straggler_that_finds_its_batch_acknowledged_after_journaling_releases(
+    journal_dir: str,
+) -> None:
+    part = partition(10, batch=4, journal=journal_dir)
+    sqs = FakeSqs(available=3)
+    journal = Journal(journal_dir)
+    real_receive = sqs.receive_message
+
+    def receive_then_acknowledged(**kwargs: Any) -> Any:
+        answer = real_receive(**kwargs)
+        journal.remove_batch(4)  # the batch is acknowledged while this attempt receives
+        return answer
+
+    sqs.receive_message = receive_then_acknowledged  # type: ignore[method-assign]
+    assert list(read_partition(part, client_factory=lambda: sqs)) == []
+    assert journal.read_entry(4, 0) is None, "its entry is removed"
+    (action, entries), *_ = sqs.batch_calls
+    assert action == "visibility" and len(entries) == 3 and entries[0]["VisibilityTimeout"] == 0
+
+
+def test_a_straggler_that_finds_its_batch_retired_after_journaling_keeps_its_entry(
+    journal_dir: str,
+) -> None:
+    """The adoption may have copied the entry: it stays, and its messages stay in flight."""
+    part = partition(10, batch=4, journal=journal_dir)
+    sqs = FakeSqs(available=3)
+    journal = Journal(journal_dir)
+    real_receive = sqs.receive_message
+
+    def receive_then_retired(**kwargs: Any) -> Any:
+        answer = real_receive(**kwargs)
+        journal.retire(4)
+        return answer
+
+    sqs.receive_message = receive_then_retired  # type: ignore[method-assign]
+    assert list(read_partition(part, client_factory=lambda: sqs)) == []
+    entry = journal.read_entry(4, 0)
+    assert entry is not None and entry.num_rows == 3
+    assert sqs.batch_calls == [], "nothing released"
 
 
 def test_a_batch_after_the_acknowledged_one_receives(journal_dir: str) -> None:
@@ -386,7 +444,7 @@ def test_a_failed_first_receive_journals_nothing(journal_dir: str) -> None:
     with pytest.raises(SqsAccessError):
         list(read_partition(part, client_factory=lambda: sqs))
     # A retried task can still receive.
-    assert Journal(journal_dir).receivers(1) == []
+    assert Journal(journal_dir).read_entry(1, 0) is None
     retry = FakeSqs(available=1)
     assert collect(read_partition(part, client_factory=lambda: retry)).num_rows == 1
 
@@ -464,3 +522,68 @@ def test_messages_that_could_not_be_journaled_are_released(
             ],
         )
     ]
+
+
+# -- a receiver that stalls between receiving and journaling -----------------------------------
+
+
+class _StalledSqs(FakeSqs):
+    """Three messages; the receiver stalls right after receiving them (``stall`` seconds on
+    its monotonic clock), and SQS refuses a visibility change for ``expired`` handles (their
+    visibility ran out meanwhile and another receiver may hold them)."""
+
+    def __init__(self, clock: Clock, stall: float, expired: set[str]) -> None:
+        super().__init__(script=[[sqs_message(n) for n in range(3)], []])
+        self.clock, self.stall, self.expired = clock, stall, expired
+
+    def receive_message(self, **kwargs: Any) -> dict[str, Any]:
+        answer = super().receive_message(**kwargs)
+        if answer:
+            self.clock.now += self.stall  # GC, a payload fetch, a lost network...
+        return answer
+
+    def change_message_visibility_batch(
+        self, QueueUrl: str, Entries: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        self.batch_calls.append(("visibility", Entries))
+        failed = [e for e in Entries if e["ReceiptHandle"] in self.expired]
+        return {
+            "Successful": [{"Id": e["Id"]} for e in Entries if e not in failed],
+            "Failed": [
+                {"Id": e["Id"], "Code": "AWS.SimpleQueueService.MessageNotInflight",
+                 "SenderFault": True, "Message": "not in flight"}
+                for e in failed
+            ],
+        }  # fmt: skip
+
+
+@pytest.mark.parametrize("delete_after_journal", ["false", "true"])
+def test_a_receiver_that_stalled_past_half_the_timeout_journals_only_what_sqs_confirms(
+    journal_dir: str, delete_after_journal: str
+) -> None:
+    clock = Clock(1000.0)
+    stale = sqs_message(1)["ReceiptHandle"]
+    sqs = _StalledSqs(clock, stall=70.0, expired={stale})  # visibilityTimeout 120: 70 > 60
+    part = partition(10, journal=journal_dir, deleteAfterJournal=delete_after_journal)
+
+    out = collect(read_partition(part, client_factory=lambda: sqs, clock=clock))
+
+    assert sorted(out.column("messageId").to_pylist()) == [
+        sqs_message(0)["MessageId"],
+        sqs_message(2)["MessageId"],
+    ]
+    checks = [entries for action, entries in sqs.batch_calls if action == "visibility"]
+    assert checks and {e["VisibilityTimeout"] for e in checks[0]} == {120}
+    entry = Journal(journal_dir).read_entry(1, 0)
+    assert entry is not None and stale not in entry.column("_receiptHandle").to_pylist()
+    if delete_after_journal == "false":
+        assert (entry.schema.metadata or {})[b"spark_sqs.expiredDropped"] == b"1"
+
+
+def test_a_receiver_that_did_not_stall_makes_no_extra_call(journal_dir: str) -> None:
+    clock = Clock(1000.0)
+    sqs = _StalledSqs(clock, stall=59.0, expired=set())  # just under half the timeout
+    part = partition(10, journal=journal_dir)
+    out = collect(read_partition(part, client_factory=lambda: sqs, clock=clock))
+    assert out.num_rows == 3
+    assert sqs.batch_calls == []

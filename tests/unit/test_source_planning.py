@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from spark_sqs.driver.coordinator import Coordinator
-from spark_sqs.journal import Journal
+from spark_sqs.driver.state import StateMarkers
+from spark_sqs.executor.receiver import read_partition
+from spark_sqs.journal import BatchPlan, Journal, ReceiverPlan
 from spark_sqs.schema import messages_to_table
 from tests.fakes import FakeSqs
 from tests.unit.factories import QUEUE_URL, make_options, sqs_message
@@ -26,23 +28,30 @@ def driver(tmp_path: Path) -> Any:
 
 def test_a_replay_drops_what_an_attempt_killed_mid_loop_journaled_in_parts(driver: Any) -> None:
     state, journal = driver
-    # The killed run: receiver 1 journaled two receive calls as parts (maybe not yet deleted,
-    # so SQS hands them out again once their visibility times out); receiver 3 existed when
-    # numPartitions was 4.
+    StateMarkers(journal).advance(planned=1)
+    # The killed run planned batch 1 with receivers 0, 1 and 3 (numPartitions was 4 then);
+    # receivers 1 and 3 journaled receive calls as parts (maybe not yet deleted, so SQS hands
+    # them out again once their visibility times out) and died.
+    journal.write_plan(BatchPlan(1, tuple(ReceiverPlan(r, 4) for r in (0, 1, 3))))
     earlier = [sqs_message(n) for n in range(4)]
     journal.write_part(1, 1, 0, messages_to_table(earlier[:2], QUEUE_URL))
     journal.write_part(1, 1, 1, messages_to_table(earlier[2:3], QUEUE_URL))
     journal.write_part(1, 3, 0, messages_to_table(earlier[3:], QUEUE_URL))
+    restarted = Coordinator(state.options, FakeSqs(), QUEUE_URL, journal)
 
-    parts = state.plan({"batch": 0}, {"batch": 1})
+    parts = restarted.plan({"batch": 0}, {"batch": 1})
+    restarted.close()
 
-    ids = {m["MessageId"] for m in earlier}
     assert [p.receiver for p in parts] == [0, 1, 3]
-    # Every receiver of the batch drops a redelivery of them: each is already in some
-    # receiver's rows, and journaling it again would deliver it twice.
-    plan = journal.read_plan(1)
-    assert plan is not None
-    assert ids <= journal.read_drops(plan.drops)
+    # The replay of receiver 0 gets them again from SQS: each is already in another
+    # receiver's parts (read by key), and journaling it again would deliver it twice.
+    again = [sqs_message(n, receive_count=2) for n in range(4)]
+    rows = [
+        row
+        for batch in read_partition(parts[0], client_factory=lambda: FakeSqs(script=[again, []]))
+        for row in batch.column("messageId").to_pylist()
+    ]
+    assert rows == []
 
 
 def test_a_batch_logged_before_a_restart_is_planned_within_max_in_flight(tmp_path: Path) -> None:
@@ -56,6 +65,8 @@ def test_a_batch_logged_before_a_restart_is_planned_within_max_in_flight(tmp_pat
         maxInFlightMessages="5",
     )
     journal = Journal(options.journal_location, options)
+    # The run's latestOffset numbered batches 1 and 2; Spark logged both.
+    StateMarkers(journal).advance(planned=2)
     died = Coordinator(options, FakeSqs(), QUEUE_URL, journal)
     died.plan({"batch": 0}, {"batch": 1})
     journal.write_entry(1, 0, messages_to_table([sqs_message(n) for n in range(3)], QUEUE_URL))

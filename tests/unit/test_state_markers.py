@@ -10,7 +10,7 @@ def _markers(journal: Journal) -> list[str]:
     return sorted(journal.store.list("state"))
 
 
-def test_advancing_adds_the_new_marker_and_removes_the_old(journal_location: str) -> None:
+def test_advancing_adds_the_new_marker_and_removes_the_old_acked_one(journal_location: str) -> None:
     journal = Journal(journal_location)
     markers = StateMarkers(journal)
     assert (markers.planned, markers.acked, markers.initial) == (0, 0, None)
@@ -22,7 +22,9 @@ def test_advancing_adds_the_new_marker_and_removes_the_old(journal_location: str
 
     assert _markers(journal) == [
         "state/acked-000000000001",
-        "state/initial-000000000000",
+        "state/initial.json",
+        # The newest planned markers are kept (a listing that lags still shows one).
+        "state/planned-000000000001",
         "state/planned-000000000002",
     ]
     # A new driver (a restart) reads what this one wrote.
@@ -49,18 +51,37 @@ def test_a_reserved_batch_is_planned_before_it_is_handed_out(journal_location: s
     assert StateMarkers(Journal(journal_location)).planned == 6
 
 
-def test_acknowledging_past_a_retired_batch_removes_its_marker(journal_location: str) -> None:
+def test_retirement_markers_of_an_earlier_version_become_the_batches_own(
+    journal_location: str,
+) -> None:
+    from spark_sqs.journal import BatchPlan, ReceiverPlan
+
     journal = Journal(journal_location)
-    journal.retire(3)
-    journal.retire(8)
+    for batch in (3, 8):
+        journal.write_plan(BatchPlan(batch, (ReceiverPlan(0, 5),)))
+        journal.store.create(f"state/retired-{batch:012d}", b"")
+    journal.store.create("state/retired-000000000004", b"")  # its batch is gone already
+
     markers = StateMarkers(journal)
-    assert markers.current.retired == frozenset({3, 8})
 
-    markers.advance(planned=9, acked=5)
+    assert markers.current.retired == frozenset()
+    assert not [k for k in _markers(journal) if "retired" in k]
+    assert journal.batch_status(3) == journal.batch_status(8) == "retired"
+    assert journal.batch_status(4) == "removed"
 
-    assert "state/retired-000000000003" not in _markers(journal)
-    assert "state/retired-000000000008" in _markers(journal)
-    assert markers.current.retired == frozenset({8})
-    assert markers.current == StateMarkers(Journal(journal_location)).current
-    assert markers.current.finished(3) and markers.current.finished(8)
-    assert not markers.current.finished(6)
+
+def test_the_newest_planned_marker_is_confirmed_by_key_when_a_listing_lags(
+    journal_location: str,
+) -> None:
+    """A batch number must never be handed out twice: markers above what a LIST shows are
+    found by reading the next numbers."""
+    journal = Journal(journal_location)
+    markers = StateMarkers(journal)
+    for batch in range(1, 21):
+        markers.advance(planned=batch)
+    real_list = journal.store.list
+    journal.store.list = lambda prefix: [  # type: ignore[method-assign]
+        k for k in real_list(prefix) if k < "state/planned-000000000015"
+    ]
+    assert StateMarkers(journal).planned == 20
+    assert len([k for k in real_list("state") if "planned" in k]) == 16
