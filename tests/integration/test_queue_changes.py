@@ -53,7 +53,9 @@ def test_queue_deleted_mid_stream_stops_the_query_and_loses_nothing_journaled(
     # The held batch reached the sink once, and its journal entries were kept (not acknowledged).
     assert sink.numbers() == held
     assert journal.list_batches() == [batch]
-    assert sum(r.rows for r in journal.batch_receipts(batch, journal.live_receivers(batch) or ())) == len(held)
+    assert sum(
+        r.rows for r in journal.batch_receipts(batch, journal.live_receivers(batch) or ())
+    ) == len(held)
 
     # The queue comes back (same name, so same URL): the next run settles the journaled batch
     # without delivering it again, then reads the new messages.
