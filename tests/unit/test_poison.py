@@ -491,9 +491,7 @@ def test_an_adopted_narrowed_batch_delivers_only_what_its_latest_step_keeps(
     for source in (0, 1):
         journal.adopt_entry(4, source, 7, 10000 + source, keep=step.keep.get(source))
         journal.adopt_entry(5, source, 7, 10002 + source)
-    delivered = [
-        i for r in range(10000, 10004) if (t := journal.read_entry(7, r)) for i in _ids(t)
-    ]
+    delivered = [i for r in range(10000, 10004) if (t := journal.read_entry(7, r)) for i in _ids(t)]
     assert sorted(delivered) == sorted(_mid(n) for n in (1, 2, 3, 4))
 
 
