@@ -67,6 +67,8 @@ class OptionSpec:
     secret: bool = False
     # The default is computed from other options by a validator (``default`` only documents it).
     derived: bool = False
+    # Other spellings accepted for it (other sources' names); giving two of them is an error.
+    aliases: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -339,10 +341,29 @@ OPTIONS: tuple[OptionSpec, ...] = (
         3600,
     ),
     OptionSpec(
+        "serviceCredential",
+        None,
+        "Databricks: the name of a Unity Catalog service credential. SQS, the Extended Client's "
+        "S3 payloads and an `s3://` journal then use its credentials, from the provider "
+        "Databricks documents for notebooks and UDFs (Runtime 16.2+). Databricks does not "
+        "document that provider inside a Python data source's processes and this was not "
+        "tested on Databricks: where the runtime offers none, the query fails at start naming "
+        "the runtime and the alternatives. See "
+        "[operations](operations.md#credentials-on-databricks).",
+        pattern=r"[^\s]{1,255}",
+        shape="a service credential name",
+        example="'sqs-orders'",
+        excludes=(
+            "awsAccessKeyId because the service credential already gives the keys",
+            "profile because the service credential already gives the keys",
+        ),
+    ),
+    OptionSpec(
         "awsAccessKeyId",
         None,
         "Explicit credentials, with `awsSecretAccessKey`; default is the AWS credential chain.",
         secret=True,
+        aliases=("awsAccessKey",),
     ),
     OptionSpec(
         "profile",
@@ -374,7 +395,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
         shape="a valid role session name (2-64 of letters, digits, +=,.@-_)",
         example="'nightly-orders'",
     ),
-    OptionSpec("awsSecretAccessKey", None, "Secret for `awsAccessKeyId`, with it.", secret=True),
+    OptionSpec(
+        "awsSecretAccessKey",
+        None,
+        "Secret for `awsAccessKeyId`, with it.",
+        secret=True,
+        aliases=("awsSecretKey",),
+    ),
     OptionSpec(
         "awsSessionToken",
         None,
@@ -384,7 +411,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
 )
 
 SPECS: dict[str, OptionSpec] = {spec.name: spec for spec in OPTIONS}
-_CANONICAL = {spec.name.lower(): spec.name for spec in OPTIONS}
+_CANONICAL = {key.lower(): spec.name for spec in OPTIONS for key in (spec.name, *spec.aliases)}
 _DEFAULTS = {spec.name: spec.default for spec in OPTIONS}
 
 # https://sqs.us-east-1.amazonaws.com/123456789012/q, https://us-east-1.queue.amazonaws.com/...,
@@ -434,6 +461,7 @@ class SqsOptions:
     duplicate_attribute: str | None = None
     credentials: AwsCredentials | None = field(default=None, repr=False)
     profile: str | None = None
+    service_credential: str | None = None
     assume_role: AssumeRole | None = None
     journal_sse_kms_key_id: str | None = None
     message_format: str = "raw"
@@ -896,6 +924,14 @@ def _normalise_keys(options: Mapping[str, Any]) -> dict[str, str]:
                 f"Unknown SQS source option '{key}'. Fix: remove it or correct the name; {hint} "
                 f"Accepted options: {', '.join(s.name for s in OPTIONS)}"
             )
+        if canonical in out:
+            spellings = " and ".join(
+                f"'{k}'" for k in options if _CANONICAL.get(str(k).lower()) == canonical
+            )
+            raise InvalidOptionError(
+                f"SQS source option '{canonical}' is given twice, as {spellings}. Fix: give "
+                "one of these spellings"
+            )
         out[canonical] = "" if value is None else str(value)
     return out
 
@@ -983,6 +1019,8 @@ def render_markdown() -> str:
         excludes = (*spec.excludes, *excluded_by.get(spec.name, ()))
         if excludes:
             meaning += f" Not with {_conditions(excludes)}."
+        if spec.aliases:
+            meaning += " Also spelled " + ", ".join(f"`{a}`" for a in spec.aliases) + "."
         default = f"`{spec.default}`" if spec.default is not None else ""
         lines.append(f"| `{spec.name}` | {_kind_text(spec)} | {default} | {meaning} |")
     return "\n".join(lines) + "\n"
