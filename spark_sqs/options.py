@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from ._compat import require_s3_conditional_writes
 from .driver.queues import check_one_region, split_queue_option
 from .errors import InvalidOptionError
 from .journal.stores import check_location
@@ -762,6 +763,8 @@ def _journal(check: _Check) -> dict[str, Any]:
             "prefix), one per query"
         )
     check_location(journal)
+    if journal.startswith("s3://"):
+        require_s3_conditional_writes()
     return {}
 
 

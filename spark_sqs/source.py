@@ -31,6 +31,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from . import _compat
+
+# First: fails with the fix when PySpark or its streaming Python Data Source API is missing,
+# before the imports below fail on it with a bare ImportError.
+_compat.require_streaming_data_source_api()
+
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
