@@ -48,7 +48,8 @@ soak: venv
 OLDEST_TESTS ?= tests/unit tests/integration/test_end_to_end.py \
 	tests/integration/test_commit_and_replay.py tests/integration/test_crash_recovery.py \
 	tests/integration/test_fifo.py tests/integration/test_flow_control.py \
-	tests/integration/test_journal_ownership.py tests/integration/test_packaging.py
+	tests/integration/test_journal_ownership.py tests/integration/test_packaging.py \
+	tests/integration/test_progress_metrics.py
 # Python 3.10 and 3.13 from PATH, else from pyenv's versions (CI's machine has both there).
 find_python = $(firstword $(foreach p,python$(1) $(wildcard $(HOME)/.pyenv/versions/$(1).*/bin/python$(1)),$(shell "$(p)" -c 'import sys; sys.exit(sys.version_info[:2] != tuple(map(int, "$(1)".split("."))))' 2>/dev/null && echo "$(p)")))
 PYTHON_OLDEST ?= $(call find_python,3.10)

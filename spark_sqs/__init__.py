@@ -7,9 +7,9 @@
 
 PySpark is not a dependency of the wheel (clusters bring their own): ``pip install
 'spark-sqs[spark]'`` for local use. ``import spark_sqs`` needs no PySpark (the ``spark-sqs``
-command runs without it); the names that need PySpark (``SqsDataSource``, ``SqsStreamReader``)
-are imported on first use, which checks that PySpark has the streaming Python
-Data Source API and raises ``ImportError`` naming what is missing otherwise.
+command runs without it); the names that need PySpark (``SqsDataSource``, ``SqsStreamReader``,
+``observe_lag``, ``observed_lag``) are imported on first use, which checks that PySpark has the
+streaming Python Data Source API and raises ``ImportError`` naming what is missing otherwise.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
+    from .monitoring import observe_lag, observed_lag
     from .source import SqsDataSource, SqsStreamReader
 
 __version__ = "0.1.0"
@@ -34,6 +35,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "SqsDataSource": "source",
     "SqsStreamReader": "source",
+    "observe_lag": "monitoring",
+    "observed_lag": "monitoring",
 }
 
 __all__ = [
@@ -45,6 +48,8 @@ __all__ = [
     "SqsSourceError",
     "SqsStreamReader",
     "TransientSqsError",
+    "observe_lag",
+    "observed_lag",
 ]
 
 
