@@ -342,6 +342,16 @@ OPTIONS: tuple[OptionSpec, ...] = (
         3600,
     ),
     OptionSpec(
+        "logLevel",
+        "INFO",
+        "Level of the source's log lines in the driver's streaming-source process (where PySpark "
+        "runs `latestOffset`, `partitions` and `commit`; logging configured in a notebook does not "
+        "reach it). They are written to that process's stderr, which Spark copies to the driver's "
+        "stderr log. See [operations](operations.md#logs).",
+        kind="choice",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR", "OFF"),
+    ),
+    OptionSpec(
         "serviceCredential",
         None,
         "Databricks: the name of a Unity Catalog service credential. SQS, the Extended Client's "
@@ -463,6 +473,7 @@ class SqsOptions:
     credentials: AwsCredentials | None = field(default=None, repr=False)
     profile: str | None = None
     service_credential: str | None = None
+    log_level: str = "INFO"
     assume_role: AssumeRole | None = None
     journal_sse_kms_key_id: str | None = None
     message_format: str = "raw"

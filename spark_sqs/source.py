@@ -53,6 +53,7 @@ from .driver.flow_control import ReadLimit, default_read_limit
 from .driver.planning import ReceiverPartition
 from .errors import InvalidOptionError
 from .executor.receiver import read_partition
+from .logs import route_to_stderr
 from .options import SqsOptions
 from .schema import spark_schema
 
@@ -122,6 +123,7 @@ class SqsStreamReader(*_READER_BASES):  # type: ignore[misc]
 
     def _state(self) -> Coordinator:
         if self._driver is None:
+            route_to_stderr(self.options.log_level)
             self._driver = Coordinator.start(self.options)
         return self._driver
 
