@@ -8,8 +8,9 @@
 PySpark is not a dependency of the wheel (clusters bring their own): ``pip install
 'spark-sqs[spark]'`` for local use. ``import spark_sqs`` needs no PySpark (the ``spark-sqs``
 command runs without it); the names that need PySpark (``SqsDataSource``, ``SqsStreamReader``,
-``observe_lag``, ``observed_lag``) are imported on first use, which checks that PySpark has the
-streaming Python Data Source API and raises ``ImportError`` naming what is missing otherwise.
+``observe_lag``, ``observed_lag``, ``register``) are imported on first use, which checks that
+PySpark has the streaming Python Data Source API and raises ``ImportError`` naming what is
+missing otherwise.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .errors import (
 
 if TYPE_CHECKING:
     from .monitoring import observe_lag, observed_lag
+    from .registration import register
     from .source import SqsDataSource, SqsStreamReader
 
 __version__ = "0.1.0"
@@ -37,6 +39,7 @@ _LAZY = {
     "SqsStreamReader": "source",
     "observe_lag": "monitoring",
     "observed_lag": "monitoring",
+    "register": "registration",
 }
 
 __all__ = [
@@ -50,6 +53,7 @@ __all__ = [
     "TransientSqsError",
     "observe_lag",
     "observed_lag",
+    "register",
 ]
 
 
