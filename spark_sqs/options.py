@@ -144,7 +144,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "minMessagesPerTrigger",
         None,
         "Wait for at least this many visible messages before starting a micro-batch, but never "
-        "longer than `maxTriggerDelay` (as in the Kafka source). At most `maxMessagesPerTrigger`.",
+        "longer than `maxTriggerDelay`. At most `maxMessagesPerTrigger`. Like the Kafka "
+        "source's `minOffsetsPerTrigger`, except that `maxTriggerDelay` is in seconds here.",
         "int",
         1,
         1_000_000,
@@ -152,7 +153,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "maxTriggerDelay",
         "900",
-        "With `minMessagesPerTrigger`, the longest a micro-batch waits for more.",
+        "With `minMessagesPerTrigger`, the longest a micro-batch waits for more, in seconds "
+        "(a number such as `900`, not a duration such as Kafka's `15m`).",
         "seconds",
         0,
         86400,
@@ -194,7 +196,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "deleteOnCommit",
         "true",
         "Delete messages once the micro-batch that yielded them is committed. `false` never "
-        "deletes (messages reappear after the visibility timeout).",
+        "deletes: each message becomes visible again after `visibilityTimeout` and this same "
+        "query reads it again, as a new row, once every visibility timeout, for as long as the "
+        "queue keeps it (its retention period, or until its redrive policy moves it). Only for "
+        "peeking at a queue that another consumer drains; nothing is exactly once then.",
         kind="bool",
     ),
     OptionSpec(
