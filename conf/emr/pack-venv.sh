@@ -12,7 +12,8 @@
 # and for EMR on EKS: the same spark.archives with
 #   --conf spark.pyspark.driver.python=./environment/bin/python
 #   --conf spark.pyspark.python=./environment/bin/python
-# Not run on EMR Serverless or EMR on EKS: checked here with `bash -n` only.
+# Not run on EMR Serverless or EMR on EKS. Run once on a development machine (Debian, Python
+# 3.11): the archive unpacked and its Python imported spark_sqs; the tests check `bash -n` only.
 set -euo pipefail
 WHEEL="${1:?usage: pack-venv.sh spark_sqs-<version>-py3-none-any.whl [out.tar.gz]}"
 OUT="${2:-spark_sqs_venv.tar.gz}"
@@ -22,6 +23,7 @@ PYTHON="${PYTHON:-python3}"
     exit 1
 }
 WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
 "$PYTHON" -m venv --copies "$WORK/venv"
 "$WORK/venv/bin/pip" install --quiet "$WHEEL" venv-pack
 "$WORK/venv/bin/venv-pack" -p "$WORK/venv" -o "$OUT" -f
