@@ -6,7 +6,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 LINTED := spark_sqs devtools tests notebooks chaos bench sim
 
-.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick chaos-sink chaos-poison soak bench conformance bench-sink bench-driver bench-window bench-inflight sim mutations
+.PHONY: venv demo test test-oldest test-newest-python unit lint format clean chaos chaos-quick chaos-sink chaos-poison soak bench conformance bench-sink bench-driver bench-window bench-inflight sim mutations
 
 venv:
 	@scripts/bootstrap.sh $(VENV) $(LOCK)
@@ -42,15 +42,23 @@ SOAK_SECONDS ?= 600
 soak: venv
 	$(PY) -m chaos --soak $(SOAK_SECONDS) --scenarios standard fifo $(CHAOS_ARGS)
 
-# The same tests on the oldest supported PySpark (4.0), in its own virtualenv.
+# The same tests on the oldest supported PySpark (4.0) and Python (3.10), in its own virtualenv.
 # The unit tests and the end-to-end tests whose path differs on 4.0/4.1 (latestOffset without a
 # start, initialOffset after latestOffset, no read limits): the rest does not depend on the version.
 OLDEST_TESTS ?= tests/unit tests/integration/test_end_to_end.py \
 	tests/integration/test_commit_and_replay.py tests/integration/test_crash_recovery.py \
 	tests/integration/test_fifo.py tests/integration/test_flow_control.py \
-	tests/integration/test_journal_ownership.py tests/integration/test_packaging.py
+	tests/integration/test_journal_ownership.py tests/integration/test_packaging.py \
+	tests/integration/test_progress_metrics.py
+# Python 3.10 and 3.13 from PATH, else from pyenv's versions (CI's machine has both there).
+find_python = $(firstword $(foreach p,python$(1) $(wildcard $(HOME)/.pyenv/versions/$(1).*/bin/python$(1)),$(shell "$(p)" -c 'import sys; sys.exit(sys.version_info[:2] != tuple(map(int, "$(1)".split("."))))' 2>/dev/null && echo "$(p)")))
+PYTHON_OLDEST ?= $(call find_python,3.10)
+PYTHON_NEWEST ?= $(call find_python,3.13)
+
+# Runs on Python 3.10, the oldest supported Python, so that both floors are tested at once.
 test-oldest:
-	@scripts/bootstrap.sh .venv-spark4.0 requirements/lock-spark-4.0.txt
+	@[ -n "$(PYTHON_OLDEST)" ] || { echo "spark-sqs: test-oldest needs Python 3.10 (python3.10 on PATH or pyenv); set PYTHON_OLDEST=/path/to/python3.10" >&2; exit 1; }
+	@PYTHON=$(PYTHON_OLDEST) scripts/bootstrap.sh .venv-spark4.0 requirements/lock-spark-4.0.txt
 	PYSPARK_PYTHON=$(abspath .venv-spark4.0/bin/python) PYSPARK_DRIVER_PYTHON=$(abspath .venv-spark4.0/bin/python) \
 		.venv-spark4.0/bin/python -m pytest $(OLDEST_TESTS) $(PYTEST_ARGS)
 
@@ -103,6 +111,13 @@ sim: venv
 # Each fix of the exactly-once issue reverted in memory, one at a time: does the simulation find it?
 mutations: venv
 	$(PY) -m sim.mutations $(SIM_ARGS)
+
+# The unit tests on the newest supported Python (3.13) with the newest PySpark's lock.
+test-newest-python:
+	@[ -n "$(PYTHON_NEWEST)" ] || { echo "spark-sqs: test-newest-python needs Python 3.13 (python3.13 on PATH or pyenv); set PYTHON_NEWEST=/path/to/python3.13" >&2; exit 1; }
+	@PYTHON=$(PYTHON_NEWEST) scripts/bootstrap.sh .venv-py3.13 requirements/lock-spark-4.3.txt
+	PYSPARK_PYTHON=$(abspath .venv-py3.13/bin/python) PYSPARK_DRIVER_PYTHON=$(abspath .venv-py3.13/bin/python) \
+		.venv-py3.13/bin/python -m pytest tests/unit $(PYTEST_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

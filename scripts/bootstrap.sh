@@ -38,6 +38,13 @@ if [ -z "$JAVA_MAJOR" ] || [ "$JAVA_MAJOR" -lt 17 ]; then
     exit 1
 fi
 
+# A venv of another Python than the one asked for (PYTHON=...) is rebuilt, not reused.
+if [ -n "${PYTHON:-}" ] && [ -x "$VENV/bin/python" ]; then
+    WANT="$("$PY" -c 'import sys; print(sys.version_info[:2])')"
+    HAVE="$("$VENV/bin/python" -c 'import sys; print(sys.version_info[:2])' 2>/dev/null || true)"
+    [ "$WANT" = "$HAVE" ] || rm -rf "$VENV"
+fi
+
 STAMP="$VENV/.spark-sqs-lock"
 if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && cmp -s "$STAMP" "$HERE/$LOCK"; then
     exit 0
@@ -50,7 +57,7 @@ if ! { "$PY" -m venv "$VENV" &&
     "$VENV/bin/python" -m pip install -r "$HERE/$LOCK" &&
     "$VENV/bin/python" -m pip install --no-deps -e "$HERE" &&
     # PySpark comes from the lock, not from the package (an extra): the import checks it is there.
-    "$VENV/bin/python" -c "import spark_sqs"; } >"$LOG" 2>&1; then
+    "$VENV/bin/python" -c "from spark_sqs import SqsDataSource"; } >"$LOG" 2>&1; then
     grep -v "is ignored: it is neither a file nor a directory" "$LOG" | tail -40 >&2
     echo "spark-sqs: setting up $VENV failed (full log: $LOG)" >&2
     exit 1

@@ -6,13 +6,17 @@
         .option("journalLocation", "/checkpoints/q1-journal").load()
 
 PySpark is not a dependency of the wheel (clusters bring their own): ``pip install
-'spark-sqs[spark]'`` for local use. Importing the package checks that PySpark has the streaming
-Python Data Source API and raises ``ImportError`` naming what is missing otherwise.
+'spark-sqs[spark]'`` for local use. ``import spark_sqs`` needs no PySpark (the ``spark-sqs``
+command runs without it); the names that need PySpark (``SqsDataSource``, ``SqsStreamReader``,
+``observe_lag``, ``observed_lag``, ``register``) are imported on first use, which checks that
+PySpark has the streaming Python Data Source API and raises ``ImportError`` naming what is
+missing otherwise.
 """
 
-# First: fails with the fix when PySpark or its streaming Python Data Source API is missing,
-# before ``.source`` fails on it with a bare ImportError.
-from . import _compat  # noqa: F401
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     InvalidOptionError,
     JournalError,
@@ -21,9 +25,22 @@ from .errors import (
     SqsSourceError,
     TransientSqsError,
 )
-from .source import SqsDataSource, SqsStreamReader
+
+if TYPE_CHECKING:
+    from .monitoring import observe_lag, observed_lag
+    from .registration import register
+    from .source import SqsDataSource, SqsStreamReader
 
 __version__ = "0.1.0"
+
+# Name -> module that defines it; each of these modules needs PySpark.
+_LAZY = {
+    "SqsDataSource": "source",
+    "SqsStreamReader": "source",
+    "observe_lag": "monitoring",
+    "observed_lag": "monitoring",
+    "register": "registration",
+}
 
 __all__ = [
     "InvalidOptionError",
@@ -34,4 +51,18 @@ __all__ = [
     "SqsSourceError",
     "SqsStreamReader",
     "TransientSqsError",
+    "observe_lag",
+    "observed_lag",
+    "register",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'spark_sqs' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

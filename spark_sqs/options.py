@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from ._compat import require_s3_conditional_writes
 from .driver.queues import check_one_region, split_queue_option
 from .errors import InvalidOptionError
 from .journal.stores import check_location
@@ -67,6 +68,8 @@ class OptionSpec:
     secret: bool = False
     # The default is computed from other options by a validator (``default`` only documents it).
     derived: bool = False
+    # Other spellings accepted for it (other sources' names); giving two of them is an error.
+    aliases: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -141,7 +144,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "minMessagesPerTrigger",
         None,
         "Wait for at least this many visible messages before starting a micro-batch, but never "
-        "longer than `maxTriggerDelay` (as in the Kafka source). At most `maxMessagesPerTrigger`.",
+        "longer than `maxTriggerDelay`. At most `maxMessagesPerTrigger`. Like the Kafka "
+        "source's `minOffsetsPerTrigger`, except that `maxTriggerDelay` is in seconds here.",
         "int",
         1,
         1_000_000,
@@ -149,7 +153,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "maxTriggerDelay",
         "900",
-        "With `minMessagesPerTrigger`, the longest a micro-batch waits for more.",
+        "With `minMessagesPerTrigger`, the longest a micro-batch waits for more, in seconds "
+        "(a number such as `900`, not a duration such as Kafka's `15m`).",
         "seconds",
         0,
         86400,
@@ -191,7 +196,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "deleteOnCommit",
         "true",
         "Delete messages once the micro-batch that yielded them is committed. `false` never "
-        "deletes (messages reappear after the visibility timeout).",
+        "deletes: each message becomes visible again after `visibilityTimeout` and this same "
+        "query reads it again, as a new row, once every visibility timeout, for as long as the "
+        "queue keeps it (its retention period, or until its redrive policy moves it). Only for "
+        "peeking at a queue that another consumer drains; nothing is exactly once then.",
         kind="bool",
     ),
     OptionSpec(
@@ -339,10 +347,39 @@ OPTIONS: tuple[OptionSpec, ...] = (
         3600,
     ),
     OptionSpec(
+        "logLevel",
+        "INFO",
+        "Level of the source's log lines in the driver's streaming-source process (where PySpark "
+        "runs `latestOffset`, `partitions` and `commit`; logging configured in a notebook does not "
+        "reach it). They are written to that process's stderr, which Spark copies to the driver's "
+        "stderr log. See [operations](operations.md#logs).",
+        kind="choice",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR", "OFF"),
+    ),
+    OptionSpec(
+        "serviceCredential",
+        None,
+        "Databricks: the name of a Unity Catalog service credential. SQS, the Extended Client's "
+        "S3 payloads and an `s3://` journal then use its credentials, from the provider "
+        "Databricks documents for notebooks and UDFs (Runtime 16.2+). Databricks does not "
+        "document that provider inside a Python data source's processes and this was not "
+        "tested on Databricks: where the runtime offers none, the query fails at start naming "
+        "the runtime and the alternatives. See "
+        "[operations](operations.md#credentials-on-databricks).",
+        pattern=r"[^\s]{1,255}",
+        shape="a service credential name",
+        example="'sqs-orders'",
+        excludes=(
+            "awsAccessKeyId because the service credential already gives the keys",
+            "profile because the service credential already gives the keys",
+        ),
+    ),
+    OptionSpec(
         "awsAccessKeyId",
         None,
         "Explicit credentials, with `awsSecretAccessKey`; default is the AWS credential chain.",
         secret=True,
+        aliases=("awsAccessKey",),
     ),
     OptionSpec(
         "profile",
@@ -374,7 +411,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
         shape="a valid role session name (2-64 of letters, digits, +=,.@-_)",
         example="'nightly-orders'",
     ),
-    OptionSpec("awsSecretAccessKey", None, "Secret for `awsAccessKeyId`, with it.", secret=True),
+    OptionSpec(
+        "awsSecretAccessKey",
+        None,
+        "Secret for `awsAccessKeyId`, with it.",
+        secret=True,
+        aliases=("awsSecretKey",),
+    ),
     OptionSpec(
         "awsSessionToken",
         None,
@@ -384,7 +427,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
 )
 
 SPECS: dict[str, OptionSpec] = {spec.name: spec for spec in OPTIONS}
-_CANONICAL = {spec.name.lower(): spec.name for spec in OPTIONS}
+_CANONICAL = {key.lower(): spec.name for spec in OPTIONS for key in (spec.name, *spec.aliases)}
 _DEFAULTS = {spec.name: spec.default for spec in OPTIONS}
 
 # https://sqs.us-east-1.amazonaws.com/123456789012/q, https://us-east-1.queue.amazonaws.com/...,
@@ -434,6 +477,8 @@ class SqsOptions:
     duplicate_attribute: str | None = None
     credentials: AwsCredentials | None = field(default=None, repr=False)
     profile: str | None = None
+    service_credential: str | None = None
+    log_level: str = "INFO"
     assume_role: AssumeRole | None = None
     journal_sse_kms_key_id: str | None = None
     message_format: str = "raw"
@@ -734,6 +779,8 @@ def _journal(check: _Check) -> dict[str, Any]:
             "prefix), one per query"
         )
     check_location(journal)
+    if journal.startswith("s3://"):
+        require_s3_conditional_writes()
     return {}
 
 
@@ -896,6 +943,14 @@ def _normalise_keys(options: Mapping[str, Any]) -> dict[str, str]:
                 f"Unknown SQS source option '{key}'. Fix: remove it or correct the name; {hint} "
                 f"Accepted options: {', '.join(s.name for s in OPTIONS)}"
             )
+        if canonical in out:
+            spellings = " and ".join(
+                f"'{k}'" for k in options if _CANONICAL.get(str(k).lower()) == canonical
+            )
+            raise InvalidOptionError(
+                f"SQS source option '{canonical}' is given twice, as {spellings}. Fix: give "
+                "one of these spellings"
+            )
         out[canonical] = "" if value is None else str(value)
     return out
 
@@ -983,6 +1038,8 @@ def render_markdown() -> str:
         excludes = (*spec.excludes, *excluded_by.get(spec.name, ()))
         if excludes:
             meaning += f" Not with {_conditions(excludes)}."
+        if spec.aliases:
+            meaning += " Also spelled " + ", ".join(f"`{a}`" for a in spec.aliases) + "."
         default = f"`{spec.default}`" if spec.default is not None else ""
         lines.append(f"| `{spec.name}` | {_kind_text(spec)} | {default} | {meaning} |")
     return "\n".join(lines) + "\n"

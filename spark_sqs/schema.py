@@ -10,64 +10,101 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from pyspark.sql.types import (
-    BinaryType,
-    IntegerType,
-    MapType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
 
-MESSAGE_ATTRIBUTE_TYPE = StructType(
-    [
-        StructField("dataType", StringType()),
-        StructField("stringValue", StringType()),
-        StructField("binaryValue", BinaryType()),
-    ]
-)
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
 
-SCHEMA = StructType(
-    [
-        StructField("messageId", StringType(), nullable=False),
-        StructField("body", StringType()),
-        StructField("md5OfBody", StringType()),
-        StructField("sentTimestamp", TimestampType()),
-        StructField("approximateReceiveCount", IntegerType()),
-        StructField("approximateFirstReceiveTimestamp", TimestampType()),
-        StructField("senderId", StringType()),
-        StructField("messageGroupId", StringType()),
-        StructField("messageDeduplicationId", StringType()),
-        StructField("sequenceNumber", StringType()),
-        StructField("attributes", MapType(StringType(), StringType())),
-        StructField("messageAttributes", MapType(StringType(), MESSAGE_ATTRIBUTE_TYPE)),
-        StructField("queueUrl", StringType()),
-    ]
+COLUMNS = (
+    "messageId",
+    "body",
+    "md5OfBody",
+    "sentTimestamp",
+    "approximateReceiveCount",
+    "approximateFirstReceiveTimestamp",
+    "senderId",
+    "messageGroupId",
+    "messageDeduplicationId",
+    "sequenceNumber",
+    "attributes",
+    "messageAttributes",
+    "queueUrl",
 )
-
-COLUMNS = tuple(SCHEMA.fieldNames())
 RECEIPT_HANDLE = "_receiptHandle"
 
 # Columns added with messageFormat=sns, after the default ones (so the default schema is
 # unchanged). Null for a message kept raw with invalidEnvelope=keep.
-SNS_FIELDS = (
-    StructField("snsTopicArn", StringType()),
-    StructField("snsMessageId", StringType()),
-    StructField("snsSubject", StringType()),
-    StructField("snsTimestamp", TimestampType()),
-)
-SNS_COLUMNS = tuple(f.name for f in SNS_FIELDS)
+SNS_COLUMNS = ("snsTopicArn", "snsMessageId", "snsSubject", "snsTimestamp")
+
+
+@functools.cache
+def _spark_types() -> dict[str, Any]:
+    """The Spark types of the columns, built on first use: the ``spark-sqs`` command and the
+    journal's readers import this module on machines without PySpark."""
+    from pyspark.sql.types import (
+        BinaryType,
+        IntegerType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    attribute = StructType(
+        [
+            StructField("dataType", StringType()),
+            StructField("stringValue", StringType()),
+            StructField("binaryValue", BinaryType()),
+        ]
+    )
+    schema = StructType(
+        [
+            StructField("messageId", StringType(), nullable=False),
+            StructField("body", StringType()),
+            StructField("md5OfBody", StringType()),
+            StructField("sentTimestamp", TimestampType()),
+            StructField("approximateReceiveCount", IntegerType()),
+            StructField("approximateFirstReceiveTimestamp", TimestampType()),
+            StructField("senderId", StringType()),
+            StructField("messageGroupId", StringType()),
+            StructField("messageDeduplicationId", StringType()),
+            StructField("sequenceNumber", StringType()),
+            StructField("attributes", MapType(StringType(), StringType())),
+            StructField("messageAttributes", MapType(StringType(), attribute)),
+            StructField("queueUrl", StringType()),
+        ]
+    )
+    sns = (
+        StructField("snsTopicArn", StringType()),
+        StructField("snsMessageId", StringType()),
+        StructField("snsSubject", StringType()),
+        StructField("snsTimestamp", TimestampType()),
+    )
+    return {"MESSAGE_ATTRIBUTE_TYPE": attribute, "SCHEMA": schema, "SNS_FIELDS": sns}
+
+
+def __getattr__(name: str) -> Any:
+    """``SCHEMA``, ``MESSAGE_ATTRIBUTE_TYPE`` and ``SNS_FIELDS``: the Spark types, on first use."""
+    if name in ("MESSAGE_ATTRIBUTE_TYPE", "SCHEMA", "SNS_FIELDS"):
+        return _spark_types()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 # Key of the unwrapped SNS fields in a message dict (set by ``envelopes``; not a boto3 key).
 SNS_KEY = "spark_sqs.sns"
 
 
 def spark_schema(sns: bool = False) -> StructType:
     """The DataFrame's schema: ``SCHEMA``, plus the SNS columns with ``messageFormat=sns``."""
-    return StructType([*SCHEMA.fields, *SNS_FIELDS]) if sns else SCHEMA
+    types = _spark_types()
+    if not sns:
+        return types["SCHEMA"]
+    from pyspark.sql.types import StructType
+
+    return StructType([*types["SCHEMA"].fields, *types["SNS_FIELDS"]])
 
 
 @functools.cache
@@ -170,7 +207,7 @@ def output_batches(table: pa.Table, sns: bool = False) -> list[pa.RecordBatch]:
     """
     out = table.drop_columns([c for c in table.column_names if c.startswith("_")])
     if sns:
-        for field in SNS_FIELDS:
+        for field in _spark_types()["SNS_FIELDS"]:
             if field.name not in out.column_names:
                 target = arrow_output_schema(True).field(field.name)
                 out = out.append_column(target, pa.nulls(out.num_rows, target.type))

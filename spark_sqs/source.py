@@ -31,6 +31,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from . import _compat
+
+# First: fails with the fix when PySpark or its streaming Python Data Source API is missing,
+# before the imports below fail on it with a bare ImportError.
+_compat.require_streaming_data_source_api()
+
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
@@ -46,6 +52,7 @@ from .driver.flow_control import ReadLimit, default_read_limit
 from .driver.planning import ReceiverPartition
 from .errors import InvalidOptionError
 from .executor.receiver import read_partition
+from .logs import route_to_stderr
 from .options import SqsOptions
 from .schema import spark_schema
 
@@ -115,6 +122,7 @@ class SqsStreamReader(*_READER_BASES):  # type: ignore[misc]
 
     def _state(self) -> Coordinator:
         if self._driver is None:
+            route_to_stderr(self.options.log_level)
             self._driver = Coordinator.start(self.options)
         return self._driver
 

@@ -355,7 +355,8 @@ class Coordinator:
             logger.info("Trigger.AvailableNow: delivering the %d visible messages", visible)
 
     def report(self) -> dict:
-        """reportLatestOffset: the newest batch and the queue's backlog, for query progress."""
+        """reportLatestOffset: the newest batch, the queue's backlog and the newest settled
+        batch's counters, for query progress."""
         with self.lock:
             report: dict[str, Any] = {
                 "batch": self.markers.planned,
@@ -367,6 +368,8 @@ class Coordinator:
             }
             if len(self.queue_urls) > 1:
                 report["queues"] = self._queue_report()
+            if self.reporter.latest is not None:
+                report["lastBatch"] = self.reporter.latest
             return report
 
     def _queue_report(self) -> dict[str, dict[str, int]]:

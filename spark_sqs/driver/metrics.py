@@ -21,6 +21,23 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: The counters of the newest settled batch that go into Spark's progress report (Spark 4.2+,
+#: ``sources[0].latestOffset.lastBatch``); the metrics file has them all.
+PROGRESS_COUNTERS = (
+    "batch",
+    "received",
+    "journaled",
+    "deleted",
+    "deleteFailures",
+    "uncertainAcknowledgements",
+    "duplicatesDropped",
+    "duplicateWindowDropped",
+    "visibilityExtensionFailures",
+    "oldestMessageAgeMs",
+    "medianMessageAgeMs",
+    "acknowledgedAt",
+)
+
 
 class BatchReporter:
     def __init__(
@@ -37,6 +54,8 @@ class BatchReporter:
         # Receivers that replayed from the journal, by batch (set when the batch is planned).
         self.replayed: dict[int, int] = {}
         self._heartbeat_seen = (0, 0)
+        # The newest settled batch's counters for the progress report (reportLatestOffset).
+        self.latest: dict[str, Any] | None = None
 
     def report(self, counters: dict[str, Any]) -> dict[str, Any]:
         """Log and write the counters of one acknowledged batch; returns what was written."""
@@ -54,6 +73,7 @@ class BatchReporter:
             "acknowledgedAt": self._wall(),
         }
         self._heartbeat_seen = (extended, failed)
+        self.latest = {key: counters.get(key) for key in PROGRESS_COUNTERS}
         logger.info(
             "batch %d: received %d, journaled %d, replayed receivers %d, deleted %d, delete "
             "failures %d, visibility extensions %d (failed %d), duplicates dropped %d (copies "

@@ -30,6 +30,7 @@ CONNECTION_OPTIONS: tuple[str, ...] = (
     "queueOwnerAccountId",
     "region",
     "endpointUrl",
+    "serviceCredential",
     "awsAccessKeyId",
     "awsSecretAccessKey",
     "awsSessionToken",
@@ -90,7 +91,9 @@ ALL_SINK_OPTIONS: tuple[OptionSpec, ...] = (
     *(_CONNECTION_SPECS[name] for name in CONNECTION_OPTIONS),
     *SINK_OPTIONS,
 )
-_CANONICAL = {spec.name.lower(): spec.name for spec in ALL_SINK_OPTIONS}
+_CANONICAL = {
+    key.lower(): spec.name for spec in ALL_SINK_OPTIONS for key in (spec.name, *spec.aliases)
+}
 _DEFAULTS = {spec.name: spec.default for spec in SINK_OPTIONS}
 
 # Any value: the sink never opens a journal, but SqsOptions.parse requires one.
@@ -133,6 +136,11 @@ class SinkOptions:
                 raise InvalidOptionError(
                     f"Unknown SQS sink option '{key}'. Fix: remove it or correct the name; "
                     f"{hint} Accepted options: {', '.join(s.name for s in ALL_SINK_OPTIONS)}"
+                )
+            if canonical in raw:
+                raise InvalidOptionError(
+                    f"SQS sink option '{canonical}' is given twice, under two spellings. Fix: "
+                    "give one of them"
                 )
             raw[canonical] = "" if value is None else str(value)
 

@@ -16,13 +16,11 @@ from typing import Any, Protocol
 import boto3
 import botocore.session
 from botocore.config import Config
-from botocore.credentials import RefreshableCredentials
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
     NoCredentialsError,
     PartialCredentialsError,
-    ProfileNotFound,
 )
 from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
@@ -30,6 +28,7 @@ from botocore.exceptions import (
 
 from ..errors import QueueNotFoundError, SqsAccessError, SqsSourceError, TransientSqsError
 from ..options import SqsOptions
+from . import credentials
 
 logger = logging.getLogger(__name__)
 
@@ -105,51 +104,40 @@ def make_client(
 
 
 def make_session(options: SqsOptions) -> boto3.session.Session:
-    """A boto3 session with the options' credentials: explicit keys, a profile, or the default
-    chain, then (with ``roleArn``) an assumed role that botocore refreshes before it expires."""
-    creds = options.credentials
-    if creds is not None:
-        base = boto3.session.Session(
-            aws_access_key_id=creds.access_key_id,
-            aws_secret_access_key=creds.secret_access_key,
-            aws_session_token=creds.session_token,
-            region_name=options.region,
+    """A boto3 session with the options' credentials (``spark_sqs.sqs.credentials`` says where
+    they come from): a service credential, explicit keys, a profile, or the default chain, then
+    (with ``roleArn``) an assumed role that botocore refreshes before it expires."""
+    region = options.region
+    if options.service_credential:
+        base = credentials.session_with(
+            credentials.service_credentials(options.service_credential), region
         )
     else:
-        try:
-            base = boto3.session.Session(profile_name=options.profile, region_name=options.region)
-        except ProfileNotFound:
+        base = botocore.session.Session(profile=options.profile)
+        if options.profile and options.profile not in base.available_profiles:
             raise SqsAccessError(
                 f"AWS profile {options.profile!r} is not defined. Fix: define it in the AWS "
                 "config files on the driver and on every executor, or remove the 'profile' "
                 "option"
-            ) from None
+            )
+        keys = options.credentials
+        if keys is not None:
+            base.set_credentials(keys.access_key_id, keys.secret_access_key, keys.session_token)
+        if region:
+            base.set_config_variable("region", region)
     role = options.assume_role
     if role is None:
-        return base
-    sts = base.client("sts", region_name=options.region)
-
-    def assume() -> dict[str, str]:
-        kwargs: dict[str, Any] = {"RoleArn": role.role_arn, "RoleSessionName": role.session_name}
-        if role.external_id:
-            kwargs["ExternalId"] = role.external_id
-        try:
-            issued = sts.assume_role(**kwargs)["Credentials"]
-        except Exception as exc:
-            raise classify(exc, "AssumeRole", role.role_arn) from None
-        return {
-            "access_key": issued["AccessKeyId"],
-            "secret_key": issued["SecretAccessKey"],
-            "token": issued["SessionToken"],
-            "expiry_time": issued["Expiration"].isoformat(),
-        }
-
-    credentials = RefreshableCredentials.create_from_metadata(
-        metadata=assume(), refresh_using=assume, method="sts-assume-role"
+        return boto3.session.Session(botocore_session=base, region_name=region)
+    assumed = credentials.assumed_role_credentials(
+        base,
+        role.role_arn,
+        role.session_name,
+        role.external_id,
+        on_error=lambda exc: classify(exc, "AssumeRole", role.role_arn),
     )
-    botocore_session = botocore.session.get_session()
-    botocore_session._credentials = credentials
-    return boto3.session.Session(botocore_session=botocore_session, region_name=options.region)
+    return boto3.session.Session(
+        botocore_session=credentials.session_with(assumed, region), region_name=region
+    )
 
 
 _CACHE: dict[SqsOptions, SqsClient] = {}

@@ -1,7 +1,10 @@
-"""The wheel holds the source only: no development tools (devtools/, tests/, bench/, chaos/), no
-module that imports moto or pytest, and no hard PySpark requirement (clusters bring their own).
-Installed into a clean virtualenv, ``import spark_sqs`` imports neither moto nor pytest and the
-``spark-sqs`` command sends to and inspects a queue."""
+"""The wheel holds the source and the license only: no development tools (devtools/, tests/,
+bench/, chaos/), no module that imports moto or pytest, no hard PySpark requirement (clusters
+bring their own), and dependency floors that are true (botocore 1.35.2 is the first with S3
+PutObject IfNoneMatch). Installed into a clean virtualenv, ``import spark_sqs`` imports neither
+moto nor pytest and the ``spark-sqs`` command sends to and inspects a queue; installed with its
+own dependencies and no PySpark, the command still works and the source says what is
+missing."""
 
 from __future__ import annotations
 
@@ -131,6 +134,17 @@ def test_wheel_holds_the_source_only(wheel: Path) -> None:
     assert "Provides-Extra: spark" in metadata
     assert "spark-sqs = spark_sqs.cli:main" in entry_points
 
+    # The license: its SPDX id in the metadata, its full text in the wheel.
+    assert "License-Expression: Apache-2.0" in metadata
+    licenses = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+    assert len(licenses) == 1, names
+    with zipfile.ZipFile(wheel) as archive:
+        text = archive.read(licenses[0]).decode()
+    assert text == (ROOT / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text
+    assert "boto3>=1.35.2" in requires and "botocore>=1.35.2" in requires, requires
+
 
 def test_import_spark_sqs_imports_neither_moto_nor_pytest() -> None:
     # In this (development) environment moto and pytest are installed: nothing may pull them in.
@@ -171,3 +185,35 @@ def test_wheel_in_a_clean_venv_imports_no_test_tools_and_its_command_works(
     assert report["visible"] == 25
     demo = subprocess.run([command, "demo"], cwd=tmp_path, env=aws, capture_output=True, text=True)
     assert demo.returncode == 2 and "invalid choice: 'demo'" in demo.stderr
+
+
+WITHOUT_PYSPARK = """
+import importlib.util, sys
+assert importlib.util.find_spec("pyspark") is None, "pyspark is installed"
+import botocore, spark_sqs
+print("botocore", botocore.__version__)
+try:
+    from spark_sqs import SqsDataSource
+except ImportError as exc:
+    print("source:", exc)
+"""
+
+
+@pytest.mark.skipif(not _is_lock_environment(), reason="runs with the 4.3 lock's PySpark only")
+def test_wheel_with_its_own_dependencies_and_no_pyspark_runs_the_command(
+    wheel: Path, tmp_path: Path, moto_endpoint: str, queue_url: str
+) -> None:
+    env = _clean_env()
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env)
+    python = venv / "bin" / "python"
+    # pip resolves the wheel's own requirements: boto3, botocore, pyarrow; no PySpark.
+    _run([str(python), "-m", "pip", "install", "-q", str(wheel)], tmp_path, env)
+    out = _run([str(python), "-c", WITHOUT_PYSPARK], tmp_path, env)
+    assert "source: spark-sqs needs PySpark" in out and "spark-sqs[spark]" in out, out
+
+    command = str(venv / "bin" / "spark-sqs")
+    endpoint = ["--queue-url", queue_url, "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
+    aws = dict(env, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
+    assert "sent 3 messages" in _run([command, "send", *endpoint, "--count", "3"], tmp_path, aws)
+    assert json.loads(_run([command, "inspect", *endpoint], tmp_path, aws))["visible"] == 3

@@ -1,9 +1,12 @@
-"""The source works from a Spark Connect client (as on Databricks serverless and shared
-clusters): registered and streamed through ``SparkSession.builder.remote("local[2]")``."""
+"""The source works from a Spark Connect client: registered and streamed through
+``SparkSession.builder.remote("local[2]")`` (a local Spark Connect server; Databricks serverless
+and standard-access clusters use Spark Connect too, but were not tested), and
+``spark_sqs.observe_lag`` puts rows and lag in the progress the client reads."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -23,24 +26,27 @@ CLIENT = """
 import json, sys
 import boto3
 from pyspark.sql import SparkSession
-from spark_sqs import SqsDataSource
+from spark_sqs import SqsDataSource, observe_lag, observed_lag
 
 endpoint, queue_url, work = sys.argv[1:4]
 spark = SparkSession.builder.remote("local[2]").getOrCreate()
 assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
 spark.dataSource.register(SqsDataSource)
 query = (
-    spark.readStream.format("sqs")
-    .option("queueUrl", queue_url)
-    .option("endpointUrl", endpoint)
-    .option("journalLocation", f"{work}/journal")
-    .load()
+    observe_lag(
+        spark.readStream.format("sqs")
+        .option("queueUrl", queue_url)
+        .option("endpointUrl", endpoint)
+        .option("journalLocation", f"{work}/journal")
+        .load()
+    )
     .writeStream.format("parquet")
     .option("path", f"{work}/out")
     .option("checkpointLocation", f"{work}/checkpoint")
     .start()
 )
 query.processAllAvailable()
+print("observed", json.dumps([observed_lag(p) for p in query.recentProgress]))
 query.stop()
 bodies = [json.loads(r.body)["n"] for r in spark.read.parquet(f"{work}/out").collect()]
 print("numbers", sorted(bodies))
@@ -64,4 +70,8 @@ def test_streaming_from_a_spark_connect_client(moto_endpoint, sqs, queue_url, tm
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"numbers {list(range(30))}" in result.stdout
+    line = next(x for x in result.stdout.splitlines() if x.startswith("observed "))
+    observed = [m for m in json.loads(line.split(" ", 1)[1]) if m and m["rows"]]
+    assert sum(m["rows"] for m in observed) == 30, observed
+    assert all(0 <= m["medianMessageAgeMs"] <= m["oldestMessageAgeMs"] for m in observed)
     assert queue_counts(sqs, queue_url) == (0, 0)

@@ -80,7 +80,7 @@ def test_assumed_role_credentials_are_used_and_refreshable(monkeypatch) -> None:
         )
         session = make_session(options)
         credentials = session.get_credentials()
-        assert credentials.method == "sts-assume-role"
+        assert credentials.method == "assume-role"
         assert credentials.refresh_needed() is False  # refreshable, and fresh now
         assert credentials.access_key != "testing", "the role's keys, not the base keys"
         client = make_client(options)

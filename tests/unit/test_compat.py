@@ -1,7 +1,10 @@
-"""``import spark_sqs`` checks PySpark's streaming Python Data Source API itself, not the version:
-with the API present (the real PySpark, also when it reports 3.5 as some Databricks runtimes do)
-it imports; with the classes absent (a fake ``pyspark`` package first on ``sys.path``) or no
-PySpark at all, it raises an ImportError naming what is missing and the fix."""
+"""The first use of the source (``from spark_sqs import SqsDataSource``) checks PySpark's
+streaming Python Data Source API itself, not the version: with the API present (the real
+PySpark, also when it reports 3.5 as some Databricks runtimes do) it imports; with the classes
+absent (a fake ``pyspark`` package first on ``sys.path``) or no PySpark at all, it raises an
+ImportError naming what is missing and the fix. ``import spark_sqs`` and the ``spark-sqs``
+command need no PySpark. An ``s3://`` journal checks that botocore's S3 model has PutObject's
+``IfNoneMatch`` (an older model is put first on botocore's own data path)."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ IMPORT = """
 import sys
 try:
     import spark_sqs
+    spark_sqs.SqsDataSource
 except ImportError as exc:
     print(type(exc).__name__, isinstance(exc, ImportError))
     print(exc)
@@ -83,7 +87,7 @@ def test_classes_absent_names_each_missing_class_and_the_fix(tmp_path: Path) -> 
     assert "lacks DataSourceStreamReader, InputPartition." in message
     assert "PySpark 3.5.0 at " + str(fake / "pyspark" / "__init__.py") in message
     assert "pip install 'spark-sqs[spark]'" in message
-    assert "Databricks Runtime 15.2+ or PySpark 4.0+" in message
+    assert "Databricks Runtime 15.3+ or PySpark 4.0+" in message
 
 
 def test_datasource_module_absent_names_the_module(tmp_path: Path) -> None:
@@ -106,7 +110,7 @@ def test_no_pyspark_at_all_says_so_before_any_other_import() -> None:
     assert "has no module 'pyspark'" in message
     assert sys.executable in message
     assert "pip install 'spark-sqs[spark]'" in message
-    assert "Databricks Runtime 15.2+" in message
+    assert "Databricks Runtime 15.3+" in message
 
 
 @pytest.mark.parametrize("missing", ["DataSource", "DataSourceStreamReader", "InputPartition"])
@@ -125,3 +129,73 @@ def test_the_lock_files_install_pyspark_for_local_use() -> None:
         lines = (ROOT / "requirements" / f"lock-spark-{spark}.txt").read_text().splitlines()
         pins = [line for line in lines if line.startswith("pyspark==")]
         assert len(pins) == 1 and pins[0].startswith(f"pyspark=={spark}."), pins
+
+
+# The command's help and the package without PySpark: a Python where `import pyspark` fails.
+WITHOUT_PYSPARK = """
+import sys
+sys.modules["pyspark"] = None
+import spark_sqs, spark_sqs.cli
+try:
+    spark_sqs.cli.main(["--help"])
+except SystemExit as done:
+    print("help exit", done.code)
+try:
+    from spark_sqs import SqsDataSource
+except ImportError as exc:
+    print("source:", exc)
+"""
+
+
+def test_the_command_and_the_package_work_without_pyspark() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_PYSPARK],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "usage: spark-sqs" in result.stdout and "help exit 0" in result.stdout
+    assert "source: spark-sqs needs PySpark" in result.stdout
+
+
+# botocore reads models from AWS_DATA_PATH before its own: an S3 model whose PutObject lacks
+# IfNoneMatch is what botocore before 1.35.2 has.
+OLD_S3_MODEL = """
+import gzip, json, os, pathlib, botocore
+source = pathlib.Path(botocore.__file__).parent / "data/s3/2006-03-01/service-2.json.gz"
+model = json.loads(gzip.decompress(source.read_bytes()))
+del model["shapes"]["PutObjectRequest"]["members"]["IfNoneMatch"]
+target = pathlib.Path(os.environ["AWS_DATA_PATH"]) / "s3/2006-03-01"
+target.mkdir(parents=True)
+(target / "service-2.json").write_text(json.dumps(model))
+"""
+
+CHECK_S3_JOURNAL = """
+from spark_sqs.options import SqsOptions
+try:
+    SqsOptions.parse({"queueUrl": "https://sqs.us-east-1.amazonaws.com/1/q",
+                      "journalLocation": "s3://bucket/j"}, env={})
+    print("accepted")
+except Exception as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+def test_an_s3_journal_with_a_botocore_without_if_none_match_names_the_version(
+    tmp_path: Path,
+) -> None:
+    env = dict(os.environ, AWS_DATA_PATH=str(tmp_path / "models"))
+    run = {"cwd": ROOT, "env": env, "capture_output": True, "text": True, "timeout": 120}
+    made = subprocess.run([sys.executable, "-c", OLD_S3_MODEL], **run)
+    assert made.returncode == 0, made.stderr
+    result = subprocess.run([sys.executable, "-c", CHECK_S3_JOURNAL], **run)
+    import botocore
+
+    assert result.stdout.startswith("OldBotocoreError"), result.stdout + result.stderr
+    assert f"botocore {botocore.__version__}" in result.stdout
+    assert "from 1.35.2" in result.stdout and "botocore>=1.35.2" in result.stdout
+    # The real model has it: the same journal is accepted.
+    env.pop("AWS_DATA_PATH")
+    assert subprocess.run([sys.executable, "-c", CHECK_S3_JOURNAL], **run).stdout == "accepted\n"

@@ -39,7 +39,7 @@ def test_json_configurations_parse() -> None:
 
 
 def test_shell_scripts_parse() -> None:
-    for script in [ROOT / "conf" / "emr" / "bootstrap.sh", ROOT / "scripts" / "bootstrap.sh"]:
+    for script in [*(ROOT / "conf" / "emr").glob("*.sh"), ROOT / "scripts" / "bootstrap.sh"]:
         subprocess.run(["bash", "-n", str(script)], check=True)
 
 
