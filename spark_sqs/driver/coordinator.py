@@ -31,7 +31,7 @@ from .acknowledger import Acknowledger, driver_parallelism
 from .flow_control import AvailableNow, FlowControl, ReadLimit, batch_size_warning
 from .heartbeat import EXTENSION_FLOOR_SECONDS, Heartbeat
 from .metrics import BatchReporter
-from .planning import ReceiverPartition, new_plan, partitions_of
+from .planning import ReceiverPartition, new_plan, partitions_of, with_visible
 from .queues import BacklogPoller, resolve_queue_urls, with_queues
 from .state import StateMarkers
 
@@ -440,6 +440,8 @@ class Coordinator:
         )
         plan = replace(plan, extend_by=self._executor_extension())
         plan = with_queues(plan, self.poller.visible_by_queue(), rotate=batch)
+        # What the queues held as last polled (in latestOffset) bounds what the receivers take.
+        plan = with_visible(plan, self.poller.polled_visible(), self.default_queue)
         # The receivers that will receive (not replay) delete the committed batches' messages
         # first: acknowledgement runs on the executors, spread over every receiver.
         fresh = [
