@@ -34,6 +34,16 @@ from ..journal import (
     window,
 )
 from ..journal.poison import FIRST_ATTEMPT
+from ..journal.reports import (
+    STOP_BUDGET,
+    STOP_CAUGHT_UP,
+    STOP_EMPTY,
+    STOP_ERROR,
+    STOP_IN_FLIGHT,
+    STOP_LIMIT,
+    STOP_VISIBLE,
+    STOP_WAITED,
+)
 from ..schema import RECEIPT_HANDLE, messages_to_table, output_batches
 from ..sqs.batching import BatchCaller, Entry
 from ..sqs.client import SqsClient, cached_client, classify, error_code
@@ -69,17 +79,6 @@ WAITED_SECONDS = 0.25
 # with a fresh count right after this one.
 VISIBLE_MARGIN = RECEIVE_BATCH
 
-# ReceiveStats.stopped_by: why a receiver stopped receiving (logged, recorded in its entry and
-# counted in its batch's metrics, ``receiveStops``).
-STOP_LIMIT = "limit"
-STOP_EMPTY = "empty receive"
-STOP_CAUGHT_UP = "caught up"
-STOP_WAITED = "long poll waited"
-STOP_VISIBLE = "visible when planned"
-STOP_BUDGET = "time budget"
-STOP_ERROR = "error"
-STOP_IN_FLIGHT = "in-flight limit"
-
 
 @dataclass(frozen=True)
 class _Clocks:
@@ -95,7 +94,7 @@ class ReceiveStats:
     calls: int = 0
     received: int = 0
     duplicates_in_loop: int = 0
-    stopped_by: str = ""
+    stopped_by: str = ""  # a ``STOP_*`` reason (journal/reports.py)
     seconds: float = 0.0
 
 

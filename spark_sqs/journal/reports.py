@@ -24,17 +24,26 @@ _SEGMENT = re.compile(
     r"^b(\d+)e(\d+)r(\d+)p(\d+)d(\d+)f(\d+)(?:w(\d+))?(?:l(\d+)-(\d+)-(\d+))?"
     r"(?:x((?:[a-z]\d+)+))?$"
 )
-# Why receivers stopped receiving (executor/receiver.py ``STOP_*``), one letter each in a
-# summary's ``x`` part ("xe3v1": three empty receives, one at the visible count).
+# Why a receiver stopped receiving (executor/receiver.py ``receive_messages``): logged,
+# recorded in its entry (``STOPPED_BY``) and counted in its batch's metrics (``receiveStops``).
+STOP_LIMIT = "limit"  # its share of the batch's limit
+STOP_EMPTY = "empty receive"
+STOP_CAUGHT_UP = "caught up"  # short answers
+STOP_WAITED = "long poll waited"
+STOP_VISIBLE = "visible when planned"  # its part of the planned count, and the margin
+STOP_BUDGET = "time budget"
+STOP_ERROR = "error"
+STOP_IN_FLIGHT = "in-flight limit"
+# One letter each in a summary's ``x`` part ("xe3v1": three empty receives, one at the count).
 STOP_CODES = {
-    "limit": "l",
-    "empty receive": "e",
-    "caught up": "c",
-    "long poll waited": "w",
-    "visible when planned": "v",
-    "time budget": "t",
-    "error": "r",
-    "in-flight limit": "i",
+    STOP_LIMIT: "l",
+    STOP_EMPTY: "e",
+    STOP_CAUGHT_UP: "c",
+    STOP_WAITED: "w",
+    STOP_VISIBLE: "v",
+    STOP_BUDGET: "t",
+    STOP_ERROR: "r",
+    STOP_IN_FLIGHT: "i",
 }
 _OTHER_STOP = "o"
 _STOP_NAMES = {code: name for name, code in STOP_CODES.items()} | {_OTHER_STOP: "other"}
