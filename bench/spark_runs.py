@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -267,44 +268,57 @@ class _LatencySink:
 
 class PacedProducer:
     """Sends ``rate`` messages per second, each stamped with its send time: one ``SendMessage``
-    every 1/``rate`` s, or with ``batch`` > 1 one ``SendMessageBatch`` of ``batch`` every
-    ``batch``/``rate`` s (as AWS recommends to producers)."""
+    per message, or with ``batch`` > 1 one ``SendMessageBatch`` of ``batch`` every ``batch``
+    messages' time (as AWS recommends to producers). One thread per ``PER_THREAD`` send calls
+    a second, each with its own client and an even share of the rate: one thread cannot make
+    200 calls a second."""
+
+    PER_THREAD = 40.0
 
     def __init__(
         self, endpoint: str, queue_url: str, rate: float, body_bytes: int, batch: int = 1
     ) -> None:
-        self._sqs = load.client(endpoint)
+        self._endpoint = endpoint
         self._queue_url = queue_url
         self._batch = batch
-        self._interval = batch / rate
+        threads = max(1, math.ceil(rate / batch / self.PER_THREAD))
+        self._interval = batch * threads / rate
         self._body = body_bytes
         self._stop = threading.Event()
+        self._guard = threading.Lock()
         self.sent = 0
         self.seconds = 0.0
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
 
     def start(self) -> None:
-        self._thread.start()
+        self._started = time.monotonic()
+        for thread in self._threads:
+            thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(30)
+        for thread in self._threads:
+            thread.join(30)
+        self.seconds = time.monotonic() - self._started
+
+    def _next(self) -> int:
+        with self._guard:
+            first, self.sent = self.sent, self.sent + self._batch
+            return first
 
     def _run(self) -> None:
-        started = next_at = time.monotonic()
+        sqs = load.client(self._endpoint)
+        next_at = time.monotonic()
         while not self._stop.is_set():
+            first = self._next()
             if self._batch == 1:
-                self._sqs.send_message(
-                    QueueUrl=self._queue_url, MessageBody=load.body(self.sent, self._body)
-                )
+                sqs.send_message(QueueUrl=self._queue_url, MessageBody=load.body(first, self._body))
             else:
-                load.send_batch(self._sqs, self._queue_url, self.sent, self._batch, self._body)
-            self.sent += self._batch
+                load.send_batch(sqs, self._queue_url, first, self._batch, self._body)
             next_at += self._interval
             delay = next_at - time.monotonic()
             if delay > 0:
                 self._stop.wait(delay)
-        self.seconds = time.monotonic() - started
 
 
 def latency(
