@@ -440,8 +440,6 @@ class Coordinator:
         )
         plan = replace(plan, extend_by=self._executor_extension())
         plan = with_queues(plan, self.poller.visible_by_queue(), rotate=batch)
-        # What the queues held as last polled (in latestOffset) bounds what the receivers take.
-        plan = with_visible(plan, self.poller.polled_visible(), self.default_queue)
         # The receivers that will receive (not replay) delete the committed batches' messages
         # first: acknowledgement runs on the executors, spread over every receiver.
         fresh = [
@@ -450,7 +448,8 @@ class Coordinator:
             if r.adopt_from is None and r.receiver not in journaled and r.receiver not in unfinished
         ]
         return replace(
-            plan,
+            # What the queues held as last polled (in latestOffset) bounds what receivers take.
+            with_visible(plan, self.poller.polled_visible(), self.default_queue),
             acks=self.acknowledger.assignments(first, fresh),
             pending=tuple(b for b in self.acknowledger.pending if b <= batch),
         )

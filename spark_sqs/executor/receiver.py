@@ -146,7 +146,7 @@ def receive_messages(
         }
         if fifo:
             request["ReceiveRequestAttemptId"] = attempt_id(partition, stats.calls)
-        called = clock()
+        called_at = clock()
         try:
             response = _receive(client, request, partition)
         except Exception as exc:
@@ -176,7 +176,7 @@ def receive_messages(
             )
             stats.stopped_by = STOP_ERROR
             break
-        took = clock() - called
+        took = clock() - called_at
         stats.calls += 1
         messages = response.get("Messages") or []
         for message in messages:
@@ -354,11 +354,11 @@ def read_partition(
             RECEIVED_AT: repr(received_at),
             DROPPED: str(len(dropped)),
             WINDOW_DROPPED: str(len(copies)),
-            STOPPED_BY: stats.stopped_by,
             **_window_metadata(kept, options),
             # The first attempt is counted by its entry, at no extra write (poison.py).
             FIRST_ATTEMPT: poison.attempt_key(partition.run),
             **prepared.metadata,
+            STOPPED_BY: stats.stopped_by,
         }
     )
     try:

@@ -70,12 +70,12 @@ PENDING_DELETE = b"spark_sqs.pendingDelete"
 DROPPED = b"spark_sqs.dropped"
 # Number of those that copied a message acknowledged within duplicateWindow (journal/window.py).
 WINDOW_DROPPED = b"spark_sqs.windowDropped"
-# Why the receiver stopped receiving (``ReceiveStats.stopped_by``), for the batch's counters.
-STOPPED_BY = b"spark_sqs.stoppedBy"
 # duplicateAttribute: JSON list of the window keys of the entry's rows' attribute values.
 WINDOW_KEYS = b"spark_sqs.windowKeys"
 # With deleteAfterJournal: marks the empty part that closes a receiver's parts (see receiver).
 SEAL = b"spark_sqs.seal"
+# Why the receiver stopped receiving (``ReceiveStats.stopped_by``), for the batch's counters.
+STOPPED_BY = b"spark_sqs.stoppedBy"
 
 
 @dataclass(frozen=True)

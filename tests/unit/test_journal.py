@@ -633,27 +633,6 @@ def test_an_ack_report_without_uncertain_ids_is_read_from_its_name_alone(
     assert by_batch[3].entries == 1 and by_batch[3].lag is None
 
 
-def test_an_ack_report_s_name_counts_why_the_receivers_stopped(journal: Journal) -> None:
-    entries = [
-        _ack_entry(4, 0, stops=(("empty receive", 1),)),
-        _ack_entry(4, 1, stops=(("visible when planned", 1),)),
-        _ack_entry(4, 2, stops=(("empty receive", 1),)),
-        _ack_entry(4, 3, stops=(("a reason of a later version", 1),)),
-        _ack_entry(3, 0),
-    ]
-    journal.write_ack_report(5, 7, entries)
-    [key] = journal.store.list("acks/000000000005")
-    assert "xe2o1v1" in key
-    [read] = journal.read_ack_reports(5)
-    by_batch = {e.batch: e for e in read.entries}
-    assert dict(by_batch[4].stops) == {"empty receive": 2, "visible when planned": 1, "other": 1}
-    assert by_batch[3].stops == ()
-    # In a body (a report with uncertain ids), each entry keeps its own reason.
-    journal.write_ack_report(6, 1, [_ack_entry(5, 0, ("m1",), stops=(("time budget", 1),))])
-    [body] = journal.read_ack_reports(6)
-    assert body.entries[0].stops == (("time budget", 1),)
-
-
 def test_an_ack_report_with_uncertain_ids_is_read_from_its_body(journal: Journal) -> None:
     entries = (_ack_entry(4, 0, uncertain=("m1", "m2")), _ack_entry(4, 1))
     journal.write_ack_report(5, 2, entries)
