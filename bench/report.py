@@ -456,34 +456,48 @@ def write(results: dict[str, Any], out_dir: Path) -> Path:
             "",
         ]
     lat = results.get("latency")
-    if lat:
+    if lat and lat.get("runs"):
         lines += [
             "## End-to-end latency",
             "",
-            f"A producer sends {_f(lat['rate'])} messages/s, one `SendMessage` each, with the "
-            f"send time in the body, for {_f(lat['seconds'])} s ({lat['server']}). The source "
-            "runs into a `foreachBatch` sink that takes the time when it sees each row; the "
-            "baseline takes it on receive. First tenth dropped as warm-up.",
+            f"A producer sends at each rate for {_f(lat['seconds'])} s (the baseline "
+            f"{_f(lat['baseline_seconds'])} s), either one `SendMessage` per message or one "
+            "`SendMessageBatch` of 10 every 10 messages' time, with the send time in each body; "
+            "servers direct (no delay proxy). The source runs with the default options "
+            "(`numPartitions` 4, `waitTimeSeconds` 1, `maxMessagesPerTrigger` 10000) into a "
+            "`foreachBatch` sink that takes the time when it sees each row; the baseline (one "
+            "thread of receive-then-delete, 1 s long polls) takes it on receive. First tenth "
+            "dropped as warm-up. Load: the 1-minute load average at the start and the end of "
+            f"each run, on {lat.get('cores')} cores. Receive stops: why the receivers of the "
+            "acknowledged batches stopped (each batch's `receiveStops` metric), summed.",
             "",
-            "| consumer | measured (after warm-up) of sent | p50 ms | p99 ms | max ms |",
-            "| --- | ---: | ---: | ---: | ---: |",
+            "| server | msg/s | producer | consumer | measured of sent | p50 ms | p99 ms | max ms "
+            "| micro-batches (median rows) | receive stops | load |",
+            "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |",
         ]
-        for name, row in lat.items():
-            if isinstance(row, dict) and "p50_ms" in row:
-                lines.append(
-                    f"| {name} | {row['measured']} of {row['sent']} | {_f(row['p50_ms'])} "
-                    f"| {_f(row['p99_ms'])} | {_f(row['max_ms'])} |"
-                )
+        for row in lat["runs"]:
+            if "p50_ms" not in row:
+                continue
+            batches = (
+                f"{row['batches']} ({_f(row['median_batch_rows'])})" if "batches" in row else ""
+            )
+            stops = ", ".join(f"{k} {v}" for k, v in (row.get("receive_stops") or {}).items())
+            load_avg = " -> ".join(f"{v:.1f}" for v in row.get("load_average_1m", []))
+            lines.append(
+                f"| {row['server']} | {_f(row['rate'])} | {row['producer']} | {row['consumer']} "
+                f"| {row['measured']} of {row['sent']} | {_f(row['p50_ms'])} "
+                f"| {_f(row['p99_ms'])} | {_f(row['max_ms'])} | {batches} | {stops} "
+                f"| {load_avg} |"
+            )
         lines += [
             "",
-            "What ends a batch at a trickle: a receiver calls `ReceiveMessage` until it has its "
-            "share of `maxMessagesPerTrigger`, gets an empty receive, gets three short receives "
-            "in a row (fewer messages than asked for: it has caught up with the queue), or "
-            "spends a quarter of `visibilityTimeout`. With a 1 s long poll and a message every "
-            "few tens of ms, no receive comes back empty; before the caught-up rule (the first "
-            "full run, 2026-11-22) a batch therefore lasted the whole time budget, p50 14.7 s "
-            "and p99 28 s with the defaults. `waitTimeSeconds=0` also ends a batch at the first "
-            "empty receive.",
+            "What ends a batch: a receiver stops once it has caught up with the queue, whatever "
+            "each call returns: an empty receive, three short receives in a row, a long poll "
+            "that had to wait (over 0.25 s: the queue had nothing visible when asked, although "
+            "a producer's batch of 10 that arrived meanwhile comes back whole), or its part of "
+            "the messages the driver saw visible when it planned the batch, plus one call's "
+            "worth asked for without waiting. Its share of `maxMessagesPerTrigger` and a "
+            "quarter of `visibilityTimeout` stay the outer limits.",
             "",
         ]
     mem = results.get("memory")

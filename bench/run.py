@@ -63,6 +63,13 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         help="git ref for 'before' (default: the merge base with main, if HEAD is not on it)",
     )
     p.add_argument("--skip", default="", help="comma list of sections to skip")
+    p.add_argument(
+        "--only", default="", help="comma list of section name prefixes to run (default: all)"
+    )
+    p.add_argument("--latency-seconds", type=float, default=60.0, help="latency: seconds sent")
+    p.add_argument(
+        "--latency-servers", default="moto,localstack", help="latency: comma list of servers"
+    )
     p.add_argument("--report-only", action="store_true", help="rewrite README from results.json")
     args = p.parse_args(argv)
     if args.quick:
@@ -72,6 +79,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         args.drain_batch = 150
         args.moto_batch = 100
         args.sink_messages, args.sink_repeats = 2000, 1
+        args.latency_seconds = 10.0
     return args
 
 
@@ -426,32 +434,57 @@ def overhead_section(spark: Any, wd: Any, eps: Endpoints, args: argparse.Namespa
         delete_queue(eps.moto.value, url)
 
 
-LATENCY_CONFIGS = {
-    "defaults (numPartitions=1)": {"numPartitions": 1},
-    "low latency (numPartitions=1, waitTimeSeconds=0, queuePollInterval=0.1)": {
-        "numPartitions": 1,
-        "waitTimeSeconds": 0,
-        "queuePollInterval": 0.1,
-    },
-}
+# (label, messages per send call) of the latency section's producers.
+LATENCY_PRODUCERS = (("one SendMessage each", 1), ("SendMessageBatch of 10", 10))
+LATENCY_RATES = (20.0, 200.0)
 
 
 def latency_section(spark: Any, wd: Any, eps: Endpoints, args: argparse.Namespace) -> dict:
+    """End-to-end latency with the default options, for each producer at each rate, on each
+    server (moto; LocalStack when it runs), beside a one-thread boto3 consumer on the same load.
+    The 1-minute load average is taken at the start and the end of each run."""
     from bench import spark_runs
 
-    rate = 20.0
-    seconds = 10.0 if args.quick else 30.0
-    out: dict[str, Any] = {"rate": rate, "seconds": seconds, "server": "moto, direct"}
-    url = new_queue(eps.moto.value, "lat-base")
-    out["baseline (1 thread)"] = spark_runs.baseline_latency(eps.moto.value, url, rate, seconds)
-    delete_queue(eps.moto.value, url)
-    for name, options in LATENCY_CONFIGS.items():
-        url = new_queue(eps.moto.value, "lat-src")
-        out[name] = {
-            "options": options,
-            **spark_runs.latency(spark, wd, eps.moto.value, url, rate, seconds, options),
-        }
-        delete_queue(eps.moto.value, url)
+    seconds = args.latency_seconds
+    servers = [s for s in args.latency_servers.split(",") if s]
+    if eps.localstack is None and "localstack" in servers:
+        servers.remove("localstack")
+    out: dict[str, Any] = {
+        "seconds": seconds,
+        "baseline_seconds": min(seconds, 30.0),
+        "options": "defaults",
+        "cores": os.cpu_count(),
+        "runs": [],
+    }
+    for server in servers:
+        endpoint, _ = eps.get(server, False)
+        for rate in LATENCY_RATES:
+            for producer, batch in LATENCY_PRODUCERS:
+                row = {"server": server, "rate": rate, "producer": producer}
+                url = new_queue(endpoint, "lat-base")
+                out["runs"].append(
+                    {
+                        **row,
+                        "consumer": "baseline (1 thread)",
+                        **spark_runs.baseline_latency(
+                            endpoint, url, rate, out["baseline_seconds"], batch=batch
+                        ),
+                    }
+                )
+                delete_queue(endpoint, url)
+                url = new_queue(endpoint, "lat-src")
+                result = spark_runs.latency(spark, wd, endpoint, url, rate, seconds, {}, batch)
+                out["runs"].append({**row, "consumer": "source, default options", **result})
+                delete_queue(endpoint, url)
+                logger.info(
+                    "   %s %.0f msg/s %s: p50 %.0f ms p99 %.0f ms (load %s)",
+                    server,
+                    rate,
+                    producer,
+                    result["p50_ms"],
+                    result["p99_ms"],
+                    result["load_average_1m"],
+                )
     return out
 
 
@@ -626,6 +659,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     skip = set(filter(None, args.skip.split(",")))
+    only = tuple(filter(None, args.only.split(",")))
     receivers = [int(r) for r in args.receivers.split(",")]
     began = time.time()
     results: dict[str, Any] = {
@@ -634,7 +668,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
         "versions": versions(),
         "parameters": {
-            k: v for k, v in vars(args).items() if k not in ("out", "report_only", "skip")
+            k: v for k, v in vars(args).items() if k not in ("out", "report_only", "skip", "only")
         },
         "errors": [],
     }
@@ -647,7 +681,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = wd = None
 
     def section(name: str, fn: Any, *a: Any) -> Any:
-        if name in skip:
+        if name in skip or (only and not name.startswith(only)):
             return None
         logger.info("== %s", name)
         t = time.monotonic()

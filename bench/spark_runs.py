@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -168,7 +169,11 @@ def source_drain(
         seconds=span,
         batches=len(full),
         median_batch_ms=median(b.durations_ms.get("triggerExecution", 0) for b in full),
-        detail={"durations": _median_durations(full)},
+        detail={
+            "durations": _median_durations(full),
+            # The backlog comes in batches of maxMessagesPerTrigger, the last one excepted.
+            "batch_rows": [b.rows for b in full],
+        },
     )
 
 
@@ -262,30 +267,54 @@ class _LatencySink:
 
 
 class PacedProducer:
-    """Sends ``rate`` messages per second, one ``SendMessage`` at a time, each stamped with its
-    send time."""
+    """Sends ``rate`` messages per second, each stamped with its send time: one ``SendMessage``
+    per message, or with ``batch`` > 1 one ``SendMessageBatch`` of ``batch`` every ``batch``
+    messages' time (as AWS recommends to producers). One thread per ``PER_THREAD`` send calls
+    a second, each with its own client and an even share of the rate: one thread cannot make
+    200 calls a second."""
 
-    def __init__(self, endpoint: str, queue_url: str, rate: float, body_bytes: int) -> None:
-        self._sqs = load.client(endpoint)
+    PER_THREAD = 40.0
+
+    def __init__(
+        self, endpoint: str, queue_url: str, rate: float, body_bytes: int, batch: int = 1
+    ) -> None:
+        self._endpoint = endpoint
         self._queue_url = queue_url
-        self._interval = 1.0 / rate
+        self._batch = batch
+        threads = max(1, math.ceil(rate / batch / self.PER_THREAD))
+        self._interval = batch * threads / rate
         self._body = body_bytes
         self._stop = threading.Event()
+        self._guard = threading.Lock()
         self.sent = 0
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.seconds = 0.0
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
 
     def start(self) -> None:
-        self._thread.start()
+        self._started = time.monotonic()
+        for thread in self._threads:
+            thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(30)
+        for thread in self._threads:
+            thread.join(30)
+        self.seconds = time.monotonic() - self._started
+
+    def _next(self) -> int:
+        with self._guard:
+            first, self.sent = self.sent, self.sent + self._batch
+            return first
 
     def _run(self) -> None:
+        sqs = load.client(self._endpoint)
         next_at = time.monotonic()
         while not self._stop.is_set():
-            self._sqs.send_message(QueueUrl=self._queue_url, MessageBody=load.body(self.sent, 0))
-            self.sent += 1
+            first = self._next()
+            if self._batch == 1:
+                sqs.send_message(QueueUrl=self._queue_url, MessageBody=load.body(first, self._body))
+            else:
+                load.send_batch(sqs, self._queue_url, first, self._batch, self._body)
             next_at += self._interval
             delay = next_at - time.monotonic()
             if delay > 0:
@@ -300,7 +329,10 @@ def latency(
     rate: float,
     seconds: float,
     options: dict[str, Any],
+    batch: int = 1,
 ) -> dict[str, Any]:
+    """Send time to the time a ``foreachBatch`` sink sees the row, with the micro-batches'
+    sizes and why their receivers stopped (the batches' metrics, ``receiveStops``)."""
     base = workdir.fresh("latency")
     sink = _LatencySink()
     df = source_stream(spark, endpoint, queue_url, base / "journal", **options)
@@ -310,37 +342,70 @@ def latency(
         .trigger(processingTime="0 seconds")
         .start()
     )
-    producer = PacedProducer(endpoint, queue_url, rate, 0)
+    producer = PacedProducer(endpoint, queue_url, rate, 0, batch)
     # Let the query start before the clock runs: start-up is not latency.
     deadline = time.monotonic() + 120
     while not query.recentProgress and time.monotonic() < deadline:
         time.sleep(0.5)
+    load_before = os.getloadavg()
     producer.start()
     time.sleep(seconds)
     producer.stop()
+    load_after = os.getloadavg()
     # Every sent message must reach the sink: a receiver may still be collecting.
     deadline = time.monotonic() + 60
     while len(sink.latencies) < producer.sent and time.monotonic() < deadline:
         time.sleep(0.5)
-    _stop(query)
+    batches = [b for b in _stop(query) if b.rows > 0]
     values = sink.latencies[len(sink.latencies) // 10 :]  # drop the warm-up tenth
-    return _latency_summary(values, producer.sent)
+    return {
+        **_latency_summary(values, producer.sent),
+        "sent_per_second": producer.sent / producer.seconds if producer.seconds else 0.0,
+        "delivered": len(sink.latencies),
+        "batches": len(batches),
+        "median_batch_rows": median(b.rows for b in batches) if batches else 0,
+        "median_batch_ms": median(b.durations_ms.get("triggerExecution", 0) for b in batches)
+        if batches
+        else 0,
+        "receive_stops": _receive_stops(base / "journal"),
+        "load_average_1m": [round(load_before[0], 2), round(load_after[0], 2)],
+    }
+
+
+def _receive_stops(journal: Path) -> dict[str, int]:
+    """Why the receivers of the acknowledged batches stopped, summed (their metrics files)."""
+    from spark_sqs.journal import Journal
+
+    out: dict[str, int] = {}
+    try:
+        for metrics in Journal(str(journal)).read_metrics():
+            for reason, count in (metrics.get("receiveStops") or {}).items():
+                out[reason] = out.get(reason, 0) + count
+    except Exception:  # noqa: BLE001 - a version without the counters, or no journal
+        logger.warning("could not read the batches' metrics", exc_info=True)
+    return dict(sorted(out.items()))
 
 
 def baseline_latency(
-    endpoint: str, queue_url: str, rate: float, seconds: float, threads: int = 1
+    endpoint: str, queue_url: str, rate: float, seconds: float, threads: int = 1, batch: int = 1
 ) -> dict[str, Any]:
     """The same measurement for the boto3 baseline: send time to receive time."""
     consumer = _LatencyBaseline(endpoint, queue_url, threads)
     consumer.start()
-    producer = PacedProducer(endpoint, queue_url, rate, 0)
+    producer = PacedProducer(endpoint, queue_url, rate, 0, batch)
+    load_before = os.getloadavg()
     producer.start()
     time.sleep(seconds)
     producer.stop()
+    load_after = os.getloadavg()
     time.sleep(3)
     consumer.stop()
     values = consumer.latencies[len(consumer.latencies) // 10 :]
-    return _latency_summary(values, producer.sent)
+    return {
+        **_latency_summary(values, producer.sent),
+        "sent_per_second": producer.sent / producer.seconds if producer.seconds else 0.0,
+        "load_average_1m": [round(load_before[0], 2), round(load_after[0], 2)],
+    }
 
 
 class _LatencyBaseline(load.BaselineConsumer):

@@ -173,7 +173,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         120_000,
     ),
     OptionSpec(
-        "waitTimeSeconds", "1", "Long-poll wait of each `ReceiveMessage` call.", "int", 0, 20
+        "waitTimeSeconds",
+        "1",
+        "Long-poll wait of each `ReceiveMessage` call. A receiver that has received its part of "
+        "the messages visible when its batch was planned asks for more without waiting, and one "
+        "whose long poll had to wait stops after it: it has caught up with the queue.",
+        "int",
+        0,
+        20,
     ),
     OptionSpec(
         "visibilityTimeout",

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import SqsSourceError
 from ..journal import AckAssignment, BatchPlan, window
+from ..journal.reports import stops_of, summed_stops
 from ..lag import LAG, batch_lag
 from ..sqs.batching import BatchCaller, entries_of, handle_margin
 
@@ -459,6 +460,7 @@ class Acknowledger:
                 "deleteFailures": sum(e.delete_failures for e in mine),
                 "uncertainAcknowledgements": len(uncertain),
                 "acknowledgedBy": by,
+                "receiveStops": summed_stops(e.stops for e in mine),
                 **batch_lag(_lag_metadata(e.lag) for e in mine),
             }
         )
@@ -601,6 +603,9 @@ class Acknowledger:
                 "deleted": stats.deleted - deleted_before,
                 "deleteFailures": stats.delete_failed - failed_before,
                 "uncertainAcknowledgements": len(uncertain),
+                "receiveStops": summed_stops(
+                    stops_of(getattr(r, "metadata", None)) for r in receipts
+                ),
                 # oldestMessageAgeMs, medianMessageAgeMs (lag.py)
                 **batch_lag(getattr(r, "metadata", None) for r in receipts),
             }

@@ -31,7 +31,7 @@ from .acknowledger import Acknowledger, driver_parallelism
 from .flow_control import AvailableNow, FlowControl, ReadLimit, batch_size_warning
 from .heartbeat import EXTENSION_FLOOR_SECONDS, Heartbeat
 from .metrics import BatchReporter
-from .planning import ReceiverPartition, new_plan, partitions_of
+from .planning import ReceiverPartition, new_plan, partitions_of, with_visible
 from .queues import BacklogPoller, resolve_queue_urls, with_queues
 from .state import StateMarkers
 
@@ -499,7 +499,8 @@ class Coordinator:
         # batches' messages first: acknowledgement runs on the executors, spread over them.
         fresh = [r.receiver for r in plan.receivers if r.adopt_from is None]
         return replace(
-            plan,
+            # What the queues held as last polled (in latestOffset) bounds what receivers take.
+            with_visible(plan, self.poller.polled_visible(), self.default_queue),
             acks=self.acknowledger.assignments(first, fresh),
             pending=tuple(b for b in self.acknowledger.pending if b <= batch),
         )

@@ -12,7 +12,8 @@ size does not grow with the drop set, which receivers read from the journal by d
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from pyspark.sql.datasource import InputPartition
 
@@ -21,6 +22,9 @@ from ..options import SqsOptions
 
 # Adopted entries are numbered from here, above any receiver numPartitions can create.
 ADOPTED_FROM = 10000
+# SQS's most messages per ReceiveMessage call: a receiver's part of the visible messages comes
+# in units of it, since a call costs the same for 1 message as for 10.
+RECEIVE_UNIT = 10
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,9 @@ class ReceiverPartition(InputPartition):
     replay_drops: str | None = None
     # The driver run that planned this partition: part of the attempt key (executor/poison.py).
     run: str = ""
+    # Its part of the messages visible when the batch was planned (``ReceiverPlan.visible``);
+    # the receiver sets it from the stored plan, as it does ``max_messages``.
+    visible: int | None = None
 
     def __repr__(self) -> str:
         return (
@@ -93,6 +100,38 @@ def new_plan(
         drop_count=drop_count,
         delete_after_journal=delete_after_journal,
     )
+
+
+def visible_parts(visible: int, receivers: int) -> list[int]:
+    """``visible`` messages dealt to ``receivers`` receivers in units of ``RECEIVE_UNIT``, in
+    turn from the first; the remainder below a unit goes to the next in turn. Few messages go
+    to few receivers (10 visible over 4 receivers: 10, 0, 0, 0), so that the others need not
+    wait for messages that one call of another takes; many are spread evenly."""
+    if receivers <= 0:
+        return []
+    units, rest = divmod(max(0, visible), RECEIVE_UNIT)
+    each, extra = divmod(units, receivers)
+    parts = [RECEIVE_UNIT * (each + (1 if i < extra else 0)) for i in range(receivers)]
+    parts[extra] += rest
+    return parts
+
+
+def with_visible(plan: BatchPlan, visible: Mapping[str, int], default_queue: str) -> BatchPlan:
+    """``plan`` (a new plan, queues assigned) with each receiving receiver's part of the
+    messages visible in its queue as last polled (``visible``: per queue, only the queues whose
+    poll answered). Receivers that replay or deliver an adopted entry get none."""
+    sharing: dict[str, list[int]] = {}
+    for r in plan.receivers:
+        queue = r.queue or default_queue
+        if r.limit > 0 and r.adopt_from is None and queue in visible:
+            sharing.setdefault(queue, []).append(r.receiver)
+    part: dict[int, int] = {}
+    for queue, numbers in sharing.items():
+        part.update(zip(numbers, visible_parts(visible[queue], len(numbers)), strict=True))
+    receivers = tuple(
+        replace(r, visible=part[r.receiver]) if r.receiver in part else r for r in plan.receivers
+    )
+    return replace(plan, receivers=receivers)
 
 
 def partitions_of(

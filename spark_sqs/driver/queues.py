@@ -270,6 +270,13 @@ class BacklogPoller:
             self.total = summed(polled)
         return self.visible > 0
 
+    def polled_visible(self) -> dict[str, int]:
+        """Visible messages of each queue whose last poll answered (none before any poll)."""
+        return {
+            url: counts.get("ApproximateNumberOfMessages", 0)
+            for url, counts in self.per_queue.items()
+        }
+
     def visible_by_queue(self) -> dict[str, int]:
         """Visible messages of each queue as last polled, for spreading receivers over them."""
         return {

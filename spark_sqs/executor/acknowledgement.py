@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import TransientSqsError
 from ..journal import AckAssignment, AckedEntry, Journal, receipts_of, window
+from ..journal.reports import stops_of
 from ..lag import LAG
 from ..sqs.batching import BatchCaller, entries_of
 from ..sqs.client import SqsClient
@@ -118,6 +119,7 @@ def acknowledge_assigned(
                 delete_failures=len(result.permanent),
                 uncertain=tuple(sorted(doubtful)),
                 lag=receipts.metadata.get(LAG, b"").decode() or None,
+                stops=stops_of(receipts.metadata),
             )
         )
     journal.write_ack_report(batch, receiver, entries)

@@ -30,6 +30,7 @@ from ..journal import (
     REMOVED,
     RETIRED_STATUS,
     SEAL,
+    STOPPED_BY,
     WINDOW_DROPPED,
     WINDOW_KEYS,
     BatchPlan,
@@ -37,6 +38,16 @@ from ..journal import (
     window,
 )
 from ..journal.poison import FIRST_ATTEMPT
+from ..journal.reports import (
+    STOP_BUDGET,
+    STOP_CAUGHT_UP,
+    STOP_EMPTY,
+    STOP_ERROR,
+    STOP_IN_FLIGHT,
+    STOP_LIMIT,
+    STOP_VISIBLE,
+    STOP_WAITED,
+)
 from ..schema import RECEIPT_HANDLE, messages_to_table, output_batches
 from ..sqs.batching import BatchCaller, Entry
 from ..sqs.client import SqsClient, cached_client, classify, error_code
@@ -58,6 +69,22 @@ HANDLE_CHECK_AFTER = 0.5
 # Consecutive receives answered with fewer messages than asked for: the receiver has caught up
 # with the queue, and waiting out the time budget would only add latency.
 CAUGHT_UP_AFTER = 3
+# A long poll that took longer than this had to wait: SQS found nothing visible when asked, so
+# the receiver has caught up, whatever the call then returned (a producer's batch of 10 that
+# arrived meanwhile comes back whole, never "short"). A call SQS answers at once costs a round
+# trip: tens of ms in a region, 5-60 ms here against moto and LocalStack, with or without a
+# 20 ms delay proxy. 0.25 s is several times that, and shorter than the gaps of a producer that
+# sends batches of 10 at up to 40 messages/s. A busy machine can make an immediate answer
+# slower still; the receiver then ends its batch early, with what it has journaled, and the
+# rest waits for the next batch: a smaller batch, never a lost message. While a receiver is
+# below its part of what the driver saw visible, a full answer is never taken for a wait: the
+# messages were there, and a backlog drained on a busy machine keeps its batch size.
+WAITED_SECONDS = 0.25
+# Beyond its part of the messages the driver saw visible, a receiver takes up to one more call's
+# worth, asking without waiting: the count is approximate (and eventually consistent on SQS),
+# and a call returns up to 10 whatever the part. Anything left is the next batch's, planned
+# with a fresh count right after this one.
+VISIBLE_MARGIN = RECEIVE_BATCH
 
 
 @dataclass(frozen=True)
@@ -74,7 +101,7 @@ class ReceiveStats:
     calls: int = 0
     received: int = 0
     duplicates_in_loop: int = 0
-    stopped_by: str = ""
+    stopped_by: str = ""  # a ``STOP_*`` reason (journal/reports.py)
     seconds: float = 0.0
     # Message id -> the receiver's monotonic clock when the receive call that returned its
     # current handle started: its visibility runs out no earlier than that plus the timeout.
@@ -89,8 +116,13 @@ def receive_messages(
     on_chunk: Callable[[list[dict[str, Any]], float], None] | None = None,
     already: int = 0,
 ) -> tuple[list[dict[str, Any]], ReceiveStats]:
-    """Loop ``ReceiveMessage`` until the receiver's share, an empty receive, ``CAUGHT_UP_AFTER``
-    short receives in a row, or the time budget.
+    """Loop ``ReceiveMessage`` until the receiver has caught up or reached an outer limit.
+
+    Caught up: an empty receive, ``CAUGHT_UP_AFTER`` short receives in a row, a long poll that
+    waited (``WAITED_SECONDS``), or its part of the messages visible when the batch was planned
+    (``partition.visible``) plus ``VISIBLE_MARGIN``, which it takes without waiting. Outer
+    limits: its share of ``maxMessagesPerTrigger``, and the time budget. ``clock`` is the
+    executor's monotonic clock (the simulation's in sim/).
 
     ``on_chunk`` sees the messages of each call as soon as they arrive, with the monotonic time
     the call started (``ReceiveStats.received_at``); ``already`` counts
@@ -103,12 +135,22 @@ def receive_messages(
     by_id: dict[str, dict[str, Any]] = {}
     fifo = partition.queue_url.endswith(".fifo")
     short_in_a_row = 0
+    part = partition.visible
     while len(by_id) + already < partition.max_messages:
-        wanted = min(RECEIVE_BATCH, partition.max_messages - len(by_id) - already)
+        have = len(by_id) + already
+        if part is not None and have >= part + VISIBLE_MARGIN:
+            stats.stopped_by = STOP_VISIBLE
+            break
+        wanted = min(RECEIVE_BATCH, partition.max_messages - have)
+        # Past its part of what the driver saw, a receiver only takes what is there now.
+        beyond = part is not None and have >= part
+        if beyond:
+            wanted = min(wanted, part + VISIBLE_MARGIN - have)
+        wait = 0 if beyond else options.wait_time_seconds
         request: dict[str, Any] = {
             "QueueUrl": partition.queue_url,
             "MaxNumberOfMessages": wanted,
-            "WaitTimeSeconds": options.wait_time_seconds,
+            "WaitTimeSeconds": wait,
             "VisibilityTimeout": options.visibility_timeout,
             "MessageSystemAttributeNames": ["All"],
             "MessageAttributeNames": list(options.message_attribute_names),
@@ -130,7 +172,7 @@ def receive_messages(
                     partition.receiver,
                     len(by_id),
                 )
-                stats.stopped_by = "in-flight limit"
+                stats.stopped_by = STOP_IN_FLIGHT
                 break
             err = classify(exc, "ReceiveMessage", partition.queue_url)
             if not by_id:
@@ -143,8 +185,9 @@ def receive_messages(
                 len(by_id),
                 err,
             )
-            stats.stopped_by = "error"
+            stats.stopped_by = STOP_ERROR
             break
+        took = clock() - called_at
         stats.calls += 1
         messages = response.get("Messages") or []
         for message in messages:
@@ -156,19 +199,26 @@ def receive_messages(
         if messages and on_chunk is not None:
             on_chunk(messages, called_at)
         if not messages:
-            stats.stopped_by = "empty receive"
+            stats.stopped_by = STOP_EMPTY
             break
+        short = len(messages) < wanted
         # With a trickle of messages, a long poll returns each one as it arrives and never comes
         # back empty: without this, every batch would last the whole time budget.
-        short_in_a_row = short_in_a_row + 1 if len(messages) < wanted else 0
-        if short_in_a_row >= CAUGHT_UP_AFTER:
-            stats.stopped_by = "caught up"
+        short_in_a_row = short_in_a_row + 1 if short else 0
+        if short_in_a_row >= CAUGHT_UP_AFTER or (beyond and short):
+            stats.stopped_by = STOP_CAUGHT_UP
+            break
+        # A full answer that leaves the receiver below its part is a slow server, not a wait:
+        # the driver saw those messages.
+        below_part = part is not None and len(by_id) + already < part
+        if wait > 0 and took > WAITED_SECONDS and (short or not below_part):
+            stats.stopped_by = STOP_WAITED
             break
         if clock() >= deadline:
-            stats.stopped_by = "time budget"
+            stats.stopped_by = STOP_BUDGET
             break
     else:
-        stats.stopped_by = "limit"
+        stats.stopped_by = STOP_LIMIT
     stats.received = len(by_id)
     stats.seconds = clock() - started
     return list(by_id.values()), stats
@@ -281,8 +331,9 @@ def read_partition(
             f"{partition.batch}` (the batch then delivers nothing; its messages come back to "
             "the queue)"
         )
-    # The plan's limit, not the partition's: a replay receives what the first plan allowed.
-    partition = replace(partition, max_messages=mine.limit)
+    # The plan's limit and count, not the partition's: a replay receives what the first plan
+    # allowed.
+    partition = replace(partition, max_messages=mine.limit, visible=mine.visible)
     drop_ids = journal.read_drops(plan.drops)
     if partition.replay:
         # After a restart, journaled messages may have become visible again (no heartbeat
@@ -338,6 +389,7 @@ def read_partition(
             # The first attempt is counted by its entry, at no extra write (poison.py).
             FIRST_ATTEMPT: poison.attempt_key(partition.run),
             **prepared.metadata,
+            STOPPED_BY: stats.stopped_by,
         }
     )
     try:
@@ -636,11 +688,12 @@ def _read_deleting_after_journal(
     """
     clocks = clocks or _Clocks()
     earlier = journal.read_parts(partition.batch, partition.receiver)
+    stopped_by = ""
     if not _sealed(earlier):
-        _receive_parts(journal, client, partition, drop_ids, earlier, clocks, plan)
+        stopped_by = _receive_parts(journal, client, partition, drop_ids, earlier, clocks, plan)
         if _finished(journal, partition) is not None:
             return
-    combined, pending = _seal(journal, partition, clocks)
+    combined, pending = _seal(journal, partition, clocks, stopped_by)
     if not journal.write_entry(partition.batch, partition.receiver, combined):
         stored = journal.read_entry(partition.batch, partition.receiver)
         assert stored is not None
@@ -668,7 +721,8 @@ def _receive_parts(
     earlier: list[tuple[int, pa.Table]],
     clocks: _Clocks,
     plan: BatchPlan | None = None,
-) -> None:
+) -> str:
+    """Receive, journaling each call's messages as a part; returns why receiving stopped."""
     journaled: set[str] = {i for _, t in earlier for i in t.column("messageId").to_pylist()}
     next_part = earlier[-1][0] + 1 if earlier else 0
     caller = BatchCaller(client, partition.queue_url, sleep=clocks.sleep)
@@ -748,9 +802,12 @@ def _receive_parts(
 
     already = sum(t.num_rows for _, t in earlier)
     try:
-        receive_messages(client, partition, clock=clocks.clock, on_chunk=on_chunk, already=already)
+        _, stats = receive_messages(
+            client, partition, clock=clocks.clock, on_chunk=on_chunk, already=already
+        )
     except _StopReceiving:
-        pass
+        return ""
+    return stats.stopped_by
 
 
 def _sealed(parts: list[tuple[int, pa.Table]]) -> bool:
@@ -758,11 +815,12 @@ def _sealed(parts: list[tuple[int, pa.Table]]) -> bool:
 
 
 def _seal(
-    journal: Journal, partition: ReceiverPartition, clocks: _Clocks
+    journal: Journal, partition: ReceiverPartition, clocks: _Clocks, stopped_by: str = ""
 ) -> tuple[pa.Table, set[str]]:
     """Create the seal after the last part (or find the one another attempt created) and
     combine the parts below it. Every message of the entry is marked as awaiting deletion:
-    which attempt deleted what is unknown, and a repeated delete is harmless."""
+    which attempt deleted what is unknown, and a repeated delete is harmless. ``stopped_by``:
+    why this attempt stopped receiving, if it received (the entry's counters only)."""
     empty = messages_to_table([], partition.queue_url, sns=partition.options.sns)
     while True:
         parts = journal.read_parts(partition.batch, partition.receiver)
@@ -788,6 +846,7 @@ def _seal(
             PENDING_DELETE: json.dumps(sorted(ids)),
             FIRST_ATTEMPT: poison.attempt_key(partition.run),
             **merged_metadata(t.schema.metadata for t in below),
+            **({STOPPED_BY: stopped_by} if stopped_by else {}),
         }
     )
     return combined, ids

@@ -87,6 +87,8 @@ EXPIRED_DROPPED = b"spark_sqs.expiredDropped"
 WINDOW_KEYS = b"spark_sqs.windowKeys"
 # With deleteAfterJournal: marks the empty part that closes a receiver's parts (see receiver).
 SEAL = b"spark_sqs.seal"
+# Why the receiver stopped receiving (``ReceiveStats.stopped_by``), for the batch's counters.
+STOPPED_BY = b"spark_sqs.stoppedBy"
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,11 @@ class ReceiverPlan:
     # The queue it receives from, fixed with the plan (several queues, driver/queues.py). None: a
     # plan written before queues were recorded, whose queue is the journal's (``Journal.owner``).
     queue: str | None = None
+    # Its part of the messages the driver saw visible in its queue when it planned the batch
+    # (driver/planning.py ``visible_parts``): the receiver counts itself caught up once it has
+    # received that many and a margin (executor/receiver.py). None: no count (a plan written
+    # before counts were recorded, or planned before any poll answered): no such bound.
+    visible: int | None = None
 
 
 @dataclass(frozen=True)
@@ -196,6 +203,7 @@ class BatchPlan:
             "receivers": [
                 {"receiver": r.receiver, "limit": r.limit, "adoptFrom": r.adopt_from}
                 | ({"queueUrl": r.queue} if r.queue is not None else {})
+                | ({"visible": r.visible} if r.visible is not None else {})
                 for r in self.receivers
             ],
             "drops": self.drops,
@@ -219,6 +227,7 @@ class BatchPlan:
                     int(r["limit"]),
                     tuple(r["adoptFrom"]) if r.get("adoptFrom") else None,  # type: ignore[arg-type]
                     r.get("queueUrl"),
+                    None if r.get("visible") is None else int(r["visible"]),
                 )
                 for r in doc["receivers"]
             ),

@@ -13,14 +13,40 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..lag import combine
 
 _NAME = re.compile(r"^acks/\d{12}/(\d{5,})(?:\.s-([0-9a-z_-]+))?\.json$")
-_SEGMENT = re.compile(r"^b(\d+)e(\d+)r(\d+)p(\d+)d(\d+)f(\d+)(?:w(\d+))?(?:l(\d+)-(\d+)-(\d+))?$")
+_SEGMENT = re.compile(
+    r"^b(\d+)e(\d+)r(\d+)p(\d+)d(\d+)f(\d+)(?:w(\d+))?(?:l(\d+)-(\d+)-(\d+))?"
+    r"(?:x((?:[a-z]\d+)+))?$"
+)
+# Why a receiver stopped receiving (executor/receiver.py ``receive_messages``): logged,
+# recorded in its entry (``STOPPED_BY``) and counted in its batch's metrics (``receiveStops``).
+STOP_LIMIT = "limit"  # its share of the batch's limit
+STOP_EMPTY = "empty receive"
+STOP_CAUGHT_UP = "caught up"  # short answers
+STOP_WAITED = "long poll waited"
+STOP_VISIBLE = "visible when planned"  # its part of the planned count, and the margin
+STOP_BUDGET = "time budget"
+STOP_ERROR = "error"
+STOP_IN_FLIGHT = "in-flight limit"
+# One letter each in a summary's ``x`` part ("xe3v1": three empty receives, one at the count).
+STOP_CODES = {
+    STOP_LIMIT: "l",
+    STOP_EMPTY: "e",
+    STOP_CAUGHT_UP: "c",
+    STOP_WAITED: "w",
+    STOP_VISIBLE: "v",
+    STOP_BUDGET: "t",
+    STOP_ERROR: "r",
+    STOP_IN_FLIGHT: "i",
+}
+_OTHER_STOP = "o"
+_STOP_NAMES = {code: name for name, code in STOP_CODES.items()} | {_OTHER_STOP: "other"}
 # Object keys may be 1024 bytes; a summary longer than this goes in the body only.
 NAME_LIMIT = 900
 
@@ -42,6 +68,9 @@ class AckedEntry:
     receiver: int | None = None  # the acknowledged entry's receiver
     uncertain: tuple[str, ...] = ()  # ids whose delete may not have taken effect
     lag: str | None = None  # the entry's lag summary, JSON (lag.py)
+    # Why its receiver stopped receiving, as (reason, entries) pairs: one pair for an entry
+    # (none if it did not say), counts summed over the batch when read from a report's name.
+    stops: tuple[tuple[str, int], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         # The keys a report body has always had: a driver reads reports of an earlier version.
@@ -56,6 +85,7 @@ class AckedEntry:
             "deleteFailures": self.delete_failures,
             "uncertain": sorted(self.uncertain),
             "lag": self.lag,
+            "stops": dict(self.stops),
         }
 
     @classmethod
@@ -72,7 +102,25 @@ class AckedEntry:
             receiver=None if receiver is None else int(receiver),
             uncertain=tuple(sorted(doc.get("uncertain", ()))),
             lag=doc.get("lag"),
+            stops=tuple(sorted((str(k), int(v)) for k, v in doc.get("stops", {}).items())),
         )
+
+
+def stops_of(metadata: Mapping[bytes, bytes] | None) -> tuple[tuple[str, int], ...]:
+    """An entry's stop reason (its ``STOPPED_BY`` metadata) as ``AckedEntry.stops``."""
+    from .entries import STOPPED_BY  # entries.py imports this module
+
+    reason = (metadata or {}).get(STOPPED_BY, b"").decode()
+    return ((reason, 1),) if reason else ()
+
+
+def summed_stops(stops: Iterable[tuple[tuple[str, int], ...]]) -> dict[str, int]:
+    """Entries by why their receivers stopped receiving, summed over ``AckedEntry.stops``."""
+    out: dict[str, int] = {}
+    for pairs in stops:
+        for reason, count in pairs:
+            out[reason] = out.get(reason, 0) + count
+    return dict(sorted(out.items()))
 
 
 @dataclass(frozen=True)
@@ -146,6 +194,12 @@ def summary_of(entries: Iterable[AckedEntry]) -> str | None:
         lag = combine(json.loads(e.lag) if e.lag else None for e in group)
         if lag is not None:
             segment += f"l{lag['messages']}-{lag['oldestAgeMs']}-{lag['medianAgeMs']}"
+        by_code: dict[str, int] = {}
+        for reason, count in summed_stops(e.stops for e in group).items():
+            code = STOP_CODES.get(reason, _OTHER_STOP)
+            by_code[code] = by_code.get(code, 0) + count
+        if by_code:
+            segment += "x" + "".join(f"{c}{n}" for c, n in sorted(by_code.items()))
         segments.append(segment)
     return "_".join(segments) or "none"
 
@@ -157,7 +211,7 @@ def entries_of_summary(summary: str) -> list[AckedEntry]:
         match = _SEGMENT.match(segment)
         if match is None:
             continue  # "none": the receiver had nothing to acknowledge
-        b, entries, rows, dropped, deleted, failures, copies, messages, oldest, median = (
+        b, entries, rows, dropped, deleted, failures, copies, messages, oldest, median, stops = (
             match.groups()
         )
         lag = None
@@ -176,6 +230,9 @@ def entries_of_summary(summary: str) -> list[AckedEntry]:
                 window_dropped=int(copies or 0),
                 entries=int(entries),
                 lag=lag,
+                stops=tuple(
+                    (_STOP_NAMES[c], int(n)) for c, n in re.findall(r"([a-z])(\d+)", stops or "")
+                ),
             )
         )
     return out

@@ -416,3 +416,37 @@ def test_a_committed_batch_whose_acknowledgement_died_with_its_driver_is_not_red
     assert again.run_until_idle() == []
     assert world.live() == 0
     assert_each_once(first.delivered, world.sent)
+
+
+# -- the visible count: a batch holds what was there when it was planned ----------------------
+
+
+@pytest.mark.parametrize("spark", SPARK_VERSIONS)
+def test_a_batch_takes_what_was_visible_when_planned_not_what_arrives_after(
+    world: World, spark: str
+) -> None:
+    world.send(25)
+    query = Query(world, spark, numPartitions=3)
+    batch_id = 0
+    start = query.start_offset(batch_id)
+    end = query.latest(start)
+    query.checkpoint.offsets[batch_id] = (start, end)
+    partitions = query.reader.partitions(json.loads(start), json.loads(end))
+    plan = world.journal(query.reader.options).read_plan(json.loads(end)["batch"])
+    assert plan is not None
+    assert [(r.receiver, r.visible) for r in plan.receivers] == [(0, 10), (1, 10), (2, 5)]
+    # A producer goes on sending after the driver counted: the receivers stop at their parts
+    # and one call's worth each (asked for without waiting), not at the 10000 they may take.
+    world.send(200)
+    rows = [body for p in partitions for body in query.world_read(p)]
+    assert 25 <= len(rows) <= 25 + 3 * 10
+    query.checkpoint.commits.add(batch_id)
+    query.delivered += rows
+    # The next batch's count includes the rest; idle, every message was delivered once.
+    query.run_until_idle()
+    assert_each_once(query.delivered, world.sent)
+    # Why each receiver stopped is in the counters of its batch.
+    metrics = {m["batch"]: m for m in world.journal(query.reader.options).read_metrics()}
+    first = metrics[json.loads(end)["batch"]]["receiveStops"]
+    assert sum(first.values()) == 3
+    assert set(first) <= {"visible when planned", "caught up", "empty receive"}

@@ -7,7 +7,14 @@ import pickle
 import pytest
 from pyspark.sql.datasource import InputPartition
 
-from spark_sqs.driver.planning import ADOPTED_FROM, ReceiverPartition, new_plan, partitions_of
+from spark_sqs.driver.planning import (
+    ADOPTED_FROM,
+    ReceiverPartition,
+    new_plan,
+    partitions_of,
+    visible_parts,
+    with_visible,
+)
 from spark_sqs.journal import BatchPlan, ReceiverPlan
 from spark_sqs.options import SqsOptions
 
@@ -149,3 +156,55 @@ def test_pickled_partition_size_does_not_grow_with_the_drop_set(drop_count: int)
     with_drops = plan(2, 100, opts, drops="cd" * 32, drop_count=drop_count)
     without = plan(2, 100, opts)
     assert [len(pickle.dumps(p)) for p in with_drops] == [len(pickle.dumps(p)) for p in without]
+
+
+# -- the visible count --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("visible", "receivers", "parts"),
+    [
+        (10, 4, [10, 0, 0, 0]),
+        (3, 4, [3, 0, 0, 0]),
+        (25, 4, [10, 10, 5, 0]),
+        (45, 4, [15, 10, 10, 10]),
+        (0, 2, [0, 0]),
+        (10000, 4, [2500, 2500, 2500, 2500]),
+        (1003, 3, [340, 333, 330]),
+        (7, 1, [7]),
+    ],
+)
+def test_visible_messages_are_dealt_in_calls_of_ten(
+    visible: int, receivers: int, parts: list[int]
+) -> None:
+    assert visible_parts(visible, receivers) == parts
+    assert sum(parts) == visible
+
+
+def test_each_receiving_receiver_gets_its_part_of_its_queue_s_count() -> None:
+    other = URL + "-eu"
+    stored = new_plan(7, 100, 3, journaled=[5], adopted=[(3, 0)])
+    queue_of = {0: URL, 1: other, 2: URL}
+    stored = BatchPlan(
+        7,
+        tuple(
+            ReceiverPlan(r.receiver, r.limit, r.adopt_from, queue_of.get(r.receiver))
+            for r in stored.receivers
+        ),
+    )
+    counted = with_visible(stored, {URL: 25, other: 4}, URL)
+    parts = {r.receiver: r.visible for r in counted.receivers}
+    # Receivers that only replay or deliver an adopted entry receive nothing: no part.
+    assert parts == {0: 15, 1: 4, 2: 10, 5: None, ADOPTED_FROM: None}
+    assert BatchPlan.from_json(counted.to_json()) == counted
+    # A queue whose poll did not answer: no bound for its receivers.
+    unanswered = with_visible(stored, {URL: 25}, URL)
+    assert {r.receiver: r.visible for r in unanswered.receivers}[1] is None
+
+
+def test_a_plan_written_before_counts_were_recorded_has_no_bound() -> None:
+    legacy = b'{"batch": 3, "receivers": [{"receiver": 0, "limit": 5, "adoptFrom": null}]}'
+    plan = BatchPlan.from_json(legacy)
+    assert plan.receivers == (ReceiverPlan(0, 5),)
+    assert plan.receivers[0].visible is None
+    assert b"visible" not in plan.to_json()

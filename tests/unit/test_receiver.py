@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +25,12 @@ from spark_sqs.errors import (
 from spark_sqs.executor.receiver import (
     CAUGHT_UP_AFTER,
     RECEIVE_BATCH,
+    VISIBLE_MARGIN,
+    WAITED_SECONDS,
     read_partition,
     receive_messages,
 )
-from spark_sqs.journal import BatchPlan, Journal, JournalState, ReceiverPlan
+from spark_sqs.journal import STOPPED_BY, BatchPlan, Journal, JournalState, ReceiverPlan
 from spark_sqs.schema import arrow_output_schema, messages_to_table
 from tests.fakes import Clock, FakeSqs, client_error
 from tests.unit.factories import QUEUE_URL, make_options, sqs_message
@@ -40,16 +43,18 @@ def partition(
     receiver: int = 0,
     journal: str = "/tmp/unused-journal",
     drop_ids: frozenset[str] = frozenset(),
+    visible: int | None = None,
     **options: Any,
 ) -> ReceiverPartition:
     """A partition; with a real journal directory, its batch's plan is stored there first, as
-    the driver does before any receiver runs."""
+    the driver does before any receiver runs. ``visible``: its part of the messages the driver
+    saw visible when it planned (None: no count, as in plans written before counts)."""
     opts = make_options(journal, **options)
     if journal != "/tmp/unused-journal":
         store = Journal(journal, opts)
         plan = BatchPlan(
             batch,
-            (ReceiverPlan(receiver, max_messages),),
+            (ReceiverPlan(receiver, max_messages, visible=visible),),
             drops=store.write_drops(drop_ids),
             drop_count=len(drop_ids),
         )
@@ -60,6 +65,7 @@ def partition(
         max_messages=max_messages,
         queue_url=QUEUE_URL,
         options=opts,
+        visible=visible,
     )
 
 
@@ -153,10 +159,11 @@ def slow_sqs(clock: Clock, seconds_per_call: float) -> FakeSqs:
 
 
 def test_stops_on_the_time_budget() -> None:
-    # visibilityTimeout 120 s gives a 30 s budget; every call takes 12 s.
+    # visibilityTimeout 120 s gives a 30 s budget; every call takes 12 s. The driver saw a
+    # backlog: full answers below the receiver's part of it are a slow server, not waits.
     clock = Clock()
     sqs = slow_sqs(clock, 12.0)
-    messages, stats = receive_messages(sqs, partition(1000), clock=clock)
+    messages, stats = receive_messages(sqs, partition(1000, visible=1000), clock=clock)
 
     # Calls end at 12 s, 24 s and 36 s: the third passes the budget.
     assert stats.stopped_by == "time budget"
@@ -169,10 +176,149 @@ def test_budget_is_a_quarter_of_the_visibility_timeout_at_most_a_minute() -> Non
     clock = Clock()
     sqs = slow_sqs(clock, 12.0)
     options = {"visibilityTimeout": "400", "waitTimeSeconds": "20"}
-    _, stats = receive_messages(sqs, partition(1000, **options), clock=clock)
+    _, stats = receive_messages(sqs, partition(1000, visible=1000, **options), clock=clock)
     # 400 / 4 = 100 s, capped at 60 s: the fifth call ends at 60 s.
     assert stats.stopped_by == "time budget"
     assert len(sqs.receive_calls) == 5
+
+
+# -- caught up: a long poll that waited, the count the driver saw ----------------------------
+
+
+def timed_sqs(clock: Clock, script: list[tuple[float, list[dict[str, Any]]]]) -> FakeSqs:
+    """Answers ``script`` in order, each call taking its seconds on ``clock`` (a long poll that
+    waits that long, or a slow server), then empty answers at once."""
+    timings = [seconds for seconds, _ in script]
+
+    def advance() -> None:
+        clock.now += timings.pop(0) if timings else 0.0
+
+    return FakeSqs(script=[answer for _, answer in script], on_receive=advance)
+
+
+def burst(start: int, count: int = 10) -> list[dict[str, Any]]:
+    return [sqs_message(start + n) for n in range(count)]
+
+
+def test_a_long_poll_that_waited_ends_the_loop_even_with_a_full_answer() -> None:
+    # A producer sending batches of 10: the second long poll waits for the next batch, which
+    # comes back whole. The queue had nothing visible when asked: the receiver caught up.
+    clock = Clock()
+    sqs = timed_sqs(clock, [(0.01, burst(0)), (0.4, burst(10)), (0.01, burst(20))])
+    messages, stats = receive_messages(sqs, partition(1000), clock=clock)
+
+    assert stats.stopped_by == "long poll waited"
+    assert len(sqs.receive_calls) == 2
+    assert len(messages) == 20
+
+
+def test_a_short_answer_after_a_wait_ends_the_loop_at_once() -> None:
+    clock = Clock()
+    sqs = timed_sqs(clock, [(0.01, burst(0)), (0.9, burst(10, 1)), (0.01, burst(20))])
+    _, stats = receive_messages(sqs, partition(1000, visible=500), clock=clock)
+
+    assert stats.stopped_by == "long poll waited"
+    assert len(sqs.receive_calls) == 2
+
+
+def test_calls_up_to_the_threshold_are_answers_not_waits() -> None:
+    clock = Clock()
+    at_threshold = [(WAITED_SECONDS, burst(10 * n)) for n in range(5)]
+    sqs = timed_sqs(clock, at_threshold)
+    messages, stats = receive_messages(sqs, partition(1000), clock=clock)
+
+    assert stats.stopped_by == "empty receive"
+    assert len(messages) == 50
+
+
+def test_a_slow_full_answer_below_the_planned_part_is_a_slow_server_not_a_wait() -> None:
+    # A backlog drained on a busy machine: every call takes 0.6 s and brings 10. The driver saw
+    # 60 for this receiver, so it takes all of them rather than stop after one call; the slow
+    # call that reaches the part is no longer vouched for by the count.
+    clock = Clock()
+    sqs = timed_sqs(clock, [(0.6, burst(10 * n)) for n in range(10)])
+    messages, stats = receive_messages(sqs, partition(1000, visible=60), clock=clock)
+
+    assert len(messages) == 60
+    assert stats.stopped_by == "long poll waited"
+    assert [c["WaitTimeSeconds"] for c in sqs.receive_calls] == [1] * 6
+
+
+def test_a_slow_full_answer_that_reaches_the_part_counts_as_a_wait() -> None:
+    clock = Clock()
+    sqs = timed_sqs(clock, [(0.01, burst(0)), (0.6, burst(10)), (0.01, burst(20))])
+    _, stats = receive_messages(sqs, partition(1000, visible=20), clock=clock)
+
+    assert stats.stopped_by == "long poll waited"
+    assert len(sqs.receive_calls) == 2
+
+
+def test_a_receiver_stops_at_its_part_of_the_visible_count_plus_the_margin() -> None:
+    # Messages keep arriving after the driver counted 25: they are the next batch's.
+    sqs = FakeSqs(available=1000)
+    messages, stats = receive_messages(sqs, partition(1000, visible=25))
+
+    assert stats.stopped_by == "visible when planned"
+    assert len(messages) == 25 + VISIBLE_MARGIN
+    assert [(c["MaxNumberOfMessages"], c["WaitTimeSeconds"]) for c in sqs.receive_calls] == [
+        (10, 1),
+        (10, 1),
+        (10, 1),
+        (5, 0),
+    ]
+
+
+def test_a_receiver_with_no_part_asks_once_without_waiting() -> None:
+    sqs = FakeSqs(available=0)
+    messages, stats = receive_messages(sqs, partition(1000, visible=0))
+
+    assert messages == []
+    assert stats.stopped_by == "empty receive"
+    assert [c["WaitTimeSeconds"] for c in sqs.receive_calls] == [0]
+
+
+def test_a_short_answer_beyond_the_part_means_caught_up() -> None:
+    sqs = FakeSqs(script=[burst(0), burst(10, 4), burst(20)])
+    messages, stats = receive_messages(sqs, partition(1000, visible=10))
+
+    assert stats.stopped_by == "caught up"
+    assert len(messages) == 14
+    assert len(sqs.receive_calls) == 2
+
+
+def test_the_share_and_the_budget_stay_outer_limits_with_a_count() -> None:
+    sqs = FakeSqs(available=1000)
+    _, stats = receive_messages(sqs, partition(30, visible=500))
+    assert stats.stopped_by == "limit"
+
+    clock = Clock()
+    sqs = slow_sqs(clock, 12.0)
+    _, stats = receive_messages(sqs, partition(1000, visible=500), clock=clock)
+    assert stats.stopped_by == "time budget"
+
+
+def test_an_earlier_attempt_s_messages_count_towards_the_part() -> None:
+    # deleteAfterJournal: a retried task whose earlier attempt journaled its part and margin.
+    sqs = FakeSqs(available=100)
+    messages, stats = receive_messages(
+        sqs, partition(1000, visible=20), already=20 + VISIBLE_MARGIN
+    )
+    assert messages == [] and sqs.receive_calls == []
+    assert stats.stopped_by == "visible when planned"
+
+    sqs = FakeSqs(available=100)
+    messages, _ = receive_messages(sqs, partition(1000, visible=20), already=15)
+    assert len(messages) == 20 + VISIBLE_MARGIN - 15
+    assert [c["WaitTimeSeconds"] for c in sqs.receive_calls] == [1, 0]
+
+
+def test_without_waiting_the_threshold_never_applies() -> None:
+    # waitTimeSeconds=0: every call is a short poll; a slow one is a slow server.
+    clock = Clock()
+    sqs = timed_sqs(clock, [(0.6, burst(10 * n)) for n in range(3)])
+    messages, stats = receive_messages(sqs, partition(1000, waitTimeSeconds="0"), clock=clock)
+    assert stats.stopped_by == "empty receive"
+    assert len(messages) == 30
 
 
 def test_a_message_received_twice_is_kept_once_with_the_newest_handle() -> None:
@@ -334,6 +480,34 @@ def test_first_read_receives_journals_and_yields(journal_dir: str) -> None:
     # The receive time lets the driver know when these handles expire.
     assert before <= receipts.received_at <= after
     assert len(sqs.queue) == 5
+
+
+def test_the_stored_plan_s_visible_count_bounds_the_receiver_and_its_entry_says_why(
+    journal_dir: str,
+) -> None:
+    # The partition says nothing of the count (an executor gets it from the stored plan only).
+    sqs = FakeSqs(available=100)
+    stored = partition(1000, batch=4, journal=journal_dir, visible=12)
+    part = replace(stored, visible=None)
+    rows = collect(read_partition(part, client_factory=lambda: sqs))
+
+    assert rows.num_rows == 12 + VISIBLE_MARGIN
+    assert stored.visible == 12 and part.visible is None
+    entry = Journal(journal_dir).read_entry(4, 0)
+    assert entry is not None
+    assert (entry.schema.metadata or {})[STOPPED_BY] == b"visible when planned"
+
+
+@pytest.mark.parametrize("delete_after_journal", ["false", "true"])
+def test_an_entry_records_why_its_receiver_stopped(
+    journal_dir: str, delete_after_journal: str
+) -> None:
+    sqs = FakeSqs(available=7)
+    part = partition(100, journal=journal_dir, deleteAfterJournal=delete_after_journal)
+    assert collect(read_partition(part, client_factory=lambda: sqs)).num_rows == 7
+    entry = Journal(journal_dir).read_entry(1, 0)
+    assert entry is not None
+    assert (entry.schema.metadata or {})[STOPPED_BY] == b"empty receive"
 
 
 def test_nothing_is_journaled_before_the_rows_are_asked_for(journal_dir: str) -> None:
