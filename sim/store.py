@@ -121,6 +121,7 @@ class SimJournalStore:
         # list_lag: when each key (re)appears in listings, and until when a deleted one stays.
         self._listed_from: dict[str, float] = {}
         self._listed_until: dict[str, float] = {}
+        self.lagged_listings = 0  # listings that missed a key or showed a deleted one
         # Keys whose calls draw no fault (probe keys while the store lies about creates: a
         # transient fault must not pass for the probe's refusal).
         self.fault_free_prefixes: tuple[str, ...] = ()
@@ -177,6 +178,11 @@ class SimJournalStore:
 
         def effect() -> tuple[list[str], str]:
             keys = sorted(k for k in self._listed() if k.startswith(directory))
+            if self.list_lag > 0 and keys != sorted(
+                k for k in self._objects if k.startswith(directory)
+            ):
+                self.lagged_listings += 1
+                return keys, f"{len(keys)} keys (lagging)"
             return keys, f"{len(keys)} keys"
 
         return self._call("list", prefix, effect)
