@@ -44,6 +44,7 @@ import logging
 import pickle
 import random
 import re
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -794,6 +795,17 @@ class SparkSim:
     # -- Spark ---------------------------------------------------------------------------------
 
     def run(self) -> Result:
+        # uuid4 draws from the seed while it runs (probe keys, journal identities): a seed
+        # replays exactly, in another process too.
+        ids = random.Random(f"uuid:{self.config.seed}")
+        original = uuid.uuid4
+        uuid.uuid4 = lambda: uuid.UUID(int=ids.getrandbits(128), version=4)
+        try:
+            return self._run()
+        finally:
+            uuid.uuid4 = original
+
+    def _run(self) -> Result:
         c = self.config
         random.seed(f"global:{c.seed}")  # BatchCaller's backoff jitter
         journal_entries._DROPS_CACHE.clear()
