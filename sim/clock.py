@@ -100,6 +100,7 @@ class ActorClock:
         self.skew = float(skew)
         self.rate = float(rate)
         self._born = clock.elapsed
+        self._wall_born = clock.time()
         self._monotonic_origin = float(monotonic_origin)
         self._true_sleep = true_sleep or clock.sleep
 
@@ -113,7 +114,7 @@ class ActorClock:
     def time(self) -> float:
         """Wall time: the true wall time when the view was made, plus the skew, plus what this
         process measured since."""
-        return self.true._wall_start + self._born + self.skew + self._local()
+        return self._wall_born + self.skew + self._local()
 
     def time_millis(self) -> int:
         return int(round(self.time() * 1000))

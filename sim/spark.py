@@ -1058,10 +1058,11 @@ class SparkSim:
                 start = self._start_of(driver, batch_id, ckpt)
             else:
                 start = self._start_of(driver, batch_id, ckpt)
+                self._handed(group)
                 latest = driver.latest_offset(json.loads(start), limit)
                 self.event(f"latestOffset({start}) -> {latest}")
-                if batch_id:
-                    self._accepted(group, f"latestOffset({start})")
+                if batch_id and json.dumps(latest) != start:
+                    self._accepted(group, f"latestOffset({start}) answered a new batch")
             end = json.dumps(latest)
             if end == start:
                 idle += 1
@@ -1073,9 +1074,9 @@ class SparkSim:
             self.event(f"offset log {batch_id}: {start} -> {end}")
             if batch_id - 1 in ckpt.offset_log:
                 previous = json.loads(ckpt.offset_log[batch_id - 1][1])
+                self._handed(group)
                 driver.acknowledge(offsets.batch_of(previous))
                 self.event(f"commit({previous})")
-                self._accepted(group, f"commit({previous})")
             self._run_batch(driver, group, batch_id, start, end, ckpt, rng)
             batch_id += 1
             new_batches += 1
@@ -1112,8 +1113,10 @@ class SparkSim:
         if skip and rng.random() < 0.5:
             self.event(f"batch {batch_id}: sink has it; not planned, not run")
         else:
+            self._handed(group)
             partitions = driver.plan(json.loads(start), json.loads(end))
-            self._accepted(group, f"partitions({start}, {end})")
+            if partitions:
+                self._accepted(group, f"partitions({start}, {end}) planned receivers")
             shipped = [pickle.dumps(p) for p in partitions]
             self.event(
                 f"partitions({start}, {end}) -> "
@@ -1430,19 +1433,29 @@ class SparkSim:
         self.log(f"{'spark':<22} == the other journal has planned and acknowledged batch {at}")
         return store
 
+    def _handed(self, group: str) -> None:
+        """Spark is about to hand the driver of ``group`` an offset of its checkpoint."""
+        if group in self.diverged:
+            self.stats[f"{group}_handed"] = 1
+
     def _accepted(self, group: str, call: str) -> None:
-        """The driver of ``group`` answered a call that handed it the checkpoint's offsets.
-        After the journal diverged from the checkpoint it must have refused instead."""
+        """The driver of a diverged run answered a call that handed it the checkpoint's
+        offsets with something Spark acts on: a new batch for the offset log (whose end would
+        name the other journal), or receivers to run. It must have refused instead. (A
+        ``commit`` that returns is judged by what it does: no SQS call may follow.)"""
         kind = self.diverged.get(group)
         if kind is None or self.stats.get(f"{group}_accepted"):
             return
         self.stats[f"{group}_accepted"] = 1
         self.violation(
-            f"{group} ran on a journal {kind} under a kept checkpoint and {call} accepted the "
-            "checkpoint's offsets (it must refuse with a JournalError naming journalLocation)"
+            f"{group} ran on a journal {kind} under a kept checkpoint and {call} (it must "
+            "refuse with a JournalError naming journalLocation)"
         )
 
     def _judge_diverged(self, group: str, kind: str, driver: Actor) -> None:
+        """A diverged run handed the checkpoint's offsets ends refused (a JournalError naming
+        journalLocation) or killed; one that Spark never handed them (Spark 4.0/4.1, an idle
+        queue: only latestOffset() without a start) may stop."""
         err = driver.error
         if isinstance(err, JournalError) and not isinstance(err, JournalInUseError):
             if "journalLocation" in str(err):
@@ -1453,10 +1466,13 @@ class SparkSim:
                 return
         if self.stats.get(f"{group}_accepted") or self.stats.get(f"{group}_touched"):
             return  # already a violation
-        self.stats[f"{group}_not_refused"] = 1
-        self.event(
-            f"{group} (journal {kind}) ended without a refusal: "
-            + ("killed" if driver.killed else f"{type(err).__name__}" if err else "stopped")
+        if driver.killed or err is not None or not self.stats.get(f"{group}_handed"):
+            self.event(f"{group} (journal {kind}) ended before a refusal was due")
+            return
+        self.violation(
+            f"{group} ran on a journal {kind} under a kept checkpoint, was handed its offsets "
+            "and stopped without refusing (it must refuse with a JournalError naming "
+            "journalLocation)"
         )
 
     # -- the end -------------------------------------------------------------------------------
