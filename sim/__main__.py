@@ -5,6 +5,10 @@
     python -m sim --seeds 100 --fifo       every seed on a FIFO queue
     python -m sim --seeds 100 --queues 2   two queues in the stream; a restart may drop one
     python -m sim --seeds 100 --poison     poisonMessagePolicy=deadLetter; the sink rejects one
+    python -m sim --seeds 100 --unkind all the unkind world (skewed clocks, stalls, task waves,
+                                           owner pauses, lying and lagging stores, second
+                                           queries that run batches, diverged journals)
+    python -m sim --seeds 100 --unkind clocks,stalls   some of its dimensions only
 
 Exit status 1 if any seed broke an invariant; each failing seed prints the command that
 replays it. Runs on: the simulator's process only.
@@ -16,16 +20,25 @@ import argparse
 import sys
 import time
 
-from sim.spark import run_seed
-from sim.sweep import Variant, default_jobs, sweep
+from sim.spark import UNKIND, run_seed
+from sim.sweep import Variant, default_jobs, parse_unkind, sweep
 
 
 def replay_command(
-    seed: int, fifo: bool | None, fixed_mode: bool = False, queues: int = 1, poison: bool = False
+    seed: int,
+    fifo: bool | None,
+    fixed_mode: bool = False,
+    queues: int = 1,
+    poison: bool = False,
+    unkind: frozenset[str] = frozenset(),
 ) -> str:
     flag = "" if fifo is None else (" --fifo" if fifo else " --standard")
     if poison:
         flag += " --poison"
+    if unkind:
+        flag += " --unkind " + (
+            "all" if unkind == frozenset(UNKIND) else ",".join(n for n in UNKIND if n in unkind)
+        )
     if fixed_mode:
         flag += " --fixed-delete-mode"
     if queues > 1:
@@ -55,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="poisonMessagePolicy=deadLetter, and one message that fails every batch holding it",
     )
+    parser.add_argument(
+        "--unkind",
+        default=None,
+        help=f"dimensions of the unkind world, comma-separated, or all: {', '.join(UNKIND)}",
+    )
     parser.add_argument("--stop", type=int, default=5, help="stop after this many failing seeds")
     parser.add_argument(
         "--jobs",
@@ -64,7 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    configure = Variant(args.fixed_delete_mode, args.queues, args.poison)
+    try:
+        unkind = parse_unkind(args.unkind)
+    except ValueError as exc:
+        parser.error(str(exc))
+    configure = Variant(args.fixed_delete_mode, args.queues, args.poison, unkind)
 
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     failed = 0
@@ -82,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             fixed_delete_mode=args.fixed_delete_mode,
             queues=args.queues,
             poison=args.poison,
+            unkind=unkind,
             jobs=args.jobs,
         )
     for result in results:
@@ -101,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  - {v}")
             print(
                 "  replay: "
-                + replay_command(seed, args.fifo, args.fixed_delete_mode, args.queues, args.poison)
+                + replay_command(
+                    seed, args.fifo, args.fixed_delete_mode, args.queues, args.poison, unkind
+                )
             )
             if failed >= args.stop:
                 break

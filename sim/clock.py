@@ -72,3 +72,59 @@ class SimClock:
 
     def __repr__(self) -> str:
         return f"SimClock(elapsed={self._elapsed:.3f}s)"
+
+
+class ActorClock:
+    """One simulated process's view of a :class:`SimClock`: its wall clock is off by ``skew``
+    seconds and both its clocks run at ``rate`` (1.02: 2 % fast), from the moment the view is
+    made. Real hosts' clocks differ like this (NTP keeps them within seconds to minutes, and a
+    clock drifts between corrections); the project's code takes ``clock`` / ``wall_clock`` /
+    ``sleep`` seams, so each actor is handed a view of its own. SQS and the journal store stay
+    on the true clock (``SimClock``): they are the services, not the hosts.
+
+    ``sleep(s)`` lasts ``s`` seconds as this process measures them: ``s / rate`` true seconds,
+    through ``true_sleep`` (the scheduler's sleep, so that other actors run meanwhile)."""
+
+    def __init__(
+        self,
+        clock: SimClock,
+        *,
+        skew: float = 0.0,
+        rate: float = 1.0,
+        monotonic_origin: float = DEFAULT_MONOTONIC_START,
+        true_sleep: Callable[[float], None] | None = None,
+    ) -> None:
+        if rate <= 0:
+            raise ValueError(f"a clock's rate must be positive, not {rate!r}")
+        self.true = clock
+        self.skew = float(skew)
+        self.rate = float(rate)
+        self._born = clock.elapsed
+        self._wall_born = clock.time()
+        self._monotonic_origin = float(monotonic_origin)
+        self._true_sleep = true_sleep or clock.sleep
+
+    def _local(self) -> float:
+        """Seconds since the view was made, as this process measures them."""
+        return (self.true.elapsed - self._born) * self.rate
+
+    def monotonic(self) -> float:
+        return self._monotonic_origin + self._local()
+
+    def time(self) -> float:
+        """Wall time: the true wall time when the view was made, plus the skew, plus what this
+        process measured since."""
+        return self._wall_born + self.skew + self._local()
+
+    def time_millis(self) -> int:
+        return int(round(self.time() * 1000))
+
+    def sleep(self, seconds: float) -> None:
+        self._true_sleep(max(0.0, float(seconds)) / self.rate)
+
+    def offset(self) -> float:
+        """How far this wall clock is ahead of the true one now (negative: behind)."""
+        return self.time() - self.true.time()
+
+    def __repr__(self) -> str:
+        return f"ActorClock(skew={self.skew:+.1f}s, rate={self.rate:.3f})"

@@ -10,6 +10,11 @@ and the steps the Spark model marks itself. At a point the scheduler may also ki
 it then raises :class:`Crash` (a ``BaseException``, so that no ``except Exception`` clean-up of
 the code under test runs, as with SIGKILL), before the call's effect or after it (the effect
 happened, the process died before it saw the answer).
+
+At a point the scheduler may also *hold* an actor (``stall``, the unkind world): it then runs
+nothing until the simulated clock reaches ``hold_until``, while the others run, as a process
+frozen by a GC pause, a stalled network or a suspended VM. A held process's sleeping actors
+wake no earlier than the hold's end.
 """
 
 from __future__ import annotations
@@ -54,6 +59,8 @@ class Actor:
         self.result: Any = None
         self.error: BaseException | None = None
         self.killed = False
+        # Held (stalled, paused) until this simulated time: not run before, whatever it waits for.
+        self.hold_until: float | None = None
 
     @property
     def done(self) -> bool:
@@ -79,6 +86,7 @@ class Scheduler:
         *,
         trace: Callable[[str], None] | None = None,
         decide: Callable[[Actor], str | None] | None = None,
+        stall: Callable[[Actor], bool] | None = None,
     ) -> None:
         self.rng = random.Random(f"sched:{seed}")
         self.clock = clock
@@ -88,6 +96,10 @@ class Scheduler:
         self._trace = trace
         # Called before each resume: returns "before"/"after" to kill the actor at this point.
         self.decide = decide
+        # Called for the actor chosen to run: True if it (or its process) was held instead
+        # (``hold``); another actor is chosen then. Only at points where the actor neither
+        # sleeps nor waits.
+        self.stall = stall
         self.steps = 0
         # Who gets the baton back from a resume that waits for it (kill, step); else None.
         self._return_to: Any = None
@@ -208,11 +220,20 @@ class Scheduler:
                 return
             self._resume(actor)
 
+    def hold(self, actor: Actor, until: float) -> None:
+        """Run nothing of ``actor`` before simulated time ``until`` (a stall)."""
+        if actor.hold_until is None or until > actor.hold_until:
+            actor.hold_until = until
+
     def ready(self, actor: Actor, now: float) -> bool:
         if actor.status != "paused":
             return False
         if actor.kill is not None:
             return True
+        if actor.hold_until is not None:
+            if actor.hold_until > now:
+                return False
+            actor.hold_until = None
         if actor.wait_until is None and actor.wake_at is None:
             return True
         if actor.wait_until is not None and actor.wait_until():
@@ -225,20 +246,33 @@ class Scheduler:
         if not self.actors:
             return None
         while True:
-            now = self.clock.elapsed
-            ready = [a for a in self.actors if self.ready(a, now)]
-            if ready:
+            while True:
+                now = self.clock.elapsed
+                ready = [a for a in self.actors if self.ready(a, now)]
+                if ready:
+                    break
+                timed = [t for a in self.actors if (t := _next_time(a, now)) is not None]
+                if not timed:
+                    raise Deadlock(
+                        "no actor can run: "
+                        + ", ".join(f"{a.name} at {a.label}" for a in self.actors)
+                    )
+                self.clock.advance_to(min(timed))
+            actor = ready[self.rng.randrange(len(ready))]
+            # Work takes time: most steps a few milliseconds, some much longer.
+            roll = self.rng.random()
+            self.clock.advance(0.002 if roll < 0.8 else 0.2 if roll < 0.97 else 3.0)
+            if (
+                self.stall is None
+                or actor.kill is not None
+                or actor.wait_until is not None
+                or actor.wake_at is not None
+                or not self.stall(actor)
+            ):
                 break
-            timed = [a.wake_at for a in self.actors if a.wake_at is not None]
-            if not timed:
-                raise Deadlock(
-                    "no actor can run: " + ", ".join(f"{a.name} at {a.label}" for a in self.actors)
-                )
-            self.clock.advance_to(min(timed))
-        actor = ready[self.rng.randrange(len(ready))]
-        # Work takes time: most steps a few milliseconds, some much longer.
-        roll = self.rng.random()
-        self.clock.advance(0.002 if roll < 0.8 else 0.2 if roll < 0.97 else 3.0)
+            if self._trace is not None:
+                held = (actor.hold_until or 0.0) - self.clock.elapsed
+                self._trace(f"{actor.name:<22} {actor.label}  ** HELD for {held:.1f}s **")
         if actor.kill is None and self.decide is not None:
             self._choosing = True
             try:
@@ -284,6 +318,13 @@ class Scheduler:
                 if actor.status == "paused":
                     self._resume(actor)
         self.actors = []
+
+
+def _next_time(actor: Actor, now: float) -> float | None:
+    """When a paused actor that cannot run now may run next (None: only on a condition)."""
+    if actor.hold_until is not None and actor.hold_until > now:
+        return actor.hold_until if actor.wake_at is None else max(actor.hold_until, actor.wake_at)
+    return actor.wake_at
 
 
 class SimLock:

@@ -29,6 +29,12 @@ What Spark does, as modelled here (PLATFORM.md has the measurements behind it):
 - Crashes: the driver (with its heartbeat) between any two steps or around any SQS or journal
   call, before or after its effect; a task likewise. A second query on the same journal is
   started now and then and must be refused with ``JournalInUseError``.
+
+The unkind world (``UNKIND``, ``Config.draw_unkind``; off unless a sweep asks for it): per-process
+clocks with skew and drift, tasks stalled past the visibility timeout, fewer task slots than
+receivers, owners paused past two heartbeats, stores that ignore create-if-absent or whose
+listings lag, second queries that take over and run batches, and journals deleted, moved or
+swapped under a kept checkpoint (docs/simulation.md, "The unkind world").
 """
 
 from __future__ import annotations
@@ -38,22 +44,23 @@ import logging
 import pickle
 import random
 import re
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from sim.clock import SimClock
+from sim.clock import ActorClock, SimClock
 from sim.sched import Actor, Crash, Deadlock, HookedSqs, HookedStore, Scheduler, SimLock
 from sim.sqs import DATA_OPERATIONS, DEFAULT_INFLIGHT_LIMIT, FaultRates, SimSqs
 from sim.store import SimJournalStore, StoreFaultRates
 from spark_sqs.driver import offsets
 from spark_sqs.driver.coordinator import Coordinator
-from spark_sqs.errors import JournalInUseError
+from spark_sqs.errors import JournalError, JournalInUseError
 from spark_sqs.executor import duplicates
 from spark_sqs.executor.receiver import read_partition
-from spark_sqs.journal import Journal
+from spark_sqs.journal import Journal, JournalState
 from spark_sqs.journal import entries as journal_entries
 from spark_sqs.journal.entries import PLANNED_MARKERS_KEPT
 from spark_sqs.journal.lease import RECORDS_KEPT, Lease
@@ -70,6 +77,20 @@ MAX_TASK_FAILURES = 4
 VISIBILITY = 30
 MAX_STEPS = 60_000
 MAX_SIM_SECONDS = 50_000.0
+# The dimensions of the unkind world (docs/simulation.md, "The unkind world"), each drawn per
+# seed from a random stream of its own when a sweep asks for it (Config.draw_unkind).
+UNKIND = (
+    "clocks",  # per-process wall clocks with skew, and clock rates with drift
+    "stalls",  # a task frozen for longer than visibilityTimeout between two of its steps
+    "waves",  # fewer task slots than receivers: tasks start as slots free up
+    "pauses",  # the owner (driver and heartbeat) frozen for longer than two heartbeat intervals
+    "lying",  # a store that ignores create-if-absent (the start-up probe must refuse it)
+    "lag",  # a store whose listings lag writes and deletes
+    "query2",  # a second query that takes over (when it may) and runs batches
+    "diverge",  # the journal deleted, moved or swapped under a kept checkpoint, then restored
+)
+# Second queries that run batches get checkpoints (sink epochs) of their own, numbered apart.
+QUERY2_EPOCHS = 1000
 
 
 @dataclass
@@ -113,6 +134,18 @@ class Config:
     wait_time: int = 1
     # duplicateWindow (not drawn): 0 turns the window off, and its store requests with it.
     duplicate_window: float = 600.0
+    # The unkind world (UNKIND; none unless a sweep asks: Config.draw_unkind). The dimensions
+    # asked for, then what each drew.
+    unkind: frozenset[str] = frozenset()
+    clock_skew: float = 0.0  # each process's wall clock is off by up to this many seconds
+    clock_drift: float = 0.0  # and its clocks run up to this fraction fast or slow
+    stall: float = 0.0  # probability per task step of a stall longer than visibilityTimeout
+    waves: bool = False  # each run has 1-3 task slots (receivers beyond them wait)
+    owner_pause: float = 0.0  # probability per step of the owner of a pause > 2 heartbeats
+    lying_store: bool = False  # the store ignores create-if-absent until the probe refuses it
+    list_lag: float = 0.0  # listings lag writes and deletes by up to this many seconds
+    query2_runs: bool = False  # a second query that takes over runs batches of its own
+    diverge: float = 0.0  # probability per restart that the journal diverges from the checkpoint
 
     @classmethod
     def from_seed(cls, seed: int, fifo: bool | None = None) -> Config:
@@ -146,6 +179,38 @@ class Config:
             sqs_inflight_limit=sqs_limit,
             wait_time=wait_time,
         )
+
+    def draw_unkind(self, dimensions: frozenset[str] | set[str]) -> None:
+        """Draw the unkind world's ``dimensions`` for this seed, each from a random stream of
+        its own: adding one dimension does not change what the others draw, and a seed asked
+        for none keeps the history it has without them."""
+        unknown = set(dimensions) - set(UNKIND)
+        if unknown:
+            raise ValueError(f"unknown unkind dimensions {sorted(unknown)}; known: {UNKIND}")
+        self.unkind = frozenset(dimensions)
+
+        def stream(name: str) -> random.Random:
+            return random.Random(f"unkind-{name}:{self.seed}")
+
+        if "clocks" in dimensions:
+            rng = stream("clocks")
+            self.clock_skew = rng.choice([2.0, 20.0, 60.0, 180.0])
+            self.clock_drift = rng.choice([0.0, 0.01, 0.03, 0.05])
+        if "stalls" in dimensions:
+            self.stall = stream("stalls").choice([0.01, 0.03, 0.1])
+        if "waves" in dimensions:
+            self.waves = True
+        if "pauses" in dimensions:
+            self.owner_pause = stream("pauses").choice([0.005, 0.01, 0.03])
+        if "lying" in dimensions:
+            self.lying_store = stream("lying").random() < 0.5
+        if "lag" in dimensions:
+            self.list_lag = stream("lag").choice([1.0, 5.0, 20.0])
+        if "query2" in dimensions:
+            self.query2_runs = True
+            self.second_query = stream("query2").choice([0.3, 0.6])
+        if "diverge" in dimensions:
+            self.diverge = stream("diverge").choice([0.3, 0.6])
 
 
 @dataclass
@@ -215,6 +280,26 @@ class Result:
         return not self.violations
 
 
+@dataclass
+class Checkpoint:
+    """Spark's checkpoint of one query: its offset and commit logs, and the epoch that numbers
+    its sink's batches (a new checkpoint starts Spark's batch ids, and the sink's, anew)."""
+
+    epoch: int = 0
+    offset_log: dict[int, tuple[str, str]] = field(default_factory=dict)
+    commit_log: set[int] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class Clocks:
+    """The ``clock``, ``wall_clock`` and ``sleep`` seams handed to one simulated process."""
+
+    monotonic: Callable[[], float]
+    time: Callable[[], float]
+    sleep: Callable[[float], None]
+    view: ActorClock | None = None  # None: the true clock (a kind world)
+
+
 class _TaskSet:
     """The attempts of one batch's tasks, as Spark's TaskSetManager keeps them."""
 
@@ -258,8 +343,28 @@ class SparkSim:
             c.seed,
             clock=self.clock,
             fault_rates=StoreFaultRates(before=c.store_faults / 2, after=c.store_faults / 2),
+            honest_create=not c.lying_store,
+            list_lag=c.list_lag,
         )
-        self.sched = Scheduler(c.seed, self.clock, trace=self.log, decide=self._decide)
+        if c.lying_store:
+            # The probe's refusal must not be a transient fault's (sim/store.py).
+            self.store.fault_free_prefixes = ("_probe/",)
+        # Every store a run was pointed at (the journal, and where a diverged run went).
+        self.stores: list[SimJournalStore] = [self.store]
+        unkind = bool(c.stall or c.owner_pause)
+        self.sched = Scheduler(
+            c.seed,
+            self.clock,
+            trace=self.log,
+            decide=self._decide,
+            stall=self._stall if unkind else None,
+        )
+        # The unkind world's draws during the history, each from a stream of its own.
+        self._clock_rng = random.Random(f"unkind-actor-clocks:{c.seed}")
+        self._stall_rng = random.Random(f"unkind-stall-draws:{c.seed}")
+        self._waves_rng = random.Random(f"unkind-slots:{c.seed}")
+        self._query2_rng = random.Random(f"unkind-query2-runs:{c.seed}")
+        self._diverge_rng = random.Random(f"unkind-diverge-draws:{c.seed}")
         name = "orders.fifo" if c.fifo else "orders"
         attrs = {"FifoQueue": "true", "ContentBasedDeduplication": "true"} if c.fifo else {}
         self.url = self.sqs.create_queue(QueueName=name, Attributes=attrs)["QueueUrl"]
@@ -281,10 +386,12 @@ class SparkSim:
             self.sched,
             self._after_sqs,
         )
-        self.hstore = HookedStore(self.store, self.sched, self._after_store)
-        # Spark's checkpoint.
-        self.offset_log: dict[int, tuple[str, str]] = {}
-        self.commit_log: set[int] = set()
+        self.hstore = self._hooked(self.store)
+        # The store each run (and its tasks) was pointed at: the journal, or elsewhere.
+        self.run_stores: dict[str, HookedStore] = {}
+        # Spark's checkpoint (a second query that runs batches has one of its own).
+        self.ckpt = Checkpoint()
+        self._epochs = 0  # new checkpoints of the main query (second queries: QUERY2_EPOCHS + n)
         # The sink.
         self.sink_committed: dict[int, list[tuple[str, str]]] = {}
         self.sink_appended: list[tuple[int, list[tuple[str, str]]]] = []
@@ -295,13 +402,22 @@ class SparkSim:
         self.findings: list[str] = []
         self.crashes = {"driver": 0, "task": 0}
         self.run_no = 0
-        self.epoch = 0  # checkpoints: a new one starts Spark's batch ids (and the sink's) anew
         self.draining = False
         self.current_run: str | None = None
         self.last_failure: str | None = None
-        self._journal_ids: dict[str, frozenset[str]] = {}
+        self._journal_ids: dict[tuple[int, str, int], frozenset[str]] = {}
         self._deletions_seen: dict[str, int] = {}
         self.lease_written: dict[str, float] = {}
+        self.lease_released: set[str] = set()  # owners whose released record took effect
+        self.lease_previous: dict[str, str | None] = {}  # owner -> whose record it followed
+        # The unkind world: the run whose journal diverged from its checkpoint (and how), the
+        # second queries that run batches, and how many of each were made.
+        self.diverged: dict[str, str] = {}
+        self._query2_epochs = 0
+        self._query2_active: set[str] = set()
+        self._query2_took_over: Checkpoint | None = None
+        self._in_flight_off = False
+        self._slots: dict[str, int] = {}  # task slots per run (Config.waves)
         # The in-flight bound (_check_in_flight): which task attempt's receive handed out each
         # message's current receipt, and each attempt's receiver: (journal batch, receiver,
         # plan limit, run).
@@ -317,6 +433,42 @@ class SparkSim:
         }  # fmt: skip
         if not verbose_trace:
             logging.getLogger("spark_sqs").setLevel(logging.CRITICAL)
+
+    @property
+    def offset_log(self) -> dict[int, tuple[str, str]]:
+        return self.ckpt.offset_log
+
+    @property
+    def commit_log(self) -> set[int]:
+        return self.ckpt.commit_log
+
+    @property
+    def epoch(self) -> int:
+        return self.ckpt.epoch
+
+    def _hooked(self, store: SimJournalStore) -> HookedStore:
+        return HookedStore(
+            store, self.sched, lambda method, key: self._after_store(store, method, key)
+        )
+
+    def _clocks(self, who: str) -> Clocks:
+        """The clocks of a new process (a driver run, a task attempt, a second query): the
+        true clock in a kind world; with ``clock_skew``/``clock_drift`` a view of its own, its
+        wall clock off by up to the skew and its rate off by up to the drift (sim/clock.py)."""
+        c = self.config
+        if not (c.clock_skew or c.clock_drift):
+            return Clocks(self.clock.monotonic, self.clock.time, self.sched.sleep)
+        rng = self._clock_rng
+        view = ActorClock(
+            self.clock,
+            skew=rng.uniform(-c.clock_skew, c.clock_skew),
+            rate=1.0 + rng.uniform(-c.clock_drift, c.clock_drift),
+            monotonic_origin=rng.uniform(1_000.0, 1_000_000.0),
+            true_sleep=self.sched.sleep,
+        )
+        self.stats["skewed_clocks"] = self.stats.get("skewed_clocks", 0) + 1
+        self.log(f"{who:<22} == clock {view.offset():+.1f}s, rate {view.rate:.3f}")
+        return Clocks(view.monotonic, view.time, view.sleep, view)
 
     # -- trace ---------------------------------------------------------------------------------
 
@@ -351,6 +503,47 @@ class SparkSim:
             return self.rng.choice(["before", "after"])
         return None
 
+    def _stall(self, actor: Actor) -> bool:
+        """The unkind world's freezes, drawn for the actor chosen to run (sim/sched.py
+        ``stall``): a task stalled for longer than visibilityTimeout (a GC pause, a payload
+        fetch or an S3 PUT retried for minutes, a lost network), or the owner's whole driver
+        process (the micro-batch loop and the heartbeat) paused for longer than two heartbeat
+        intervals (a GC pause, a frozen VM). True if it was held instead of run."""
+        if self.draining:
+            return False
+        c = self.config
+        rng = self._stall_rng
+        now = self.clock.elapsed
+        if actor.kind == "task" and c.stall and rng.random() < c.stall:
+            seconds = VISIBILITY * rng.uniform(1.1, 2.5)
+            self.stats["stalls"] = self.stats.get("stalls", 0) + 1
+            self.sched.hold(actor, now + seconds)
+            return True
+        if (
+            actor.kind in ("driver", "heartbeat")
+            and actor.group == self.current_run
+            and c.owner_pause
+            and rng.random() < c.owner_pause
+        ):
+            driver = self._drivers.get(actor.group)
+            interval = driver.options.heartbeat_interval if driver is not None else VISIBILITY / 5
+            seconds = interval * rng.choice([2.5, 4.0, 8.0])
+            self.stats["owner_pauses"] = self.stats.get("owner_pauses", 0) + 1
+            self.log(f"{'spark':<22} == PAUSE of the driver of {actor.group} for {seconds:.1f}s")
+            for a in self.sched.actors:
+                if a.group == actor.group:
+                    self.sched.hold(a, now + seconds)
+            if (
+                c.query2_runs
+                and driver is not None
+                and not self._query2_active
+                and rng.random() < 0.5
+            ):
+                # The newcomer that a pause lets in: started while the owner is frozen.
+                self._second_query(actor.group, driver.options)
+            return True
+        return False
+
     def _kill_run(self, group: str, except_actor: Actor | None = None) -> None:
         """The driver process dies: its heartbeat with it; its running tasks die or go on."""
         self.log(f"{'spark':<22} == CRASH of the driver of {group}")
@@ -366,6 +559,8 @@ class SparkSim:
     # -- invariant hooks (run right after each call, before anything else can run) -------------
 
     def _after_sqs(self, name: str, kwargs: dict[str, Any], answer: Any) -> None:
+        if self.diverged and name in _MESSAGE_CALLS:
+            self._check_diverged_untouched(name)
         if len(self.urls) > 1 and name.endswith("_batch") and "Entries" in kwargs:
             self._check_handles_go_home(name, kwargs)
         if name == "receive_message":
@@ -384,7 +579,7 @@ class SparkSim:
                 continue
             if d.message_id == self.poison_id and self._poison_quarantined():
                 continue  # deleted after its copy reached the dead-letter queue
-            if actor is not None and actor.kind in ("driver", "heartbeat"):
+            if actor is not None and actor.kind in ("driver", "heartbeat", "query2"):
                 if self.poison_id is not None and d.message_id in self._carried_ids():
                     # Carried out of a narrowed batch: the carry batch's journal holds it, and
                     # the narrowed batch's acknowledgement may delete it (journal/poison.py).
@@ -399,6 +594,22 @@ class SparkSim:
                     f"{actor.name if actor else '?'} deleted {d.message_id} from SQS, neither "
                     "committed nor journaled"
                 )
+
+    def _check_diverged_untouched(self, name: str) -> None:
+        """A run whose journal diverged from its checkpoint must be refused before it receives,
+        acknowledges or deletes anything: no message call by its driver, heartbeat or tasks."""
+        actor = self.sched.current()
+        if actor is None:
+            return
+        group = actor.group.removesuffix("/exec")
+        kind = self.diverged.get(group)
+        if kind is None or self.stats.get(f"{group}_touched"):
+            return
+        self.stats[f"{group}_touched"] = 1
+        self.violation(
+            f"{actor.name} called {name} on a journal {kind} under a kept checkpoint (the run "
+            "must be refused before it receives, acknowledges or deletes anything)"
+        )
 
     def _check_handles_go_home(self, name: str, kwargs: dict[str, Any]) -> None:
         """Several queues: a receipt handle must be sent back to the queue that issued it."""
@@ -425,7 +636,7 @@ class SparkSim:
         for d in deliveries[self._deliveries_seen.get(url, 0) :]:
             self._holder[(url, d.message_id)] = actor if (d.message_id, d.receipt) in got else None
         self._deliveries_seen[url] = len(deliveries)
-        if self.config.max_in_flight is not None:
+        if self.config.max_in_flight is not None and not self._in_flight_off:
             self._check_in_flight()
 
     def _check_in_flight(self) -> None:
@@ -518,21 +729,43 @@ class SparkSim:
                 out.add(batch)
         return out
 
-    def _after_store(self, method: str, key: str) -> None:
+    def _after_store(self, store: SimJournalStore, method: str, key: str) -> None:
         if (
             method == "create"
             and key.startswith("batches/")
             and self.config.max_in_flight is not None
+            and not self._in_flight_off
         ):
             self._check_in_flight()
         if method == "create" and key.startswith("lease/"):
-            # When each owner last wrote a lease record that took effect (answer lost or not).
-            data = self.store.peek(key)
-            if data is not None:
-                doc = json.loads(data)
-                at = float(doc["writtenAt"])
-                if at > self.lease_written.get(doc["owner"], -1.0):
-                    self.lease_written[doc["owner"]] = at
+            self._lease_written(store, key)
+
+    def _lease_written(self, store: SimJournalStore, key: str) -> None:
+        """When each owner last renewed (a lease record of its that took effect, answer lost
+        or not, while no newer record existed: a create that fills a hole is no renewal), and
+        whose record each owner's first one followed (the run it took the journal from)."""
+        match = _LEASE_KEY.match(key)
+        data = store.peek(key)
+        if match is None or data is None:
+            return
+        seq = int(match.group(1))
+        seqs = [int(m.group(1)) for k in store.keys() if (m := _LEASE_KEY.match(k))]
+        if any(other > seq for other in seqs):
+            return
+        doc = json.loads(data)
+        owner = doc["owner"]
+        if owner not in self.lease_previous:
+            below = [other for other in seqs if other < seq]
+            previous = store.peek(f"lease/{max(below):012d}.json") if below else None
+            self.lease_previous[owner] = json.loads(previous)["owner"] if previous else None
+        at = float(doc["writtenAt"])
+        if self.config.clock_skew or self.config.clock_drift:
+            # The writer's wall clock is its own: judge on the true one, at the effect.
+            at = self.clock.time()
+        if at > self.lease_written.get(owner, -1.0):
+            self.lease_written[owner] = at
+        if doc.get("released"):
+            self.lease_released.add(owner)
 
     def _carried_ids(self) -> set[str]:
         """Ids journaled by carry batches (``batches/<X>/_carry.json``, Config.poison)."""
@@ -541,25 +774,39 @@ class SparkSim:
         return self._journaled_ids(carries) if carries else set()
 
     def _journaled_ids(self, under: tuple[str, ...] = ("batches/",)) -> set[str]:
+        """Ids in journal entries and parts, in every store a run was pointed at."""
         out: set[str] = set()
-        snapshot = self.store.snapshot()
-        for key, data in snapshot.items():
-            if not key.startswith(under) or not key.endswith(".arrow"):
-                continue
-            ids = self._journal_ids.get(key)
-            if ids is None:
-                try:
-                    table = pa.ipc.open_file(pa.BufferReader(data)).read_all()
-                    ids = frozenset(table.column("messageId").to_pylist())
-                except Exception:  # noqa: BLE001
-                    ids = frozenset()
-                self._journal_ids[key] = ids
-            out |= ids
+        for store in self.stores:
+            for key, data in store.snapshot().items():
+                if not key.startswith(under) or not key.endswith(".arrow"):
+                    continue
+                # Keyed by content too: a store that ignores create-if-absent overwrites entries.
+                cache_key = (id(store), key, hash(data))
+                ids = self._journal_ids.get(cache_key)
+                if ids is None:
+                    try:
+                        table = pa.ipc.open_file(pa.BufferReader(data)).read_all()
+                        ids = frozenset(table.column("messageId").to_pylist())
+                    except Exception:  # noqa: BLE001
+                        ids = frozenset()
+                    self._journal_ids[cache_key] = ids
+                out |= ids
         return out
 
     # -- Spark ---------------------------------------------------------------------------------
 
     def run(self) -> Result:
+        # uuid4 draws from the seed while it runs (probe keys, journal identities): a seed
+        # replays exactly, in another process too.
+        ids = random.Random(f"uuid:{self.config.seed}")
+        original = uuid.uuid4
+        uuid.uuid4 = lambda: uuid.UUID(int=ids.getrandbits(128), version=4)
+        try:
+            return self._run()
+        finally:
+            uuid.uuid4 = original
+
+    def _run(self) -> Result:
         c = self.config
         random.seed(f"global:{c.seed}")  # BatchCaller's backoff jitter
         journal_entries._DROPS_CACHE.clear()
@@ -571,18 +818,23 @@ class SparkSim:
                 if i and self.rng.random() < c.new_checkpoint:
                     # The user starts over with a new checkpoint (and a sink of its own) on the
                     # same journal: its unacknowledged batches are orphans to adopt.
-                    self.epoch += 1
-                    self.offset_log.clear()
-                    self.commit_log.clear()
+                    self._epochs += 1
+                    self.ckpt = Checkpoint(epoch=self._epochs)
                     self.stats["new_checkpoints"] = self.stats.get("new_checkpoints", 0) + 1
                     self.log(f"{'spark':<22} == NEW CHECKPOINT (epoch {self.epoch})")
+                elif i and c.diverge and self.offset_log and self._diverge_rng.random() < c.diverge:
+                    self._diverged_run(self._run_options())
                 self._one_run(self._run_options())
+                self._wait_for_second_queries()
+            self._wait_for_second_queries()
             self._drain()
         except Deadlock as exc:
             self.violation(f"deadlock: {exc}")
         finally:
             self.sched.shutdown()
         self._check_end()
+        if self.store.lagged_listings:
+            self.stats["lagged_listings"] = self.store.lagged_listings
         for kind, count in self.sqs.over_limit.items():
             if count:
                 # Receives at the simulated queue's own in-flight limit (Config.sqs_inflight_limit).
@@ -641,26 +893,32 @@ class SparkSim:
             self._produce(n)
             rest -= n
 
-    def _one_run(self, opts: RunOptions, drain: bool = False) -> None:
+    def _one_run(
+        self,
+        opts: RunOptions,
+        drain: bool = False,
+        *,
+        store: SimJournalStore | None = None,
+        diverged: str | None = None,
+    ) -> None:
         self.run_no += 1
         group = f"run{self.run_no}"
         self.current_run = group
         self.stats["restarts"] += 1
+        self.run_stores[group] = self.hstore if store is None else self._hooked(store)
+        if diverged is not None:
+            self.diverged[group] = diverged
         self.log(f"{'spark':<22} == START {group}: {opts}")
+        if self.config.waves:
+            self._slots[group] = self._waves_rng.choice([1, 2, 3])
+            self.log(f"{'spark':<22} == {group} has {self._slots[group]} task slots")
         driver = self.sched.spawn(
             f"{group}/driver", group, "driver", lambda: self._driver_loop(group, opts, drain)
         )
 
-        def bounded() -> bool:
-            return self.sched.steps > MAX_STEPS or self.clock.elapsed > MAX_SIM_SECONDS
-
         if not driver.done:
-            self.sched.run_until(lambda: driver.done or bounded())
-            if bounded():
-                raise Deadlock(
-                    f"no end after {self.sched.steps} steps and {self.clock.elapsed:.0f} "
-                    "simulated seconds (livelock)"
-                )
+            self.sched.run_until(lambda: driver.done or self._bounded())
+            self._check_bounds()
         if driver.error is not None:
             err = driver.error
             self.stats["query_failures"] += 1
@@ -668,28 +926,42 @@ class SparkSim:
             if isinstance(err, AssertionError | Deadlock):
                 self.violation(f"{group}: {type(err).__name__}: {err}")
             self.last_failure = f"{type(err).__name__}: {err}"
+        if diverged is not None:
+            self._judge_diverged(group, diverged, driver)
         # The driver process is gone, whatever ended it: its heartbeat with it.
         for actor in list(self.sched.actors):
             if actor.group == group:
                 self.sched.kill(actor)
         self.current_run = None
 
+    def _bounded(self) -> bool:
+        return self.sched.steps > MAX_STEPS or self.clock.elapsed > MAX_SIM_SECONDS
+
+    def _check_bounds(self) -> None:
+        if self._bounded():
+            raise Deadlock(
+                f"no end after {self.sched.steps} steps and {self.clock.elapsed:.0f} "
+                "simulated seconds (livelock)"
+            )
+
     def _start_driver(self, group: str, opts: RunOptions) -> Coordinator:
         urls = self.urls if opts.queues is None else [self.urls[i] for i in opts.queues]
         if len(urls) < len(self.urls):
             self.stats["runs_without_a_queue"] = self.stats.get("runs_without_a_queue", 0) + 1
         options = opts.parse(",".join(urls))
-        journal = Journal(JOURNAL, options, store=self.hstore)
-        journal.probe_writable()
+        hstore = self.run_stores[group]
+        clocks = self._clocks(f"{group}/driver")
+        journal = Journal(JOURNAL, options, store=hstore)
+        self._probe(group, journal, hstore.inner)
         default_queue = journal.check_owner(*urls)
         lease = Lease(
-            self.hstore,
+            hstore,
             JOURNAL,
             owner=group,
             interval=options.heartbeat_interval,
-            wall_clock=self.clock.time,
-            clock=self.clock.monotonic,
-            sleep=self.sched.sleep,
+            wall_clock=clocks.time,
+            clock=clocks.monotonic,
+            sleep=clocks.sleep,
         )
         lease.acquire()
         driver = Coordinator(
@@ -700,9 +972,9 @@ class SparkSim:
             lease,
             queue_urls=urls,
             default_queue=default_queue,
-            clock=self.clock.monotonic,
-            wall_clock=self.clock.time,
-            sleep=self.sched.sleep,
+            clock=clocks.monotonic,
+            wall_clock=clocks.time,
+            sleep=clocks.sleep,
             run_heartbeat=False,
             parallelism=1,
         )
@@ -713,25 +985,63 @@ class SparkSim:
 
         def beat() -> None:
             while True:
-                self.sched.sleep(options.heartbeat_interval)
+                clocks.sleep(options.heartbeat_interval)
                 driver.heartbeat.tick_safely()
 
         self.sched.spawn(f"{group}/heartbeat", group, "heartbeat", beat)
         return driver
 
-    def _driver_loop(self, group: str, opts: RunOptions, drain: bool) -> None:
+    def _probe(self, group: str, journal: Journal, store: SimJournalStore) -> None:
+        """``Journal.probe_writable`` at start, as ``Coordinator.start`` calls it. On a store
+        that ignores create-if-absent (``lying_store``) it must refuse: the seed then goes on
+        with an honest store (the user moved to one); if it does not, the run goes on, on the
+        lying store, and the seed shows what that costs."""
+        lying = not store.honest_create
+        try:
+            journal.probe_writable()
+        except JournalError as exc:
+            if lying:
+                self.stats["lying_store_refused"] = self.stats.get("lying_store_refused", 0) + 1
+                self.event(f"probe refused the store that ignores create-if-absent: {exc}")
+                store.honest_create = True
+                store.fault_free_prefixes = ()
+            raise
+        if lying and not self.stats.get("lying_store_accepted"):
+            self.stats["lying_store_accepted"] = 1
+            self.violation(
+                f"{group}: probe_writable accepted a journal store that ignores "
+                "create-if-absent (a second create of one key answered True)"
+            )
+
+    def _driver_loop(
+        self,
+        group: str,
+        opts: RunOptions,
+        drain: bool,
+        ckpt: Checkpoint | None = None,
+        owner: str | None = None,
+    ) -> None:
+        """Spark's micro-batch loop of one run: the main query's (``ckpt`` None), or a second
+        query's that took the journal over from run ``owner`` (its own checkpoint)."""
         sched = self.sched
+        ckpt = self.ckpt if ckpt is None else ckpt
+        rng = self.rng if owner is None else self._query2_rng
         driver = self._start_driver(group, opts)
         options = driver.options
         self.event(f"driver started (journal planned={driver.markers.planned})")
-        if self.config.second_query and self.rng.random() < self.config.second_query and not drain:
+        if owner is not None:
+            self._query2_took_over = ckpt
+            self._judge_takeover(group, options)
+        elif (
+            self.config.second_query and self.rng.random() < self.config.second_query and not drain
+        ):
             self._second_query(group, options)
         limit = default_read_limit(options) if default_read_limit else None
-        last = max(self.offset_log) if self.offset_log else None
-        if last is not None and last not in self.commit_log:
-            start = self._start_of(driver, last)
+        last = max(ckpt.offset_log) if ckpt.offset_log else None
+        if last is not None and last not in ckpt.commit_log:
+            start = self._start_of(driver, last, ckpt)
             self.stats["replays"] += 1
-            self._run_batch(driver, group, last, start, self.offset_log[last][1])
+            self._run_batch(driver, group, last, start, ckpt.offset_log[last][1], ckpt, rng)
         batch_id = 0 if last is None else last + 1
         new_batches = 0
         idle = 0
@@ -746,25 +1056,29 @@ class SparkSim:
             if self.config.spark == "4.0":
                 latest = driver.latest_offset(None)
                 self.event(f"latestOffset() -> {latest}")
-                start = self._start_of(driver, batch_id)
+                start = self._start_of(driver, batch_id, ckpt)
             else:
-                start = self._start_of(driver, batch_id)
+                start = self._start_of(driver, batch_id, ckpt)
+                self._handed(group)
                 latest = driver.latest_offset(json.loads(start), limit)
                 self.event(f"latestOffset({start}) -> {latest}")
+                if batch_id and json.dumps(latest) != start:
+                    self._accepted(group, f"latestOffset({start}) answered a new batch")
             end = json.dumps(latest)
             if end == start:
                 idle += 1
-                sched.sleep(self.rng.choice([0.5, 1.0, 5.0]) if not drain else 2.0)
+                sched.sleep(rng.choice([0.5, 1.0, 5.0]) if not drain else 2.0)
                 continue
             idle = 0
             sched.point("spark: write offset log")
-            self.offset_log[batch_id] = (start, end)
+            ckpt.offset_log[batch_id] = (start, end)
             self.event(f"offset log {batch_id}: {start} -> {end}")
-            if batch_id - 1 in self.offset_log:
-                previous = json.loads(self.offset_log[batch_id - 1][1])
+            if batch_id - 1 in ckpt.offset_log:
+                previous = json.loads(ckpt.offset_log[batch_id - 1][1])
+                self._handed(group)
                 driver.commit(previous)
                 self.event(f"commit({previous})")
-            self._run_batch(driver, group, batch_id, start, end)
+            self._run_batch(driver, group, batch_id, start, end, ckpt, rng)
             batch_id += 1
             new_batches += 1
         # query.stop(): SIGTERM releases the lease; stop() is not called.
@@ -773,7 +1087,7 @@ class SparkSim:
             driver.lease.release()
         self.event("stopped")
 
-    def _start_of(self, driver: Coordinator, batch_id: int) -> str:
+    def _start_of(self, driver: Coordinator, batch_id: int, ckpt: Checkpoint) -> str:
         if batch_id == 0:
             first = json.dumps(driver.initial_offset())
             again = json.dumps(driver.initial_offset())
@@ -781,19 +1095,29 @@ class SparkSim:
                 self.violation(f"initialOffset answered {first} then {again}")
             self.event(f"initialOffset() -> {first}")
             return first
-        return self.offset_log[batch_id - 1][1]
+        return ckpt.offset_log[batch_id - 1][1]
 
     def _run_batch(
-        self, driver: Coordinator, group: str, batch_id: int, start: str, end: str
+        self,
+        driver: Coordinator,
+        group: str,
+        batch_id: int,
+        start: str,
+        end: str,
+        ckpt: Checkpoint,
+        rng: random.Random,
     ) -> None:
         sched = self.sched
         self.stats["batches"] += 1
-        key = self.epoch * 100_000 + batch_id  # the sink's batch id, per checkpoint
+        key = ckpt.epoch * 100_000 + batch_id  # the sink's batch id, per checkpoint
         skip = self.config.sink == "skip_before" and key in self.sink_committed
-        if skip and self.rng.random() < 0.5:
+        if skip and rng.random() < 0.5:
             self.event(f"batch {batch_id}: sink has it; not planned, not run")
         else:
+            self._handed(group)
             partitions = driver.plan(json.loads(start), json.loads(end))
+            if partitions:
+                self._accepted(group, f"partitions({start}, {end}) planned receivers")
             shipped = [pickle.dumps(p) for p in partitions]
             self.event(
                 f"partitions({start}, {end}) -> "
@@ -802,7 +1126,7 @@ class SparkSim:
             if skip:
                 self.event(f"batch {batch_id}: sink has it; tasks not run")
             else:
-                rows = self._run_tasks(group, batch_id, shipped)
+                rows = self._run_tasks(group, batch_id, shipped, rng)
                 ids = tuple(sorted(m for m, _ in rows))
                 runs = self.executions.setdefault(key, [])
                 # poisonMessagePolicy=deadLetter narrows a batch that keeps failing: its replay
@@ -821,7 +1145,7 @@ class SparkSim:
                 sched.point("spark: sink commit")
                 self._sink_commit(key, rows)
         sched.point("spark: write commit log")
-        self.commit_log.add(batch_id)
+        ckpt.commit_log.add(batch_id)
         self.event(f"commit log {batch_id}")
 
     def _sink_commit(self, batch_id: int, rows: list[tuple[str, str]]) -> None:
@@ -834,17 +1158,50 @@ class SparkSim:
         else:
             self.sink_committed[batch_id] = rows
         self.committed_ids.update(m for m, _ in rows)
+        if batch_id // 100_000 >= QUERY2_EPOCHS:
+            self.stats["query2_batches"] = self.stats.get("query2_batches", 0) + 1
         self.event(f"sink committed batch {batch_id}: {len(rows)} rows")
 
-    def _run_tasks(self, group: str, batch_id: int, shipped: list[bytes]) -> list[tuple[str, str]]:
+    def _run_tasks(
+        self, group: str, batch_id: int, shipped: list[bytes], rng: random.Random
+    ) -> list[tuple[str, str]]:
         ts = _TaskSet(batch_id, shipped)
+        # Task waves (Config.waves): attempts beyond the run's slots wait for one to free, in
+        # launch order, as Spark's scheduler holds tasks back without a free executor core.
+        slots = self._slots.get(group)
+        queued: list[tuple[int, float]] = []
+        executors = f"{group}/exec"
+
+        def running() -> int:
+            # Every attempt of this run holds a slot until it ends: stragglers of earlier
+            # batches too.
+            return sum(1 for a in self.sched.actors if a.group == executors and not a.done)
+
+        def launch(index: int, delay: float = 0.0) -> None:
+            if slots is not None and (queued or running() >= slots):
+                queued.append((index, delay))
+                self.stats["tasks_waited"] = self.stats.get("tasks_waited", 0) + 1
+                return
+            self._launch(ts, group, index, delay)
+
+        def fill() -> None:
+            while queued and slots is not None and running() < slots:
+                index, delay = queued.pop(0)
+                if index in ts.results and not delay:
+                    continue  # a retry no longer needed
+                self._launch(ts, group, index, delay)
+
         for i in range(len(shipped)):
-            self._launch(ts, group, i)
-            if self.rng.random() < self.config.speculation:
+            launch(i)
+            if rng.random() < self.config.speculation:
                 self.stats["speculative"] += 1
-                self._launch(ts, group, i, delay=self.rng.choice([0.0, 0.0, 1.0, 10.0, 40.0]))
+                launch(i, delay=rng.choice([0.0, 0.0, 1.0, 10.0, 40.0]))
+
+        def news() -> bool:
+            return ts.news() or (bool(queued) and slots is not None and running() < slots)
+
         while len(ts.results) < len(shipped):
-            self.sched.wait(f"spark: tasks of batch {batch_id}", ts.news)
+            self.sched.wait(f"spark: tasks of batch {batch_id}", news if slots else ts.news)
             for i, attempts in ts.attempts.items():
                 for a in attempts:
                     if not a.done or id(a) in ts.seen:
@@ -856,7 +1213,7 @@ class SparkSim:
                         ts.results[i] = a.result
                         for other in attempts:
                             if other is not a and not other.done:
-                                if self.rng.random() < 0.5:
+                                if rng.random() < 0.5:
                                     self.sched.kill(other)
                                 else:
                                     self.stats["stragglers"] += 1
@@ -867,8 +1224,11 @@ class SparkSim:
                     self.event(f"{a.name} failed ({why})")
                     if ts.failures[i] >= MAX_TASK_FAILURES:
                         raise TaskSetFailed(f"batch {batch_id} task {i} failed 4 times: {why}")
-                    if not any(not o.done for o in attempts):
-                        self._launch(ts, group, i)
+                    if not any(not o.done for o in attempts) and not any(q == i for q, _ in queued):
+                        launch(i)
+            fill()
+            if slots is not None:
+                self.stats["waves_peak"] = max(self.stats.get("waves_peak", 0), running())
         rows: list[tuple[str, str]] = []
         for i in sorted(ts.results):
             rows.extend(ts.results[i])
@@ -879,20 +1239,22 @@ class SparkSim:
         blob = ts.partitions[index]
         partition = pickle.loads(blob)
         name = f"{group} b{ts.batch_id}.r{partition.receiver}.a{attempt}"
+        hstore = self.run_stores[group]
+        clocks = self._clocks(name)
 
         def task() -> list[tuple[str, str]]:
             if delay:
                 self.sched.sleep(delay)
             part = pickle.loads(blob)
-            journal = Journal(JOURNAL, part.options, store=self.hstore)
+            journal = Journal(JOURNAL, part.options, store=hstore)
             rows: list[tuple[str, str]] = []
             for rb in read_partition(
                 part,
                 client_factory=lambda: self.client,
                 journal=journal,
-                clock=self.clock.monotonic,
-                wall_clock=self.clock.time,
-                sleep=self.sched.sleep,
+                clock=clocks.monotonic,
+                wall_clock=clocks.time,
+                sleep=clocks.sleep,
             ):
                 rows.extend(
                     zip(
@@ -911,39 +1273,208 @@ class SparkSim:
     def _second_query(self, group: str, options: SqsOptions) -> None:
         """Another query (another checkpoint) started on this journal while this one runs."""
         self.stats["second_queries"] += 1
-        mine = [a for a in self.sched.actors if a.group == group and a.kind == "heartbeat"]
+        if self.config.query2_runs:
+            self._second_query_runs(group)
+            return
+        hstore = self.run_stores.get(group, self.hstore)
 
         def other() -> str:
             self.sched.sleep(self.rng.choice([0.5, 3.0, 8.0]))
-            journal = Journal(JOURNAL, options, store=self.hstore)
+            clocks = self._clocks(f"{group}/query2")
+            journal = Journal(JOURNAL, options, store=hstore)
             journal.check_owner(*self.urls)
             lease = Lease(
-                self.hstore, JOURNAL, owner=f"{group}-other", interval=options.heartbeat_interval,
-                wall_clock=self.clock.time, clock=self.clock.monotonic, sleep=self.sched.sleep,
+                hstore, JOURNAL, owner=f"{group}-other", interval=options.heartbeat_interval,
+                wall_clock=clocks.time, clock=clocks.monotonic, sleep=clocks.sleep,
             )  # fmt: skip
             try:
                 lease.acquire()
             except JournalInUseError:
                 self.event("second query refused: JournalInUseError")
                 return "refused"
-            alive = all(not a.done for a in mine)
-            if alive and self.current_run == group:
-                # The rule: a takeover only after the owner stopped renewing for two of its
-                # intervals. A stall of the owner (slow steps, failed renewals) may make that
-                # happen while its heartbeat runs; the owner then stops at its next renewal.
-                silent = self.lease_written[lease.owner] - self.lease_written.get(group, 0.0)
-                if silent < 2 * options.heartbeat_interval:
-                    self.violation(
-                        f"a second query took the journal over from {group}, whose heartbeat "
-                        f"runs, {silent:.3f}s after its last renewal"
-                    )
-                else:
-                    self.stats["lease_lapsed"] += 1
-                    self.event(f"lease lapsed: {group} silent for {silent:.1f}s; taken over")
+            self._judge_takeover(lease.owner, options)
             lease.release()
             return "took over"
 
         self.sched.spawn(f"{group}/query2", f"{group}-q2", "query2", other)
+
+    def _second_query_runs(self, owner: str) -> None:
+        """A second query (its own checkpoint and sink) on the journal of run ``owner``: refused
+        while the owner renews its lease; once it may take over (the owner paused, or a clock
+        that makes it look silent), it runs 1-3 batches and stops, while the owner may wake up
+        and go on. Its sink's batches count as another checkpoint's (_check_end)."""
+        self._query2_epochs += 1
+        number = self._query2_epochs
+        group = f"{owner}-q{number + 1}"
+        rng = self._query2_rng
+        c = self.config
+        opts = RunOptions(
+            num_partitions=rng.randint(1, 4),
+            max_messages=rng.choice([3, 7, 10, 25, 100]),
+            delete_after_journal=c.delete_after_journal and rng.random() < 0.5,
+            batches=rng.randint(1, 3),
+            dead_letter=self.dead_letter,
+            max_in_flight=c.max_in_flight,
+            wait_time=c.wait_time,
+            duplicate_window=c.duplicate_window,
+        )
+        delay = rng.choice([0.5, 3.0, 8.0])
+        ckpt = Checkpoint(epoch=QUERY2_EPOCHS + number)
+        self.run_stores[group] = self.run_stores.get(owner, self.hstore)
+        if c.waves:
+            self._slots[group] = self._waves_rng.choice([1, 2, 3])
+        self._query2_active.add(group)
+
+        def body() -> None:
+            self.sched.sleep(delay)
+            self.log(f"{group + '/driver':<22} == START second query {group}: {opts}")
+            try:
+                self._driver_loop(group, opts, drain=False, ckpt=ckpt, owner=owner)
+            except JournalInUseError as exc:
+                self.event(f"second query stopped: JournalInUseError: {exc}")
+            except Exception as exc:  # noqa: BLE001 - a query failure, judged like the owner's
+                self.event(f"second query FAILED: {type(exc).__name__}: {exc}")
+                if isinstance(exc, AssertionError):
+                    self.violation(f"{group}: {type(exc).__name__}: {exc}")
+            finally:
+                self._query2_active.discard(group)
+                me = self.sched.current()
+                for actor in list(self.sched.actors):
+                    if actor.group == group and actor is not me:
+                        self.sched.kill(actor)
+
+        self.sched.spawn(f"{group}/driver", group, "query2", body)
+
+    def _judge_takeover(self, new_owner: str, options: SqsOptions) -> None:
+        """A second query just took the journal: from the owner of the record its own record
+        followed. The rule: only after that owner released it or stopped renewing for two of
+        its intervals. A stall of the owner (slow steps, failed renewals, a pause) may make
+        that happen while its heartbeat runs; the owner then must stop before it deletes
+        anything. Judged on the true clock, at each record's effect (with drift, two
+        intervals of the newcomer's clock are a little less of true time)."""
+        owner = self.lease_previous.get(new_owner)
+        if owner is None or not any(
+            a.group == owner and a.kind == "heartbeat" and not a.done for a in self.sched.actors
+        ):
+            return
+        if self.config.query2_runs:
+            # Two owners that both plan: the first one's in-flight count no longer holds.
+            self._in_flight_off = True
+        if owner in self.lease_released:
+            self.event(f"{owner} had released the journal (query.stop()); taken over")
+            return
+        silent = self.lease_written.get(new_owner, 0.0) - self.lease_written.get(owner, 0.0)
+        allowed = 2 * options.heartbeat_interval * (1 - self.config.clock_drift)
+        if silent < allowed:
+            self.violation(
+                f"a second query took the journal over from {owner}, whose heartbeat "
+                f"runs, {silent:.3f}s after its last renewal"
+            )
+        else:
+            self.stats["lease_lapsed"] += 1
+            self.event(f"lease lapsed: {owner} silent for {silent:.1f}s; taken over")
+
+    def _wait_for_second_queries(self) -> None:
+        """Second queries that run batches stop by themselves: the next run starts after them.
+        One that took the journal over replaced the query: the runs after it are its restarts
+        (its checkpoint), as a user who moved to the new query would run them. The old
+        checkpoint is not run on this journal again (one journal per query, docs/design.md
+        Limits): only its paused or dying driver may still act, which is what is judged."""
+        if self._query2_active:
+            self.sched.run_until(lambda: not self._query2_active or self._bounded())
+            self._check_bounds()
+        if self._query2_took_over is not None:
+            self.ckpt, self._query2_took_over = self._query2_took_over, None
+            self.log(f"{'spark':<22} == the second query goes on (epoch {self.epoch})")
+
+    # -- the journal and the checkpoint diverge ---------------------------------------------------
+
+    def _diverged_run(self, opts: RunOptions) -> None:
+        """Between runs the journal is deleted, moved (the run is pointed at an empty
+        location) or swapped (another journal of the same queue is there), while Spark's
+        offset and commit logs are kept. That run must be refused at start, before it
+        receives, acknowledges or deletes anything, with a JournalError naming
+        journalLocation; then the journal is restored (put back, or pointed back at) and the
+        next run goes on with nothing lost or duplicated."""
+        kind = self._diverge_rng.choice(["deleted", "moved", "swapped"])
+        self.stats[f"diverged_{kind}"] = self.stats.get(f"diverged_{kind}", 0) + 1
+        last = max(self.offset_log)
+        self.log(
+            f"{'spark':<22} == JOURNAL {kind.upper()} under the kept checkpoint (offset log "
+            f"through {last}: {self.offset_log[last][1]})"
+        )
+        saved: dict[str, bytes] | None = None
+        if kind == "deleted":
+            saved = self.store.clear()
+            target = self.store
+        elif kind == "moved":
+            target = SimJournalStore(
+                f"{self.config.seed}-moved", clock=self.clock, list_lag=self.config.list_lag
+            )
+        else:
+            target = self._foreign_journal(offsets.batch_of(json.loads(self.offset_log[last][1])))
+        if target is not self.store:
+            self.stores.append(target)
+        self._one_run(opts, store=target, diverged=kind)
+        if saved is not None:
+            self.store.restore(saved)
+        self.log(f"{'spark':<22} == JOURNAL RESTORED")
+
+    def _foreign_journal(self, checkpoint_batch: int) -> SimJournalStore:
+        """Another query's journal of the same queue, idle, its batch numbers a little behind
+        or ahead of the checkpoint's (ahead, offsets without the journal's identity cannot tell
+        it from the right one)."""
+        store = SimJournalStore(
+            f"{self.config.seed}-foreign", clock=self.clock, list_lag=self.config.list_lag
+        )
+        journal = Journal(JOURNAL, RunOptions(1, 10, False, 0).parse(self.url), store=store)
+        journal.check_owner(*self.urls)
+        at = max(1, checkpoint_batch + self._diverge_rng.randint(-2, 4))
+        journal.write_state(JournalState(planned_batch=at, acked_batch=at, initial_batch=0))
+        self.log(f"{'spark':<22} == the other journal has planned and acknowledged batch {at}")
+        return store
+
+    def _handed(self, group: str) -> None:
+        """Spark is about to hand the driver of ``group`` an offset of its checkpoint."""
+        if group in self.diverged:
+            self.stats[f"{group}_handed"] = 1
+
+    def _accepted(self, group: str, call: str) -> None:
+        """The driver of a diverged run answered a call that handed it the checkpoint's
+        offsets with something Spark acts on: a new batch for the offset log (whose end would
+        name the other journal), or receivers to run. It must have refused instead. (A
+        ``commit`` that returns is judged by what it does: no SQS call may follow.)"""
+        kind = self.diverged.get(group)
+        if kind is None or self.stats.get(f"{group}_accepted"):
+            return
+        self.stats[f"{group}_accepted"] = 1
+        self.violation(
+            f"{group} ran on a journal {kind} under a kept checkpoint and {call} (it must "
+            "refuse with a JournalError naming journalLocation)"
+        )
+
+    def _judge_diverged(self, group: str, kind: str, driver: Actor) -> None:
+        """A diverged run handed the checkpoint's offsets ends refused (a JournalError naming
+        journalLocation) or killed; one that Spark never handed them (Spark 4.0/4.1, an idle
+        queue: only latestOffset() without a start) may stop."""
+        err = driver.error
+        if isinstance(err, JournalError) and not isinstance(err, JournalInUseError):
+            if "journalLocation" in str(err):
+                self.stats["diverged_refused"] = self.stats.get("diverged_refused", 0) + 1
+                return
+            if not err.retriable:
+                self.violation(f"{group} refused with an error that does not name journalLocation")
+                return
+        if self.stats.get(f"{group}_accepted") or self.stats.get(f"{group}_touched"):
+            return  # already a violation
+        if driver.killed or err is not None or not self.stats.get(f"{group}_handed"):
+            self.event(f"{group} (journal {kind}) ended before a refusal was due")
+            return
+        self.violation(
+            f"{group} ran on a journal {kind} under a kept checkpoint, was handed its offsets "
+            "and stopped without refusing (it must refuse with a JournalError naming "
+            "journalLocation)"
+        )
 
     # -- the end -------------------------------------------------------------------------------
 
@@ -987,9 +1518,26 @@ class SparkSim:
 
     def _drained(self) -> bool:
         live = self._live()
-        batches = [k for k in self.store.keys() if k.startswith("batches/")]
+        batches = self._batch_files(leftovers=False)
         stragglers = [a for a in self.sched.actors if a.kind == "task" and not a.done]
         return not live and not batches and not stragglers and self._all_sent()
+
+    def _leftovers(self) -> list[str]:
+        """Keys a journal must not keep (_check_end): acknowledgement reports, drop sets and
+        probes that a later acknowledgement or start collects."""
+        return [k for k in self.store.keys() if not k.startswith(_KEPT)]
+
+    def _batch_files(self, *, leftovers: bool) -> list[str]:
+        """Files under ``batches/``: of batches not yet acknowledged, or (``leftovers``) of
+        acknowledged ones, which attempts that outlived their batch wrote after its removal (a
+        stalled straggler's part): the next start removes those (Coordinator), not a run."""
+        keys = self.store.keys()
+        acked = max((int(m.group(1)) for k in keys if (m := _ACKED_MARKER.match(k))), default=0)
+        return [
+            k
+            for k in keys
+            if (m := _BATCH_FILE.match(k)) and (int(m.group(1)) <= acked) == leftovers
+        ]
 
     def _all_sent(self) -> bool:
         return len(self.sent) >= self.config.messages
@@ -999,6 +1547,9 @@ class SparkSim:
         self.draining = True
         self.sqs.fault_rates = FaultRates()
         self.store.fault_rates = StoreFaultRates()
+        # The unkind store ends with the faults (a lying one, if never refused, too).
+        self.store.list_lag = 0.0
+        self.store.honest_create = True
         self.sqs.scripted.clear()
         self.store.scripted.clear()
         self.log(f"{'spark':<22} == FINAL DRAIN")
@@ -1025,6 +1576,16 @@ class SparkSim:
                 break
         else:
             self.violation(f"the final drain failed {tries} times, last: {self.last_failure}")
+        if (
+            self.config.unkind
+            and (self._batch_files(leftovers=True) or self._leftovers())
+            and self.last_failure is None
+        ):
+            # Attempts that outlived their batch (a stalled straggler) wrote files after it
+            # was acknowledged and collected: one more start removes them (Coordinator, the
+            # acknowledger's collection); what it leaves is judged (_check_end).
+            self.log(f"{'spark':<22} == a restart collects what stragglers left behind")
+            self._one_run(opts, drain=True)
         if self.clock.elapsed > deadline:
             self.violation("the final drain took longer than expected")
 
@@ -1120,11 +1681,7 @@ class SparkSim:
         # inspect lists them), one pair per poison message; queues/: every queue the journal
         # was used with (several queues in one stream), like _meta.json; window/: the duplicate
         # window's segments, until the acknowledgement after their expiry collects them.
-        kept = (
-            *("_meta.json", "state/", "lease/", "metrics/", "dedupe/", "batches/"),
-            *("quarantine/", "queues/", "window/"),
-        )
-        extra = [k for k in keys if not k.startswith(kept)]
+        extra = self._leftovers()
         if extra:
             self.violations.append(f"the journal ends with {len(extra)} leftovers: {extra[:6]}")
         leases = [k for k in keys if k.startswith("lease/")]
@@ -1144,6 +1701,27 @@ class SparkSim:
 
 
 _PROBE_KEY = re.compile(r"_probe/[0-9a-f]{32}")
+# What a journal keeps for good: _meta.json, its state markers, the lease, the last metrics,
+# dedupe records within their window (and, by design, quarantine/, one record per message sent
+# to the dead-letter queue, queues/, every queue the journal was used with, window/, until the
+# acknowledgement after their expiry collects them); batches/ is judged apart.
+_KEPT = (
+    *("_meta.json", "state/", "lease/", "metrics/", "dedupe/", "batches/"),
+    *("quarantine/", "queues/", "window/"),
+)
+_ACKED_MARKER = re.compile(r"^state/acked-(\d+)$")
+_BATCH_FILE = re.compile(r"^batches/(\d+)/")
+_LEASE_KEY = re.compile(r"^lease/(\d{12})\.json$")
+# SQS calls that receive, acknowledge, delete or release messages.
+_MESSAGE_CALLS = frozenset(
+    {
+        "receive_message",
+        "delete_message",
+        "delete_message_batch",
+        "change_message_visibility",
+        "change_message_visibility_batch",
+    }
+)
 
 
 class SinkFailed(Exception):

@@ -14,6 +14,16 @@ Faults, drawn from a seeded stream at ``StoreFaultRates`` or scripted with ``Sto
 
 Requests are counted per method (``requests``), faulted ones included, as a store that bills
 by request would count them.
+
+Two stores of the unkind world (docs/simulation.md, "The unkind world"), off by default:
+
+- ``honest_create=False``: a store that accepts create-if-absent and ignores it (some
+  S3-compatible stores accept ``If-None-Match`` and overwrite anyway): ``create`` overwrites an
+  existing key and answers True.
+- ``list_lag=S``: a listing that lags writes (an S3-compatible store, NFS shared across hosts):
+  each new key stays out of ``list`` for a time drawn in [0, S) seconds after its create, and
+  each deleted key stays in it for a time drawn likewise (its ``read`` answers None at once:
+  reads are consistent, listings are not). Drawn from a stream of its own (``store-lag:<seed>``).
 """
 
 from __future__ import annotations
@@ -101,8 +111,20 @@ class SimJournalStore:
         clock: SimClock | None = None,
         fault_rates: StoreFaultRates | None = None,
         faults: list[StoreFault] | None = None,
+        honest_create: bool = True,
+        list_lag: float = 0.0,
     ) -> None:
         self.seed = seed
+        self.honest_create = honest_create
+        self.list_lag = float(list_lag)
+        self._lag_rng = random.Random(f"store-lag:{seed}")
+        # list_lag: when each key (re)appears in listings, and until when a deleted one stays.
+        self._listed_from: dict[str, float] = {}
+        self._listed_until: dict[str, float] = {}
+        self.lagged_listings = 0  # listings that missed a key or showed a deleted one
+        # Keys whose calls draw no fault (probe keys while the store lies about creates: a
+        # transient fault must not pass for the probe's refusal).
+        self.fault_free_prefixes: tuple[str, ...] = ()
         self.clock = clock or SimClock()
         self.fault_rates = fault_rates or StoreFaultRates()
         self.scripted: list[StoreFault] = list(faults or [])
@@ -122,7 +144,12 @@ class SimJournalStore:
 
         def effect() -> tuple[bool, str]:
             if key in self._objects:
-                return False, "exists"
+                if self.honest_create:
+                    return False, "exists"
+                self._objects[key] = data
+                self.writes.append((self.clock.elapsed, "create", key))
+                return True, "overwritten (create-if-absent ignored)"
+            self._appear(key)
             self._objects[key] = data
             self.writes.append((self.clock.elapsed, "create", key))
             return True, "created"
@@ -134,6 +161,8 @@ class SimJournalStore:
         data = bytes(data)
 
         def effect() -> tuple[None, str]:
+            if key not in self._objects:
+                self._appear(key)
             self._objects[key] = data
             self.writes.append((self.clock.elapsed, "put", key))
             return None, "written"
@@ -148,7 +177,12 @@ class SimJournalStore:
         directory = _directory(prefix)
 
         def effect() -> tuple[list[str], str]:
-            keys = sorted(k for k in self._objects if k.startswith(directory))
+            keys = sorted(k for k in self._listed() if k.startswith(directory))
+            if self.list_lag > 0 and keys != sorted(
+                k for k in self._objects if k.startswith(directory)
+            ):
+                self.lagged_listings += 1
+                return keys, f"{len(keys)} keys (lagging)"
             return keys, f"{len(keys)} keys"
 
         return self._call("list", prefix, effect)
@@ -164,6 +198,7 @@ class SimJournalStore:
         def effect() -> tuple[None, str]:
             if self._objects.pop(key, None) is None:
                 return None, "absent"
+            self._disappear(key)
             self.writes.append((self.clock.elapsed, "delete", key))
             return None, "deleted"
 
@@ -185,6 +220,34 @@ class SimJournalStore:
     def peek(self, key: str) -> bytes | None:
         return self._objects.get(key)
 
+    def clear(self) -> dict[str, bytes]:
+        """Remove every key (a journal deleted by hand, ``aws s3 rm --recursive``); returns what
+        was there. Deletes like any other: a lagging listing still shows them for a while."""
+        with self._lock:
+            removed = dict(self._objects)
+            for key in sorted(removed):
+                del self._objects[key]
+                self._disappear(key)
+                self.writes.append((self.clock.elapsed, "delete", key))
+            return removed
+
+    def restore(self, objects: dict[str, bytes]) -> None:
+        """Make the store hold exactly ``objects`` again (a deleted journal restored from a
+        backup); what was written since is gone."""
+        with self._lock:
+            for key in sorted(set(self._objects) - set(objects)):
+                del self._objects[key]
+                self._disappear(key)
+            for key, data in sorted(objects.items()):
+                if key not in self._objects:
+                    self._appear(key)
+                self._objects[key] = data
+            self.writes.append((self.clock.elapsed, "restore", ""))
+
+    def listed_now(self) -> list[str]:
+        """What ``list("")`` would answer now (no fault, not counted)."""
+        return sorted(self._listed())
+
     @property
     def total_requests(self) -> int:
         return sum(self.requests.values())
@@ -194,6 +257,28 @@ class SimJournalStore:
         return "\n".join(str(e) for e in events)
 
     # --- machinery ----------------------------------------------------------------------------
+
+    def _appear(self, key: str) -> None:
+        """A key is created: with ``list_lag``, listings see it only after a drawn delay."""
+        self._listed_until.pop(key, None)
+        if self.list_lag > 0:
+            self._listed_from[key] = self.clock.elapsed + self._lag_rng.uniform(0, self.list_lag)
+
+    def _disappear(self, key: str) -> None:
+        """A key is deleted: with ``list_lag``, listings keep it for a drawn delay."""
+        self._listed_from.pop(key, None)
+        if self.list_lag > 0:
+            self._listed_until[key] = self.clock.elapsed + self._lag_rng.uniform(0, self.list_lag)
+
+    def _listed(self) -> set[str]:
+        if self.list_lag <= 0:
+            return set(self._objects)
+        now = self.clock.elapsed
+        shown = {k for k in self._objects if self._listed_from.get(k, 0.0) <= now}
+        shown.update(
+            k for k, until in self._listed_until.items() if until > now and k not in self._objects
+        )
+        return shown
 
     def _call(self, method: str, key: str, effect: Callable[[], tuple[Any, str]]) -> Any:
         with self._lock:
@@ -221,6 +306,8 @@ class SimJournalStore:
             return result
 
     def _draw(self, method: str, key: str) -> str | None:
+        if self.fault_free_prefixes and key.startswith(self.fault_free_prefixes):
+            return None
         for i, fault in enumerate(self.scripted):
             if fault.method == method and key.startswith(fault.key_prefix):
                 fault.count -= 1

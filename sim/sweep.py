@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from sim.spark import Config, Result, run_seed
+from sim.spark import UNKIND, Config, Result, run_seed
 
 CHUNK = 20  # seeds per task handed to a worker: small enough to balance, large enough to be cheap
 
@@ -32,12 +32,29 @@ class Variant:
     fixed_delete_mode: bool = False  # restarts keep the first run's deleteAfterJournal
     queues: int = 1  # several queues in one stream; a restart may drop one
     poison: bool = False  # poisonMessagePolicy=deadLetter and a message the sink rejects
+    # Dimensions of the unkind world (sim/spark.py UNKIND), drawn per seed (Config.draw_unkind).
+    unkind: frozenset[str] = frozenset()
 
     def __call__(self, config: Config) -> None:
         if self.fixed_delete_mode:
             config.change_delete_after_journal = False
         config.queues = self.queues
         config.poison = self.poison
+        if self.unkind:
+            config.draw_unkind(self.unkind)
+
+
+def parse_unkind(text: str | None) -> frozenset[str]:
+    """``--unkind``: "all", or dimension names separated by commas (sim/spark.py UNKIND)."""
+    if not text:
+        return frozenset()
+    if text == "all":
+        return frozenset(UNKIND)
+    names = frozenset(n.strip() for n in text.split(",") if n.strip())
+    unknown = names - set(UNKIND)
+    if unknown:
+        raise ValueError(f"unknown unkind dimensions {sorted(unknown)}; known: all, {UNKIND}")
+    return names
 
 
 def _run(seed: int, fifo: bool | None, variant: Variant) -> Result:
@@ -56,10 +73,11 @@ def sweep(
     fixed_delete_mode: bool = False,
     queues: int = 1,
     poison: bool = False,
+    unkind: frozenset[str] = frozenset(),
     jobs: int | None = None,
 ) -> Iterator[Result]:
     """Run ``seeds`` (without traces), yielding each result in seed order."""
-    variant = Variant(fixed_delete_mode, queues, poison)
+    variant = Variant(fixed_delete_mode, queues, poison, frozenset(unkind))
     seeds = list(seeds)
     jobs = default_jobs() if jobs is None else jobs
     if jobs <= 1 or len(seeds) <= CHUNK:

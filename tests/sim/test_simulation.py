@@ -8,11 +8,13 @@ and ``test_the_faults_it_found_stay_fixed`` replays their seeds. The sweep toler
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from sim.__main__ import replay_command
 from sim.mutations import MUTATIONS
-from sim.spark import Config, Result, run_seed
+from sim.spark import UNKIND, Config, Result, run_seed
 from sim.sweep import Variant, sweep
 
 # 1,000 seeds per queue type over two worker processes (sim/sweep.py, SIM_JOBS): about 30-60
@@ -24,12 +26,19 @@ def _fixed_mode(config: Config) -> None:
     config.change_delete_after_journal = False
 
 
-def _failures(results: list[Result], fifo: bool, queues: int = 1, poison: bool = False) -> str:
+def _failures(
+    results: list[Result],
+    fifo: bool | None,
+    queues: int = 1,
+    poison: bool = False,
+    unkind: frozenset[str] = frozenset(),
+) -> str:
     """Each failing seed's first violations and the one command that replays it."""
     return "\n".join(
         f"seed {r.config.seed}: "
         + " | ".join(r.violations[:4])
-        + f"\n  replay: {replay_command(r.config.seed, fifo, queues=queues, poison=poison)}"
+        + "\n  replay: "
+        + replay_command(r.config.seed, fifo, queues=queues, poison=poison, unkind=unkind)
         for r in results
         if not r.ok
     )
@@ -155,3 +164,119 @@ def test_the_faults_it_found_stay_fixed(
 ) -> None:
     result = run_seed(seed, fifo=fifo, configure=_fixed_mode if fixed else None)
     assert not any(v.startswith(signature) for v in result.violations), result.violations
+
+
+# -- the unkind world (docs/simulation.md, "The unkind world") ------------------------------------
+
+# Seeds per dimension, each alone, and with every dimension at once: 2,500 seeds, about 10-15
+# seeds/s over two processes on the 2-core machine.
+UNKIND_SEEDS = 250
+UNKIND_ALL_SEEDS = 500
+
+# Dimensions whose sweeps find holes of the "world is not kind" issue in the code as it is:
+# their sweeps are skipped (SIM_UNKIND_PENDING=1 runs them anyway) until the fixes land; take a
+# dimension out once its sweep passes. The seeds that find each hole are pinned below
+# (test_the_unkind_world_finds_each_hole), as expected failures until then.
+UNKIND_PENDING = {
+    "clocks": "liveness judged across hosts' clocks: a newcomer ahead takes a live journal",
+    "stalls": "a receiver stalled past visibilityTimeout journals what a sibling journaled",
+    "lying": "probe_writable does not try a second create of one key",
+    "lag": "deleteAfterJournal seals, and acknowledgement assigns, from a LIST",
+    "query2": "two owners plan at once; an adopted entry that vanished wedges every replay",
+    "diverge": "offsets carry no journal identity; a diverged journal is accepted",
+}
+_RUN_PENDING = os.environ.get("SIM_UNKIND_PENDING") == "1"
+
+
+def _pending(dimensions: frozenset[str]) -> str | None:
+    reasons = [UNKIND_PENDING[d] for d in sorted(dimensions) if d in UNKIND_PENDING]
+    return "; ".join(reasons) if reasons and not _RUN_PENDING else None
+
+
+# What each dimension's sweep must have done somewhere (Result.stats), lest it turn kind.
+_UNKIND_SIGNS = {
+    "clocks": ("skewed_clocks",),
+    "stalls": ("stalls",),
+    "waves": ("tasks_waited",),
+    "pauses": ("owner_pauses",),
+    "lying": ("lying_store_refused", "lying_store_accepted"),
+    "lag": ("lagged_listings",),
+    "query2": ("query2_batches",),
+    "diverge": ("diverged_deleted", "diverged_moved", "diverged_swapped"),
+}
+
+
+@pytest.mark.parametrize("dimensions", [*([d] for d in UNKIND), list(UNKIND)],
+                         ids=[*UNKIND, "all"])  # fmt: skip
+def test_the_unkind_world(dimensions: list[str]) -> None:
+    """Every seed delivers each message exactly once in the unkind world: skewed clocks,
+    stalls, task waves, paused owners, lying and lagging stores, second queries that run
+    batches, journals that diverge from their checkpoint (sim/spark.py UNKIND)."""
+    chosen = frozenset(dimensions)
+    reason = _pending(chosen)
+    if reason is not None:
+        pytest.skip(f"pending the fixes of the world-is-not-kind issue: {reason}")
+    seeds = UNKIND_ALL_SEEDS if len(chosen) > 1 else UNKIND_SEEDS
+    results = list(sweep(range(seeds), unkind=chosen))
+    failures = _failures(results, None, unkind=chosen)
+    assert not failures, failures
+    for dimension in chosen:
+        signs = _UNKIND_SIGNS[dimension]
+        assert any(r.stats.get(sign) for r in results for sign in signs), dimension
+
+
+# Seeds of the unkind world that find each hole of the "world is not kind" issue in the code as
+# it is (docs/simulation.md, "What the unkind world finds"): expected failures until the fix of
+# their hole lands, then regression tests (drop the mark). A pinned seed may also stop failing
+# because a change reordered its history: the dimension's sweep above is the judge.
+_PENDING = pytest.mark.xfail(
+    strict=True, raises=AssertionError, reason="a hole of the world-is-not-kind issue"
+)
+
+
+@pytest.mark.parametrize(
+    ("hole", "dimensions", "seed", "signature"),
+    [
+        # 1. The journal deleted, moved or swapped under a kept checkpoint: the run accepts
+        # the checkpoint's offsets and receives; behind it, losses and duplicates.
+        pytest.param(1, "diverge", 2, "run6 ran on a journal deleted", marks=_PENDING),
+        pytest.param(1, "diverge", 40, "run3 ran on a journal moved", marks=_PENDING),
+        pytest.param(1, "diverge", 3, "run3 ran on a journal swapped", marks=_PENDING),
+        pytest.param(1, "diverge", 4, "LOST", marks=_PENDING),
+        pytest.param(1, "diverge", 6, "DUPLICATED", marks=_PENDING),
+        # 2. A store that ignores create-if-absent is accepted by the probe; what it costs.
+        pytest.param(2, "lying", 0, "run1: probe_writable accepted", marks=_PENDING),
+        pytest.param(2, "lying", 6, "LOST", marks=_PENDING),
+        pytest.param(2, "lying", 65, "the driver deleted", marks=_PENDING),
+        # 3. Listings that lag: the seal of deleteAfterJournal parts misses a part (its
+        # messages were deleted: lost); entries the LIST misses are never acknowledged.
+        pytest.param(3, "lag", 152, "LOST", marks=_PENDING),
+        pytest.param(3, "lag", 17, "LOST", marks=_PENDING),
+        pytest.param(3, "lag", 0, "DUPLICATED across batches", marks=_PENDING),
+        # 4. A receiver stalled past visibilityTimeout between its receive and its entry: a
+        # sibling receives and journals the same messages.
+        pytest.param(4, "stalls", 11, "DUPLICATED within one batch", marks=_PENDING),
+        pytest.param(4, "stalls", 118, "DUPLICATED within one batch", marks=_PENDING),
+        pytest.param(4, "stalls,waves", 131, "DUPLICATED within one batch", marks=_PENDING),
+        # 5. Liveness judged across clocks: a newcomer whose clock runs ahead takes a live
+        # journal. A paused owner does not find out: it plans and delivers after the takeover.
+        pytest.param(5, "clocks", 13, "a second query took the journal over", marks=_PENDING),
+        pytest.param(5, "clocks", 33, "a second query took the journal over", marks=_PENDING),
+        pytest.param(5, "pauses,query2", 70, "DUPLICATED across batches", marks=_PENDING),
+        pytest.param(5, "pauses,query2", 72, "DUPLICATED across batches", marks=_PENDING),
+        # 6. A straggler of a dead driver: its part, written after a new run retired its batch,
+        # makes a receiver drop (and delete) what nobody delivers; an adopted entry that
+        # vanished fails every replay, for ever.
+        pytest.param(6, "stalls,waves", 36, "LOST 1 messages", marks=_PENDING),
+        pytest.param(6, "query2", 173, "the final drain failed", marks=_PENDING),
+        pytest.param(6, "pauses,query2", 97, "the final drain failed", marks=_PENDING),
+    ],
+)
+def test_the_unkind_world_finds_each_hole(
+    hole: int, dimensions: str, seed: int, signature: str
+) -> None:
+    chosen = frozenset(dimensions.split(","))
+    result = run_seed(seed, configure=Variant(unkind=chosen))
+    found = [v for v in result.violations if v.startswith(signature) or signature in v[:80]]
+    replay = replay_command(seed, None, unkind=chosen)
+    assert not found, f"hole {hole}: {found[0]}\n  replay: {replay}"

@@ -1,0 +1,333 @@
+"""The unkind world of the simulation (docs/simulation.md, "The unkind world"): each dimension
+does the unkind thing it claims, deterministically. The sweeps over these dimensions, and the
+seeds that find each hole of the "world is not kind" issue, are in test_simulation.py."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from sim.clock import ActorClock, SimClock
+from sim.sched import Scheduler
+from sim.spark import QUERY2_EPOCHS, UNKIND, VISIBILITY, Config, SparkSim, run_seed
+from sim.sqs import SimSqs
+from sim.store import SimJournalStore
+from sim.sweep import Variant, parse_unkind
+
+# A trace line: time, then the actor ("run3/driver", "run3 b1.r0.a2", "run3-q2/heartbeat").
+_LINE = re.compile(r"^t=\s*([0-9.]+) (run\d+(?:-q\d+)?(?:/\w+| b\d+\.r\d+\.a\d+)|\S+)")
+
+
+def _unkind(*dimensions: str) -> Variant:
+    return Variant(unkind=frozenset(dimensions))
+
+
+def _lines(trace: list[str]) -> list[tuple[float, str, str]]:
+    """(time, actor, line) of each trace line."""
+    out = []
+    for line in trace:
+        m = _LINE.match(line)
+        if m:
+            out.append((float(m.group(1)), m.group(2), line))
+    return out
+
+
+# -- clocks --------------------------------------------------------------------------------------
+
+
+def test_an_actor_clock_is_skewed_and_drifts_and_sleeps_by_its_own_measure() -> None:
+    clock = SimClock()
+    clock.advance(100.0)
+    slept: list[float] = []
+    view = ActorClock(clock, skew=-90.0, rate=1.05, monotonic_origin=5.0, true_sleep=slept.append)
+    assert view.time() == pytest.approx(clock.time() - 90.0)
+    assert view.monotonic() == pytest.approx(5.0)
+    clock.advance(60.0)
+    # 60 true seconds are 63 of this process's: its wall clock gained 3 s on the true one.
+    assert view.monotonic() == pytest.approx(5.0 + 63.0)
+    assert view.time() - clock.time() == pytest.approx(-90.0 + 3.0)
+    assert view.offset() == pytest.approx(-87.0)
+    view.sleep(21.0)
+    assert slept == [pytest.approx(20.0)]  # 21 s of a clock 5 % fast are 20 true seconds
+
+
+def test_each_process_of_a_skewed_seed_sees_a_wall_clock_of_its_own() -> None:
+    seed = next(s for s in range(50) if _drawn(s, "clocks").clock_skew >= 60)
+    config = _drawn(seed, "clocks")
+    result = run_seed(seed, trace=True, configure=_unkind("clocks"))
+    offsets = [float(m.group(1)) for m in map(re.compile(r"== clock ([-+][0-9.]+)s").search,
+                                                result.trace) if m]  # fmt: skip
+    # The driver of every run and every task attempt: a clock each, within the seed's skew
+    # (plus what drift adds over the history).
+    assert len(offsets) > 5
+    assert len({round(o) for o in offsets}) > 3
+    assert max(abs(o) for o in offsets) > 5.0
+    slack = config.clock_drift * result.sim_seconds
+    assert all(abs(o) <= config.clock_skew + slack + 1e-6 for o in offsets)
+
+
+def test_a_kind_seed_hands_every_process_the_true_clock() -> None:
+    assert not any("== clock" in line for line in run_seed(5, trace=True).trace)
+
+
+# -- stalls and pauses ---------------------------------------------------------------------------
+
+
+def test_a_task_stalled_past_the_visibility_timeout_finds_its_message_handed_to_another() -> None:
+    """The world's stall (Scheduler ``stall``): task A receives a message, then freezes for
+    longer than the visibility timeout at its next step; task B runs meanwhile and receives the
+    same message once A's handle has expired; A resumes after the timeout, its handle stale."""
+    clock = SimClock()
+    sqs = SimSqs(seed=3, clock=clock, long_poll_advances_clock=False)
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="m")
+    stalled: list[str] = []
+
+    def stall(actor: Any) -> bool:
+        if actor.name == "a" and actor.label == "journal" and not stalled:
+            stalled.append(actor.name)
+            sched.hold(actor, clock.elapsed + VISIBILITY * 1.5)
+            return True
+        return False
+
+    sched = Scheduler(1, clock, stall=stall)
+    seen: dict[str, tuple[float, str]] = {}
+
+    def receive(name: str) -> Callable[[], None]:
+        def body() -> None:
+            while name not in seen:
+                got = sqs.receive_message(QueueUrl=url, VisibilityTimeout=VISIBILITY)
+                if got.get("Messages"):
+                    seen[name] = (clock.elapsed, got["Messages"][0]["ReceiptHandle"])
+                else:
+                    sched.sleep(5.0)
+            sched.point("journal")
+            seen[name + " resumed"] = (clock.elapsed, "")
+
+        return body
+
+    sched.spawn("a", "a", "task", receive("a"))
+    sched.run_until(lambda: "a" in seen)
+    sched.spawn("b", "b", "task", receive("b"))
+    sched.run_until(lambda: "a resumed" in seen and "b resumed" in seen)
+    received_a, handle_a = seen["a"]
+    received_b, handle_b = seen["b"]
+    assert stalled == ["a"]
+    assert received_b - received_a >= VISIBILITY
+    assert seen["a resumed"][0] - received_a >= VISIBILITY * 1.5
+    assert handle_a != handle_b
+    # A's handle is stale now: its delete "succeeds" and deletes nothing (standard queue).
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=handle_a)
+    assert sqs.stale_deletes(url)
+
+
+def test_stalled_tasks_and_paused_owners_freeze_for_as_long_as_drawn() -> None:
+    seeds = range(20)
+    results = [run_seed(s, trace=True, configure=_unkind("stalls", "pauses")) for s in seeds]
+    assert sum(r.stats.get("stalls", 0) for r in results) > 20
+    assert sum(r.stats.get("owner_pauses", 0) for r in results) > 5
+    for result in results:
+        lines = _lines(result.trace)
+        for i, (at, actor, line) in enumerate(lines):
+            held = re.search(r"\*\* HELD for ([0-9.]+)s", line)
+            if held is not None:
+                # Longer than the visibility timeout (stall) or two heartbeats (a pause); the
+                # actor's next step comes no earlier, unless its process is killed meanwhile.
+                assert float(held.group(1)) > 2 * VISIBILITY / 5
+                after = next(
+                    (t for t, a, text in lines[i + 1 :] if a == actor and "KILLED" not in text),
+                    None,
+                )
+                assert (
+                    after is None or after >= at + float(held.group(1)) - 0.05
+                )  # printed to 0.1 s
+            pause = re.search(r"PAUSE of the driver of (\S+) for ([0-9.]+)s", line)
+            if pause is not None:
+                # The whole driver process: neither its loop nor its heartbeat runs meanwhile.
+                group, seconds = pause.group(1), float(pause.group(2))
+                assert seconds > 2 * VISIBILITY / 5
+                during = [
+                    a for t, a, text in lines[i + 1 :] if t < at + seconds - 1e-6 and a in
+                    (f"{group}/driver", f"{group}/heartbeat") and "** HELD" not in text
+                ]  # fmt: skip
+                assert not during, during
+
+
+def test_a_paused_owner_lets_a_second_query_take_over_and_run_batches() -> None:
+    results = [run_seed(s, configure=_unkind("pauses", "query2")) for s in range(40)]
+    assert sum(r.stats.get("lease_lapsed", 0) for r in results) > 3
+    assert sum(r.stats.get("query2_batches", 0) for r in results) > 3
+
+
+# -- waves ---------------------------------------------------------------------------------------
+
+
+def test_tasks_beyond_the_slots_start_only_when_a_slot_frees() -> None:
+    """Each run of a waves seed has 1-3 task slots: its task attempts (stragglers of earlier
+    batches included) never run more at once; the others wait for one to end."""
+    attempt = re.compile(r"^t=\s*[0-9.]+ (run\d+) (b\d+\.r\d+\.a\d+)\s")
+    waited = 0
+    for seed in range(40):
+        result = run_seed(seed, trace=True, configure=_unkind("waves"))
+        slots = {
+            m.group(1): int(m.group(2))
+            for m in map(re.compile(r"== (run\d+) has (\d) task slots").search, result.trace)
+            if m
+        }
+        # Each attempt's first and last line in the trace.
+        spans: dict[tuple[str, str], list[int]] = {}
+        for i, line in enumerate(result.trace):
+            m = attempt.match(line)
+            if m:
+                spans.setdefault((m.group(1), m.group(2)), [i, i])[1] = i
+        for run, n in slots.items():
+            mine = sorted(span for (r, _), span in spans.items() if r == run)
+            for start, _ in mine:
+                assert sum(1 for s, e in mine if s <= start <= e) <= n, (seed, run, n)
+            waited += len(mine) > n
+    assert waited > 10  # runs with more attempts than slots: later waves waited
+
+
+# -- the store -----------------------------------------------------------------------------------
+
+
+def test_a_lying_store_overwrites_on_create_and_says_it_created() -> None:
+    store = SimJournalStore(honest_create=False)
+    assert store.create("batches/1/00000.arrow", b"first")
+    assert store.create("batches/1/00000.arrow", b"second")
+    assert store.read("batches/1/00000.arrow") == b"second"
+
+
+def test_a_lagging_listing_omits_fresh_keys_and_shows_deleted_ones_for_a_while() -> None:
+    clock = SimClock()
+    store = SimJournalStore(7, clock=clock, list_lag=5.0)
+    keys = [f"batches/1/{i:05d}.arrow" for i in range(20)]
+    for key in keys:
+        store.create(key, b"x")
+    assert len(store.list("batches")) < len(keys)  # fresh keys are missing
+    assert all(store.read(k) == b"x" for k in keys)  # reads are consistent
+    clock.advance(5.0)
+    assert store.list("batches") == keys
+    for key in keys:
+        store.delete(key)
+    assert store.list("batches")  # deleted keys still listed
+    assert all(store.read(k) is None for k in keys)
+    clock.advance(5.0)
+    assert store.list("batches") == []
+    # A store without lag lists at once.
+    honest = SimJournalStore(7, clock=clock)
+    honest.create("a/b", b"")
+    assert honest.list("a") == ["a/b"]
+
+
+def test_clear_and_restore_a_journal() -> None:
+    store = SimJournalStore()
+    store.create("_meta.json", b"{}")
+    store.create("state/planned-000000000003", b"")
+    saved = store.clear()
+    assert store.keys() == []
+    store.create("lease/000000000000.json", b"{}")
+    store.restore(saved)
+    assert store.keys() == ["_meta.json", "state/planned-000000000003"]
+
+
+def test_a_run_on_a_lying_store_meets_the_probe() -> None:
+    """Half the seeds of the lying dimension start on a store that ignores create-if-absent:
+    each calls ``probe_writable`` on it at start (and goes on with an honest store once it is
+    refused, or shows what accepting it costs)."""
+    results = [run_seed(s, configure=_unkind("lying")) for s in range(20)]
+    lying = [r for r in results if r.config.lying_store]
+    assert 4 <= len(lying) <= 16
+    for r in lying:
+        met = r.stats.get("lying_store_refused", 0) + r.stats.get("lying_store_accepted", 0)
+        assert met >= 1
+    assert not any(r.stats.get("lying_store_accepted") for r in results if not r.config.lying_store)
+
+
+# -- diverged journals ---------------------------------------------------------------------------
+
+
+class _Spy(SparkSim):
+    """Records, for each divergence, the journal before, what the diverged run found where it
+    was pointed, and the journal after the restore."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        self.seen: list[tuple[str, list[str], list[str], list[str]]] = []
+        self._found: tuple[str, list[str]] = ("", [])
+
+    def _diverged_run(self, opts: Any) -> None:
+        before = self.store.keys()
+        super()._diverged_run(opts)
+        self.seen.append((self._found[0], before, self._found[1], self.store.keys()))
+
+    def _one_run(self, opts: Any, drain: bool = False, **kwargs: Any) -> None:
+        if kwargs.get("diverged") is not None:
+            self._found = (kwargs["diverged"], (kwargs.get("store") or self.store).keys())
+        super()._one_run(opts, drain, **kwargs)
+
+
+def test_the_journal_is_deleted_moved_or_swapped_under_the_checkpoint_then_restored() -> None:
+    kinds: dict[str, int] = {}
+    for seed in range(30):
+        sim = _Spy(_drawn(seed, "diverge"))
+        sim.run()
+        for kind, before, found, after in sim.seen:
+            kinds[kind] = kinds.get(kind, 0) + 1
+            assert any(k.startswith("state/planned-") for k in before)
+            if kind in ("deleted", "moved"):
+                assert found == []
+            else:  # another journal of the same queue, no batch in flight
+                assert "_meta.json" in found
+                assert any(k.startswith("state/planned-") for k in found)
+                assert not any(k.startswith("batches/") for k in found)
+            if kind == "deleted":
+                # Restored from the backup: whatever the diverged run wrote is gone.
+                assert after == before
+    assert set(kinds) == {"deleted", "moved", "swapped"}, kinds
+
+
+# -- configuration -------------------------------------------------------------------------------
+
+
+def _drawn(seed: int, *dimensions: str) -> Config:
+    config = Config.from_seed(seed)
+    config.draw_unkind(frozenset(dimensions))
+    return config
+
+
+def test_each_dimension_draws_from_a_stream_of_its_own() -> None:
+    for seed in range(30):
+        alone = {d: _drawn(seed, d) for d in UNKIND}
+        together = _drawn(seed, *UNKIND)
+        for d, config in alone.items():
+            for name in ("clock_skew", "clock_drift", "stall", "owner_pause", "list_lag",
+                         "diverge", "lying_store", "waves", "query2_runs"):  # fmt: skip
+                if getattr(config, name) != getattr(Config.from_seed(seed), name):
+                    assert getattr(together, name) == getattr(config, name), (seed, d, name)
+        kind = Config.from_seed(seed)
+        assert kind.unkind == frozenset()
+        assert (kind.clock_skew, kind.stall, kind.owner_pause, kind.list_lag, kind.diverge) == (
+            0.0, 0.0, 0.0, 0.0, 0.0,
+        )  # fmt: skip
+        assert not (kind.waves or kind.lying_store or kind.query2_runs)
+
+
+def test_unknown_dimensions_are_refused() -> None:
+    assert parse_unkind("all") == frozenset(UNKIND)
+    assert parse_unkind("clocks, lag") == frozenset({"clocks", "lag"})
+    with pytest.raises(ValueError, match="unknown unkind dimensions"):
+        parse_unkind("clocks,tides")
+
+
+def test_an_unkind_seed_replays_exactly() -> None:
+    everything = Variant(unkind=frozenset(UNKIND))
+    first = run_seed(11, trace=True, configure=everything)
+    again = run_seed(11, trace=True, configure=everything)
+    assert first.trace == again.trace
+    assert first.violations == again.violations
+    assert first.steps > 100
+    assert QUERY2_EPOCHS > 100  # second queries' sink epochs never meet the main query's
