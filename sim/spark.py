@@ -1707,7 +1707,9 @@ _PROBE_KEY = re.compile(r"_probe/[0-9a-f]{32}")
 # acknowledgement after their expiry collects them); batches/ is judged apart.
 _KEPT = (
     *("_meta.json", "state/", "lease/", "metrics/", "dedupe/", "batches/"),
-    *("quarantine/", "queues/", "window/"),
+    # aliases/: one per Spark 4.0/4.1 run refused on a diverged journal, collected at a start
+    # once the batch after the one it stands for is acknowledged.
+    *("quarantine/", "queues/", "window/", "aliases/"),
 )
 _ACKED_MARKER = re.compile(r"^state/acked-(\d+)$")
 _BATCH_FILE = re.compile(r"^batches/(\d+)/")

@@ -128,10 +128,13 @@ class Coordinator:
             self.identity,
             known_through=self.markers.planned,
             initial=self.markers.initial,
+            read_alias=journal.read_alias,
         )
         if run_heartbeat:
             self.heartbeat.start()
         self._last_end: int | None = None
+        # What initialOffset answered in this run (Spark replays a first batch from it).
+        self._initial_given: dict | None = None
         # When each batch of this run was planned (monotonic), until Spark commits it, and how
         # long the last committed one took: the plan asks receivers to extend their messages
         # themselves when batches are slow (_executor_extension).
@@ -176,6 +179,7 @@ class Coordinator:
         for leftover in [b for b in journal.list_batches() if b not in pending]:
             logger.info("removing leftover journal files of finished batch %d", leftover)
             journal.remove_batch(leftover)
+        journal.collect_aliases(self.markers.acked)
         return pending, plans
 
     @classmethod
@@ -253,7 +257,9 @@ class Coordinator:
 
     def initial_offset(self) -> dict:
         """``initialOffset``: the initial batch, with the journal's identity."""
-        return self.offset(self.fresh_start())
+        offset = self.offset(self.fresh_start())
+        self._initial_given = offset
+        return offset
 
     def offset(self, batch: int) -> dict:
         return offsets.make(batch, self.identity)
@@ -390,6 +396,10 @@ class Coordinator:
             # with a start; every version replays a logged batch with partitions alone).
             acked = self.markers.acked
             first = self.guard.check_start(start, acked, planned_only=True)
+            # Only a start of this journal's own, from the checkpoint: when Spark replays a
+            # first batch from initialOffset, a foreign end is the checkpoint's own journal's.
+            if self.guard.absorbs(first, end) and dict(start) != self._initial_given:
+                return self._absorb(first, end)
             batch = offsets.batch_of(end)
             if batch <= first:
                 return []
@@ -458,6 +468,24 @@ class Coordinator:
                     replay_drops=replay_drops,
                 )
             ]
+
+    def _absorb(self, first: int, end: Mapping[str, Any]) -> list[ReceiverPartition]:
+        """A batch Spark 4.0/4.1 logged from a refused run on another journal (offsets.py,
+        ``CheckpointGuard.absorbs``): it holds nothing, and its end stands for ``first`` from
+        now on, also after a restart (an alias recorded by key)."""
+        foreign = self.guard.foreign(end)
+        assert foreign is not None
+        self.journal.write_alias(foreign, offsets.batch_of(end), first)
+        self.guard.planned.add(first)
+        self._last_end = first
+        logger.warning(
+            "batch %s of journal %s (logged while the query ran on another journalLocation and "
+            "was refused) delivers nothing; it stands for batch %d of this journal",
+            offsets.batch_of(end),
+            foreign,
+            first,
+        )
+        return []
 
     def _new_plan(self, batch: int, first: int) -> BatchPlan:
         """The plan of a batch planned for the first time, from the current options."""
@@ -607,7 +635,7 @@ class Coordinator:
     def commit(self, end: Mapping[str, Any]) -> None:
         """Spark's ``commit(end)``, with the offset as Spark hands it back: Spark commits only
         batches it planned with this journal (``plan`` checked them)."""
-        self.acknowledge(offsets.batch_of(end))
+        self.acknowledge(self.guard.resolve(end))
 
     # -- internals ------------------------------------------------------------------------------
 

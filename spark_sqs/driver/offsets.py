@@ -19,7 +19,7 @@ or deleted.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,12 +86,13 @@ class CheckpointGuard:
     # planned). For a new checkpoint Spark takes such an answer as a batch from its initial
     # offset; every batch up to it is acknowledged, so that batch holds nothing.
     idle: set[int] = field(default_factory=set)
+    # Reads an alias the journal recorded for another journal's batch (``absorbs``), by key.
+    read_alias: Callable[[str, int], int | None] | None = None
 
     def check_start(self, offset: Mapping[str, Any], acked: int, *, planned_only: bool) -> int:
         """The committed batch ``offset`` names, if this journal may go on from it.
         ``planned_only``: a number this run handed out counts only once it was planned."""
-        batch = batch_of(offset)
-        self._check_identity(offset, batch)
+        batch = self.resolve(offset)
         ours = self.planned if planned_only else self.handed_out
         if batch > self.known_through and batch not in ours:
             self._refuse(batch, "never numbered that batch")
@@ -109,6 +110,34 @@ class CheckpointGuard:
         if batch <= acked and batch not in self.idle:
             self._refuse(batch, f"has acknowledged batches up to {acked} already")
         return batch
+
+    def foreign(self, offset: Mapping[str, Any]) -> str | None:
+        """The identity of another journal that ``offset`` names, or None."""
+        theirs = journal_of(offset)
+        return theirs if theirs is not None and self.identity not in (None, theirs) else None
+
+    def absorbs(self, start: int, end: Mapping[str, Any]) -> bool:
+        """True for a batch whose end another journal numbered while its start is this
+        journal's (resolved): on Spark 4.0/4.1, whose latestOffset() gets no start, a run
+        started with this checkpoint on another journal answered before anything could be
+        checked, Spark logged that answer, and the run was refused when it planned the batch
+        (nothing was received under it). Once the right journal is back, such a batch holds
+        nothing, and its end stands for ``start`` (the caller records the alias)."""
+        return self.foreign(end) is not None and batch_of(end) >= 0 and start >= 0
+
+    def resolve(self, offset: Mapping[str, Any]) -> int:
+        """This journal's batch for ``offset``: its number, or, for another journal's offset
+        that this journal absorbed (``absorbs``), the batch it stands for. Any other offset of
+        another journal is refused."""
+        batch = batch_of(offset)
+        theirs = self.foreign(offset)
+        if theirs is None:
+            return batch
+        mapped = self.read_alias(theirs, batch) if self.read_alias is not None else None
+        if mapped is None:
+            self._check_identity(offset, batch)
+        assert mapped is not None
+        return mapped
 
     def _check_identity(self, offset: Mapping[str, Any], batch: int) -> None:
         theirs = journal_of(offset)

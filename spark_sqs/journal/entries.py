@@ -831,6 +831,25 @@ class Journal:
             self._meta = doc
         return self._meta
 
+    def write_alias(self, journal_id: str, batch: int, target: int) -> None:
+        """Record that batch ``batch`` of journal ``journal_id``, logged by Spark while this
+        checkpoint ran on that journal and was refused, stands for batch ``target`` of this
+        one (driver/offsets.py, ``CheckpointGuard.absorbs``)."""
+        body = json.dumps({"batch": target}).encode()
+        self.store.create(f"aliases/{journal_id}-{batch:012d}.json", body)
+
+    def read_alias(self, journal_id: str, batch: int) -> int | None:
+        data = self.store.read(f"aliases/{journal_id}-{batch:012d}.json")
+        return None if data is None else int(json.loads(data)["batch"])
+
+    def collect_aliases(self, acked: int) -> None:
+        """Remove aliases Spark can no longer hand back: once the batch after the one an alias
+        stands for is acknowledged, its start (the aliased offset) is behind the checkpoint."""
+        for key in self.store.list("aliases"):
+            data = self.store.read(key)
+            if data is not None and int(json.loads(data)["batch"]) < acked:
+                self.store.delete(key)
+
     def identity(self) -> str | None:
         """The journal's identity, which offsets carry (driver/offsets.py); None for a location
         that holds no journal yet."""
