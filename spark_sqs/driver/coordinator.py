@@ -76,7 +76,11 @@ class Coordinator:
         self.default_queue = default_queue or queue_url
         self.journal = journal
         self.lease = lease
-        self.markers = StateMarkers(journal)
+        # Names this run in the attempt records of its receivers (journal/poison.py) and in
+        # the planned markers: the lease's owner, which is unique per run (and chosen by the
+        # simulation, so seeds replay).
+        self.run_id = lease.owner[:12] if lease is not None else uuid.uuid4().hex[:12]
+        self.markers = StateMarkers(journal, owner=self.run_id)
         self.lock = threading.Lock()
         caller = BatchCaller(
             client,
@@ -146,9 +150,6 @@ class Coordinator:
         self._limits: dict[int, int] = {}
         self.poller = BacklogPoller(client, self.queue_urls, options.queue_poll_interval, clock)
         self.reporter = BatchReporter(journal, self.heartbeat, self.poller, wall_clock)
-        # Names this run in the attempt records of its receivers (journal/poison.py): the lease's
-        # owner, which is unique per run (and chosen by the simulation, so seeds replay).
-        self.run_id = lease.owner[:12] if lease is not None else uuid.uuid4().hex[:12]
         # poisonMessagePolicy=deadLetter: narrows and quarantines replays (poison.py).
         self.quarantine: poison.Quarantine | None = None
 
@@ -343,6 +344,9 @@ class Coordinator:
                     self.acknowledger.unassigned(committed or 0),
                     self.options.max_in_flight_messages,
                 )
+            if self.lease is not None:
+                # A number handed out starts a batch: only the journal's owner may.
+                self.lease.confirm()
             self.markers.advance(planned=new_batch)
             self.guard.handed_out.add(new_batch)
             self._limits[new_batch] = batch_limit
@@ -410,12 +414,13 @@ class Coordinator:
                 # Spark 4.0/4.1 took an idle answer for a batch (a new checkpoint): every
                 # batch up to it is acknowledged, so it delivers nothing.
                 return []
+            if self.lease is not None:
+                # A plan assigns deletes and adopts orphans, a replay runs receivers: only the
+                # journal's owner may.
+                self.lease.confirm()
             stored = self.journal.read_plan(batch)
             replay = stored is not None
             if stored is None:
-                if self.lease is not None:
-                    # A plan assigns deletes and adopts orphans: only the journal's owner may.
-                    self.lease.confirm()
                 # `spark-sqs release` replaced the plan (poison.py); else plan it now.
                 stored = poison.released_plan(self.journal, batch) or self.journal.write_plan(
                     self._new_plan(batch, first)

@@ -22,8 +22,10 @@ logger = logging.getLogger(__name__)
 
 
 class StateMarkers:
-    def __init__(self, journal: Journal) -> None:
+    def __init__(self, journal: Journal, owner: str = "") -> None:
         self._journal = journal
+        # The run that writes the markers: named in each planned marker (Journal.write_state).
+        self.owner = owner
         current = journal.read_state()
         if current.retired:
             # An earlier version kept retirements in the state; they are the batches' own now.
@@ -55,7 +57,7 @@ class StateMarkers:
             acked_batch=known.acked_batch if acked is None else acked,
             initial_batch=known.initial_batch if initial is None else initial,
         )
-        self._journal.write_state(state, known=known)
+        self._journal.write_state(state, known=known, owner=self.owner)
         self.current = state
         logger.debug(
             "journal state: planned %d, acknowledged %d", state.planned_batch, state.acked_batch

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ..errors import JournalError, UnsafeStoreError
+from ..errors import JournalError, JournalInUseError, UnsafeStoreError
 from ..schema import RECEIPT_HANDLE as RECEIPT
 from . import reports, window
 from .reports import AckedEntry, AckReport
@@ -747,13 +747,29 @@ class Journal:
             frozenset(found["retired"]),
         )
 
-    def write_state(self, state: JournalState, known: JournalState | None = None) -> None:
+    def write_state(
+        self, state: JournalState, known: JournalState | None = None, owner: str = ""
+    ) -> None:
         """Advance the state to ``state``: markers are only ever added (numbers only grow), and
-        markers below the newest are removed once the newer one exists."""
+        markers below the newest are removed once the newer one exists. A planned marker names
+        the run that handed the number out (``owner``): a number another run created first
+        is never handed out again (``JournalInUseError``)."""
         current = known if known is not None else self.read_state()
         new, old = state.planned_batch, current.planned_batch
         if new > old:
-            self.store.create(f"state/planned-{new:012d}", b"")
+            key = f"state/planned-{new:012d}"
+            if not self.store.create(key, json.dumps({"owner": owner}).encode()):
+                data = self.store.read(key)
+                theirs = json.loads(data).get("owner", "") if data else ""
+                # An empty marker is an earlier version's; our own is a retried create whose
+                # answer was lost.
+                if data is None or theirs != owner:
+                    raise JournalInUseError(
+                        f"journalLocation {self.location}: batch {new} was numbered by "
+                        f"another query ({theirs or 'unknown'}) while this one was paused or "
+                        "partitioned: a journal belongs to one query at a time. Fix: stop the "
+                        "other query, or give this query its own 'journalLocation'"
+                    )
             # The newest planned markers stay, so that a listing that lags by fewer batches
             # still shows one of them, and read_state reads on from it by key.
             for gone in range(
