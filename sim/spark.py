@@ -537,6 +537,9 @@ class SparkSim:
                 c.query2_runs
                 and driver is not None
                 and not self._query2_active
+                # A diverged run's journal is put back after it: a second query there would
+                # leave its checkpoint on a journal that is about to vanish (not modelled).
+                and actor.group not in self.diverged
                 and rng.random() < 0.5
             ):
                 # The newcomer that a pause lets in: started while the owner is frozen.
@@ -1033,7 +1036,10 @@ class SparkSim:
             self._query2_took_over = ckpt
             self._judge_takeover(group, options)
         elif (
-            self.config.second_query and self.rng.random() < self.config.second_query and not drain
+            self.config.second_query
+            and self.rng.random() < self.config.second_query
+            and not drain
+            and group not in self.diverged
         ):
             self._second_query(group, options)
         limit = default_read_limit(options) if default_read_limit else None

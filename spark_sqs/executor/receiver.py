@@ -559,6 +559,11 @@ def _held_elsewhere(
     for batch in plan.pending:
         if batch == partition.batch:
             receivers: tuple[int, ...] | None = tuple(r.receiver for r in plan.receivers)
+        elif journal.batch_status(batch) != LIVE:
+            # Acknowledged (its messages were deleted: a copy is the duplicate window's), or
+            # retired: what it held was copied into the batch that adopted it, and what a
+            # task of a dead driver wrote there afterwards is delivered by nobody.
+            continue
         else:
             receivers = journal.live_receivers(batch)
         if receivers:

@@ -465,9 +465,17 @@ class Journal:
         """``"live"``, ``"retired"`` (adopted by a later batch: an attempt stops, deleting
         nothing and keeping what it journaled for the adoption) or ``"removed"`` (acknowledged
         and removed, or adopted and removed: its plan is gone, and every attempt of a planned
-        batch read its plan when it started). Two reads."""
+        batch read its plan when it started). Two reads (four for a batch without a plan)."""
         if self.store.read(f"{self.batch_dir(batch)}/{PLAN}") is None:
-            return REMOVED
+            from .poison import CARRY, RELEASED
+
+            # A batch of carried messages has no plan, nor has a released batch whose plan a
+            # crashed release left missing: both are live (``live_receivers``).
+            if all(
+                self.store.read(f"{self.batch_dir(batch)}/{name}") is None
+                for name in (CARRY, RELEASED)
+            ):
+                return REMOVED
         if self.store.read(f"{self.batch_dir(batch)}/{RETIRED}") is not None:
             return RETIRED_STATUS
         return LIVE
