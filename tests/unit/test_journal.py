@@ -948,6 +948,31 @@ def test_a_journal_of_a_newer_format_is_refused(journal: Journal, location: str)
     assert json.loads((Path(location) / "_meta.json").read_text()) == doc
 
 
+def test_a_journal_this_version_wrote_is_refused_once_its_format_number_is_raised(
+    journal_location: str,
+) -> None:
+    """A journal this version created, with the format number in its ``_meta.json`` raised
+    above ``FORMAT_VERSION`` (what a journal a newer version created looks like): refused, on
+    both stores. The number this version writes itself is accepted (``>``, not ``>=``)."""
+    options = make_options(journal_location, region="us-east-1")
+    Journal(journal_location, options).check_owner(QUEUE_URL)
+    store = Journal(journal_location, options).store
+    written = json.loads(store.read("_meta.json") or b"")
+    assert written["format"] == FORMAT_VERSION
+    assert Journal(journal_location, options).identity() == written["journalId"]
+
+    raised = {**written, "format": FORMAT_VERSION + 1}
+    store.delete("_meta.json")
+    assert store.create("_meta.json", json.dumps(raised).encode())
+    for call in (lambda j: j.identity(), lambda j: j.check_owner(QUEUE_URL)):
+        with pytest.raises(JournalError) as info:
+            call(Journal(journal_location, options))
+        message = str(info.value)
+        assert f"journal format {FORMAT_VERSION + 1}" in message, message
+        assert f"reads formats up to {FORMAT_VERSION}" in message and "Fix:" in message
+    assert json.loads(store.read("_meta.json") or b"") == raised
+
+
 def test_probe_writable_refuses_a_store_whose_second_create_of_one_key_succeeds(
     journal_location: str,
 ) -> None:
