@@ -821,6 +821,9 @@ class Journal:
             self._meta = doc
             return queue_url
         meta = self.meta()
+        for fmt in range(int(meta.get("format", 1)) + 1, FORMAT_VERSION + 1):
+            # Taken over by this version: a later downgrade finds it out (meta).
+            self.store.create(f"format/{fmt}", b"")
         owner = meta.get("queueUrl")
         known = {owner, *meta.get("queueUrls", ()), *self._added_queues()}
         if not known.intersection(queues):
@@ -845,6 +848,11 @@ class Journal:
             doc = json.loads(data)
             doc.setdefault("journalId", _legacy_identity(data))
             fmt = int(doc.get("format", 1))
+            # _meta.json is never rewritten (a journal's identity may be derived from it): a
+            # version that takes over a journal of an earlier format creates format/<F> for
+            # each format F above it up to its own, read here by key.
+            while self.store.read(f"format/{fmt + 1}") is not None:
+                fmt += 1
             if fmt > FORMAT_VERSION:
                 raise JournalError(
                     f"journalLocation {self.location} was written by a newer version of "

@@ -1100,3 +1100,27 @@ def test_adopting_an_entry_that_vanished_writes_an_empty_entry(journal: Journal)
     assert empty.schema.names == table_of().schema.names
     assert journal.has_journaled(8, 0)
     assert journal.receiver_ids(8, 1) == [sqs_message(n)["MessageId"] for n in (0, 1)]
+
+
+def test_a_journal_taken_over_in_place_records_its_format_apart_from_its_meta(
+    journal_location: str,
+) -> None:
+    """``_meta.json`` is never rewritten (a legacy journal's identity is derived from its
+    bytes): a version that takes over a journal of an earlier format creates ``format/<F>``
+    markers, and a version that reads up to an older format refuses the journal once it sees
+    them."""
+    options = make_options(journal_location, region="us-east-1")
+    store = Journal(journal_location, options).store
+    legacy = {"format": FORMAT_VERSION - 1, "queueUrl": QUEUE_URL}
+    store.create("_meta.json", json.dumps(legacy).encode())
+    identity = Journal(journal_location, options).identity()
+
+    Journal(journal_location, options).check_owner(QUEUE_URL)
+
+    assert store.read(f"format/{FORMAT_VERSION}") is not None
+    assert json.loads(store.read("_meta.json") or b"") == legacy
+    assert Journal(journal_location, options).identity() == identity
+    # A later version took it over in place the same way: this one refuses it.
+    store.create(f"format/{FORMAT_VERSION + 1}", b"")
+    with pytest.raises(JournalError, match=f"journal format {FORMAT_VERSION + 1}"):
+        Journal(journal_location, options).check_owner(QUEUE_URL)
