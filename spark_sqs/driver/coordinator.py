@@ -536,6 +536,7 @@ class Coordinator:
             with_visible(plan, self.poller.polled_visible(), self.default_queue),
             acks=self.acknowledger.assignments(first, fresh),
             pending=tuple(b for b in self.acknowledger.pending if b <= batch),
+            retires=tuple(sorted(orphans)),
         )
 
     def _note_committed(self, committed: int) -> None:
@@ -593,7 +594,10 @@ class Coordinator:
         """Copy the orphaned entries the plan delivers, then remove the orphans. Idempotent:
         the plan fixes the receiver numbers, copies are create-if-absent, and an orphan is
         removed only once every copy exists, so a crash anywhere is finished by the next call."""
-        orphans = sorted({r.adopt_from[0] for r in plan.receivers if r.adopt_from is not None})
+        adopted_from = {r.adopt_from[0] for r in plan.receivers if r.adopt_from is not None}
+        # Retired orphans with nothing to adopt are done too: what a task of a dead driver
+        # writes into one afterwards is delivered by nobody (its messages come back).
+        orphans = sorted(adopted_from | set(plan.retires))
         if not orphans:
             return
         copied = 0

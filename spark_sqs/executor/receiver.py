@@ -20,7 +20,7 @@ import pyarrow as pa
 from botocore.exceptions import ClientError
 
 from ..driver.planning import ReceiverPartition
-from ..errors import JournalError, JournalOutcomeUnknown
+from ..errors import JournalError, JournalOutcomeUnknown, TransientSqsError
 from ..journal import (
     DROPPED,
     EXPIRED_DROPPED,
@@ -290,6 +290,7 @@ def read_partition(
         # Poison batches (poison.py): count this attempt; refuse (policy fail) or deliver only
         # what a narrowed batch keeps (policy deadLetter).
         table = poison.on_replay(journal, partition, table)
+        table = _without_siblings_ids(journal, partition, table)
         logger.info(
             "batch %d receiver %d: replayed %d messages from the journal",
             partition.batch,
@@ -434,6 +435,18 @@ def read_partition(
         # Retired: the adoption may have copied our entry (it reads entries after retiring the
         # batch); it stays, and so do its messages' handles, for whoever delivers them.
         return
+    elif _journaled_too_late(client, partition, held, stats.received_at, clocks):
+        # The write itself outlasted half of visibilityTimeout (a stalled or retried PUT) and
+        # SQS no longer confirms every handle: another receiver may have journaled one of
+        # these messages meanwhile. Nothing of ours reached a sink: our entry goes, what we
+        # still hold goes back to the queue, and the retry of this task receives anew.
+        journal.remove_entry(partition.batch, partition.receiver)
+        _release(client, partition, table, clocks)
+        raise TransientSqsError(
+            f"batch {partition.batch} receiver {partition.receiver}: its journal write took "
+            "longer than half of visibilityTimeout and some of its messages were received "
+            "again meanwhile; the task is retried"
+        )
     else:
         logger.info(
             "batch %d receiver %d: received and journaled %d messages in %d calls, %.2fs "
@@ -615,6 +628,9 @@ def _still_held(
         )
         confirmed = set()
     expired = {m["MessageId"] for m in old} - confirmed
+    for message_id in confirmed:
+        # Held for another visibility timeout from the check: later checks count from here.
+        received_at[message_id] = now
     if expired:
         logger.warning(
             "batch %d receiver %d: %d of %d messages received more than %.0fs ago are no longer "
@@ -626,6 +642,45 @@ def _still_held(
             limit,
         )
     return [m for m in messages if m["MessageId"] not in expired], len(expired)
+
+
+def _without_siblings_ids(
+    journal: Journal, partition: ReceiverPartition, table: pa.Table
+) -> pa.Table:
+    """A replayed entry without the ids that a receiver of the same batch with a lower number
+    journaled. No message is ever meant to be in two entries of one batch; one can be only if
+    a receiver died after a journal write that outlasted its handles (``_journaled_too_late``
+    never ran): its replay must not deliver a message a sibling holds. Read by key, on
+    replays only."""
+    plan = journal.read_plan(partition.batch)
+    lower = [r.receiver for r in plan.receivers if r.receiver < partition.receiver] if plan else []
+    if not lower or table.num_rows == 0:
+        return table
+    theirs = set(journal.batch_message_ids(partition.batch, lower))
+    if not theirs.intersection(table.column("messageId").to_pylist()):
+        return table
+    logger.warning(
+        "batch %d receiver %d: its entry holds messages another receiver of the batch "
+        "journaled (a journal write that outlasted its handles); the replay leaves them out",
+        partition.batch,
+        partition.receiver,
+    )
+    return _without(table, theirs)
+
+
+def _journaled_too_late(
+    client: SqsClient,
+    partition: ReceiverPartition,
+    messages: list[dict[str, Any]],
+    received_at: dict[str, float],
+    clocks: _Clocks,
+) -> bool:
+    """After the journal write: True if it finished so late that some handle may have
+    expired before the entry existed, and SQS no longer confirms it (``_still_held``)."""
+    if not messages:
+        return False
+    _, expired = _still_held(client, partition, messages, dict(received_at), clocks)
+    return expired > 0
 
 
 def _finished(journal: Journal, partition: ReceiverPartition) -> str | None:
@@ -782,6 +837,19 @@ def _receive_parts(
             held = set(theirs.column("messageId").to_pylist()) if theirs is not None else set()
             _release(client, partition, _without(table, held), clocks)
             raise _StopReceiving
+        if _journaled_too_late(
+            client, partition, kept, {m["MessageId"]: called_at for m in kept}, clocks
+        ):
+            # The part's write outlasted half of visibilityTimeout and SQS no longer confirms
+            # every handle (see read_partition): the part goes (it is the last one: the
+            # numbers stay dense), nothing of it is deleted, and the task is retried.
+            journal.remove_part(partition.batch, partition.receiver, next_part)
+            _release(client, partition, table, clocks)
+            raise TransientSqsError(
+                f"batch {partition.batch} receiver {partition.receiver}: writing part "
+                f"{next_part} took longer than half of visibilityTimeout and some of its "
+                "messages were received again meanwhile; the task is retried"
+            )
         next_part += 1
         journaled.update(m["MessageId"] for m in kept)
         if _finished(journal, partition) is not None:

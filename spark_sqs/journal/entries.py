@@ -177,6 +177,9 @@ class BatchPlan:
     # it with a marker (executor/extension.py); 0: the driver's heartbeat alone extends. Fixed
     # with the plan, like the rest of it; a replayed receiver never extends.
     extend_by: int = 0
+    # The orphans this batch retired when it was planned (those it adopts entries of, and
+    # those with nothing to adopt): all of them are done once the plan's copies exist.
+    retires: tuple[int, ...] = ()
 
     @property
     def acknowledges(self) -> list[int]:
@@ -214,6 +217,8 @@ class BatchPlan:
         }
         if self.extend_by:
             doc["extendBy"] = self.extend_by
+        if self.retires:
+            doc["retires"] = list(self.retires)
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
@@ -240,6 +245,7 @@ class BatchPlan:
                 for b, r, by, valid, lost in doc.get("acks", ())
             ),
             extend_by=int(doc.get("extendBy", 0)),
+            retires=tuple(int(b) for b in doc.get("retires", ())),
         )
 
 
@@ -350,6 +356,11 @@ class Journal:
 
     def remove_entry(self, batch: int, receiver: int) -> None:
         self.store.delete(self._entry_key(batch, receiver))
+
+    def remove_part(self, batch: int, receiver: int, part: int) -> None:
+        """Remove the receiver's newest part (its writer found it written too late, before
+        deleting anything of it): the numbers of the parts stay dense."""
+        self.store.delete(self._part_key(batch, receiver, part))
 
     def read_parts(self, batch: int, receiver: int) -> list[tuple[int, pa.Table]]:
         """The receiver's parts, by key: part ``k`` is created only once part ``k - 1`` exists
