@@ -20,7 +20,7 @@ import pyarrow as pa
 from botocore.exceptions import ClientError
 
 from ..driver.planning import ReceiverPartition
-from ..errors import JournalError, JournalOutcomeUnknown, TransientSqsError
+from ..errors import JournalError, JournalOutcomeUnknown
 from ..journal import (
     DROPPED,
     EXPIRED_DROPPED,
@@ -435,18 +435,6 @@ def read_partition(
         # Retired: the adoption may have copied our entry (it reads entries after retiring the
         # batch); it stays, and so do its messages' handles, for whoever delivers them.
         return
-    elif _journaled_too_late(client, partition, held, stats.received_at, clocks):
-        # The write itself outlasted half of visibilityTimeout (a stalled or retried PUT) and
-        # SQS no longer confirms every handle: another receiver may have journaled one of
-        # these messages meanwhile. Nothing of ours reached a sink: our entry goes, what we
-        # still hold goes back to the queue, and the retry of this task receives anew.
-        journal.remove_entry(partition.batch, partition.receiver)
-        _release(client, partition, table, clocks)
-        raise TransientSqsError(
-            f"batch {partition.batch} receiver {partition.receiver}: its journal write took "
-            "longer than half of visibilityTimeout and some of its messages were received "
-            "again meanwhile; the task is retried"
-        )
     else:
         logger.info(
             "batch %d receiver %d: received and journaled %d messages in %d calls, %.2fs "
@@ -648,9 +636,9 @@ def _without_siblings_ids(
     journal: Journal, partition: ReceiverPartition, table: pa.Table
 ) -> pa.Table:
     """A replayed entry without the ids that a receiver of the same batch with a lower number
-    journaled. No message is ever meant to be in two entries of one batch; one can be only if
-    a receiver died after a journal write that outlasted its handles (``_journaled_too_late``
-    never ran): its replay must not deliver a message a sibling holds. Read by key, on
+    journaled. No message is ever meant to be in two entries of one batch; one can be only
+    after a journal write that landed after its handles expired (docs/design.md, "Stalls"):
+    the lowest receiver that holds it delivers it, on every replay alike. Read by key, on
     replays only."""
     plan = journal.read_plan(partition.batch)
     lower = [r.receiver for r in plan.receivers if r.receiver < partition.receiver] if plan else []
@@ -666,21 +654,6 @@ def _without_siblings_ids(
         partition.receiver,
     )
     return _without(table, theirs)
-
-
-def _journaled_too_late(
-    client: SqsClient,
-    partition: ReceiverPartition,
-    messages: list[dict[str, Any]],
-    received_at: dict[str, float],
-    clocks: _Clocks,
-) -> bool:
-    """After the journal write: True if it finished so late that some handle may have
-    expired before the entry existed, and SQS no longer confirms it (``_still_held``)."""
-    if not messages:
-        return False
-    _, expired = _still_held(client, partition, messages, dict(received_at), clocks)
-    return expired > 0
 
 
 def _finished(journal: Journal, partition: ReceiverPartition) -> str | None:
@@ -837,19 +810,6 @@ def _receive_parts(
             held = set(theirs.column("messageId").to_pylist()) if theirs is not None else set()
             _release(client, partition, _without(table, held), clocks)
             raise _StopReceiving
-        if _journaled_too_late(
-            client, partition, kept, {m["MessageId"]: called_at for m in kept}, clocks
-        ):
-            # The part's write outlasted half of visibilityTimeout and SQS no longer confirms
-            # every handle (see read_partition): the part goes (it is the last one: the
-            # numbers stay dense), nothing of it is deleted, and the task is retried.
-            journal.remove_part(partition.batch, partition.receiver, next_part)
-            _release(client, partition, table, clocks)
-            raise TransientSqsError(
-                f"batch {partition.batch} receiver {partition.receiver}: writing part "
-                f"{next_part} took longer than half of visibilityTimeout and some of its "
-                "messages were received again meanwhile; the task is retried"
-            )
         next_part += 1
         journaled.update(m["MessageId"] for m in kept)
         if _finished(journal, partition) is not None:

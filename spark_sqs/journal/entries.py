@@ -357,11 +357,6 @@ class Journal:
     def remove_entry(self, batch: int, receiver: int) -> None:
         self.store.delete(self._entry_key(batch, receiver))
 
-    def remove_part(self, batch: int, receiver: int, part: int) -> None:
-        """Remove the receiver's newest part (its writer found it written too late, before
-        deleting anything of it): the numbers of the parts stay dense."""
-        self.store.delete(self._part_key(batch, receiver, part))
-
     def read_parts(self, batch: int, receiver: int) -> list[tuple[int, pa.Table]]:
         """The receiver's parts, by key: part ``k`` is created only once part ``k - 1`` exists
         (by this attempt or a concurrent one), so the parts are 0, 1, ... up to the first
