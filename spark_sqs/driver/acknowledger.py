@@ -427,6 +427,17 @@ class Acknowledger:
         expected = sorted(self._reporters.get(batch, set()))
         reports = {r: report for r in expected if (report := self._journal.read_ack_report(by, r))}
         missing = [r for r in expected if r not in reports]
+        unfound = [e for report in reports.values() for e in report.missing_of(batch)]
+        if unfound:
+            logger.warning(
+                "batch %d: receivers of batch %d did not find its entries %s; the driver "
+                "deletes the batch itself",
+                batch,
+                by,
+                sorted(unfound),
+            )
+            self._assigned.pop(batch, None)
+            return self._acknowledge(batch, stats)
         if missing:
             # Every receiver that acknowledges runs before it journals and the batch committed,
             # so its report exists: one that cannot be read must not make the driver forget an

@@ -463,6 +463,10 @@ class Coordinator:
                     self.acknowledger.drop_ids(batch, receive_window=self._receive_window()),
                     batch,
                 )
+            if self.lease is not None:
+                # Again before the receivers run: a pause between the confirmation above and
+                # here (the plan's writes) may have let another query take the journal over.
+                self.lease.confirm()
             return [
                 replace(p, run=self.run_id)
                 for p in partitions_of(

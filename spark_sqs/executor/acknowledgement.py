@@ -122,7 +122,21 @@ def acknowledge_assigned(
                 stops=stops_of(receipts.metadata),
             )
         )
-    journal.write_ack_report(batch, receiver, entries)
+    found_keys = {(r.batch, r.receiver) for r in found}
+    missing = [
+        (a.batch, a.receiver) for a in assignments if (a.batch, a.receiver) not in found_keys
+    ]
+    if missing:
+        # Every assigned entry existed when its batch committed: one this attempt does not find
+        # (an executor that cannot see the journal, a journal put back from a copy) is reported,
+        # and its batch is deleted by the driver instead.
+        logger.warning(
+            "batch %d receiver %d: assigned entries %s not found; the driver acknowledges them",
+            batch,
+            receiver,
+            missing,
+        )
+    journal.write_ack_report(batch, receiver, entries, missing)
     if entries:
         logger.info(
             "batch %d receiver %d: acknowledged %d entries of batches %s (%d messages deleted, "

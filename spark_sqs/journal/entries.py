@@ -609,20 +609,26 @@ class Journal:
 
     # -- acknowledgement reports ---------------------------------------------------------------
 
-    def write_ack_report(self, batch: int, receiver: int, entries: Sequence[AckedEntry]) -> None:
+    def write_ack_report(
+        self,
+        batch: int,
+        receiver: int,
+        entries: Sequence[AckedEntry],
+        missing: Sequence[tuple[int, int]] = (),
+    ) -> None:
         """What receiver ``receiver`` of ``batch`` acknowledged of earlier batches, created if
         absent under a key the driver reads by name (journal/reports.py). A retried or
         concurrent attempt repeats the same deletes; the first report stands: it was written
         after that attempt's deletes, so what it calls certain was deleted with a valid
         handle."""
-        self.store.create(reports.report_key(batch, receiver), reports.body_of(entries))
+        self.store.create(reports.report_key(batch, receiver), reports.body_of(entries, missing))
 
     def read_ack_report(self, batch: int, receiver: int) -> AckReport | None:
         """The report of receiver ``receiver`` of ``batch``, by key; a report that an earlier
         version named after its counters is found by a LIST, only when the key is absent."""
         data = self.store.read(reports.report_key(batch, receiver))
         if data is not None:
-            return AckReport(receiver, tuple(reports.parse_body(data)))
+            return AckReport(receiver, tuple(reports.parse_body(data)), reports.parse_missing(data))
         for key in self.store.list(f"acks/{batch:012d}"):
             parsed = reports.parse_key(key)
             if parsed is not None and parsed[0] == receiver and parsed[1] is not None:

@@ -130,9 +130,15 @@ class AckReport:
 
     receiver: int
     entries: tuple[AckedEntry, ...]
+    # Assigned entries (batch, receiver) the reporter did not find: it deleted nothing of
+    # them, and the driver then deletes their batch itself.
+    missing: tuple[tuple[int, int], ...] = ()
 
     def of_batch(self, batch: int) -> list[AckedEntry]:
         return [e for e in self.entries if e.batch == batch]
+
+    def missing_of(self, batch: int) -> list[int]:
+        return [r for b, r in self.missing if b == batch]
 
 
 def report_key(batch: int, receiver: int) -> str:
@@ -140,8 +146,11 @@ def report_key(batch: int, receiver: int) -> str:
     return f"acks/{batch:012d}/{receiver:05d}.json"
 
 
-def body_of(entries: Sequence[AckedEntry]) -> bytes:
-    return json.dumps({"entries": [e.to_json() for e in entries]}, sort_keys=True).encode()
+def body_of(entries: Sequence[AckedEntry], missing: Sequence[tuple[int, int]] = ()) -> bytes:
+    doc: dict[str, Any] = {"entries": [e.to_json() for e in entries]}
+    if missing:
+        doc["missing"] = [list(m) for m in missing]
+    return json.dumps(doc, sort_keys=True).encode()
 
 
 def parse_key(key: str) -> tuple[int, str | None] | None:
@@ -152,6 +161,10 @@ def parse_key(key: str) -> tuple[int, str | None] | None:
 
 def parse_body(data: bytes) -> list[AckedEntry]:
     return [AckedEntry.from_json(e) for e in json.loads(data).get("entries", ())]
+
+
+def parse_missing(data: bytes) -> tuple[tuple[int, int], ...]:
+    return tuple((int(b), int(r)) for b, r in json.loads(data).get("missing", ()))
 
 
 def merge_attempts(receiver: int, bodies: Sequence[list[AckedEntry]]) -> AckReport:
