@@ -175,7 +175,7 @@ def test_handles_the_heartbeat_lost_are_reported_uncertain(tmp_path: Path) -> No
     assignments = [
         AckAssignment(1, 0, by=0, valid_until=2000.0, lost=(fresh[1],)),
         AckAssignment(1, 1, by=0, valid_until=1500.0),
-        AckAssignment(1, 7, by=0, valid_until=2000.0),  # already acknowledged and removed
+        AckAssignment(1, 7, by=0, valid_until=2000.0),  # not found: reported missing
     ]
 
     entries = acknowledge_assigned(
@@ -195,7 +195,7 @@ def test_handles_the_heartbeat_lost_are_reported_uncertain(tmp_path: Path) -> No
     assert by_entry[(1, 1)].uncertain == ()
     assert len(stale) == 2
     # The report is at its fixed key, which the driver reads by name.
-    assert journal.read_ack_report(2, 0) == AckReport(0, tuple(entries))
+    assert journal.read_ack_report(2, 0) == AckReport(0, tuple(entries), missing=((1, 7),))
     assert journal.store.list("acks/000000000002") == ["acks/000000000002/00000.json"]
 
 
@@ -381,3 +381,38 @@ def test_a_report_is_read_by_key_and_only_a_missing_one_makes_the_driver_delete(
         assert journal.read_state().acked_batch == 1 and 1 not in journal.list_batches()
     finally:
         state.close()
+
+
+def test_an_assigned_entry_a_receiver_does_not_find_is_deleted_by_the_driver(world: Any) -> None:
+    """Crash-table row: every assigned entry existed when its batch committed; a receiver that
+    does not find one (it cannot see the journal, or the journal was put back from a copy
+    meanwhile) reports it, and the driver deletes that batch itself instead of settling it
+    from the reports (the entry's messages would never be deleted)."""
+    state, sqs, store, journal = world
+    run(state.plan({"batch": 0}, state.latest_offset({"batch": 0})), sqs, journal)
+    parts = state.plan({"batch": 1}, state.latest_offset({"batch": 1}))
+    hidden = "batches/000000000001/00001.arrow"
+    blind = Journal(journal.location, state.options, store=_Blind(journal.store, hidden))
+    run(parts, sqs, blind)
+    reports = [r for r in (journal.read_ack_report(2, n) for n in range(3)) if r is not None]
+    assert [m for r in reports for m in r.missing] == [(1, 1)]
+    receipts = journal.read_receipts(1, 1)
+    assert receipts is not None and receipts.receipt_handles
+    calls = len(sqs.batch_calls)
+    state.acknowledge(2)
+    # The driver deleted batch 1 itself, the hidden entry's messages included.
+    assert set(receipts.receipt_handles) <= set(deletes(sqs, calls))
+    assert journal.read_state().acked_batch == 1
+
+
+class _Blind:
+    """A store on which one key reads as absent (an executor that does not see it)."""
+
+    def __init__(self, inner: Any, hidden: str) -> None:
+        self.inner, self.hidden = inner, hidden
+
+    def read(self, key: str) -> bytes | None:
+        return None if key == self.hidden else self.inner.read(key)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
