@@ -16,7 +16,6 @@ import pytest
 
 from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.driver.planning import ReceiverPartition
-from spark_sqs.driver.state import StateMarkers
 from spark_sqs.errors import JournalError, JournalOutcomeUnknown
 from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import BatchPlan, Journal, JournalState, ReceiverPlan, open_store
@@ -394,8 +393,8 @@ def test_two_orphan_adoptions_with_a_crash_between_deliver_each_entry_once(
     journal.write_plan(BatchPlan(6, (ReceiverPlan(0, 2), ReceiverPlan(1, 2))))
     for (batch, receiver), messages in orphans.items():
         journal.write_entry(batch, receiver, messages_to_table(messages, QUEUE_URL))
-    # Spark logged batch 7 (4 -> 7) in a run that died before planning it.
-    journal.write_state(JournalState(planned_batch=7, acked_batch=4))
+    # Batches 5 and 6 were planned and journaled by a run whose checkpoint is gone (orphans).
+    journal.write_state(JournalState(planned_batch=6, acked_batch=4))
 
     def crash(method: str, key: str) -> None:
         if (method, key) == crash_at:
@@ -403,6 +402,8 @@ def test_two_orphan_adoptions_with_a_crash_between_deliver_each_entry_once(
 
     first = Coordinator(options, FakeSqs(), QUEUE_URL, journal_with(location, options, after=crash))
     try:
+        # The orphans need a batch: 7, which adopts them.
+        assert first.latest_offset({"batch": 4})["batch"] == 7
         with pytest.raises(Crash):
             first.plan({"batch": 4}, {"batch": 7})
     finally:
@@ -425,6 +426,37 @@ def test_two_orphan_adoptions_with_a_crash_between_deliver_each_entry_once(
         10001: [m["MessageId"] for m in orphans[(5, 1)]],
         10002: [m["MessageId"] for m in orphans[(6, 0)]],
     }
+
+
+def test_a_paused_driver_plans_a_batch_another_start_made_void_and_receives_nothing(
+    location: str,
+) -> None:
+    """A driver numbers batch 1 (Spark logs it) and pauses before planning it; another start on
+    the journal (a restart, or a second query after the lease ran out) finds batch 1 numbered
+    without a plan and makes it void. The paused driver then plans batch 1: its create loses to
+    the void plan, so its receivers get nothing to receive, and a receiver it had already
+    handed to Spark with its own limits finds the batch removed and receives nothing either."""
+    options = options_for(location, numPartitions="2")
+    paused = Coordinator(options, FakeSqs(available=30), QUEUE_URL, Journal(location, options))
+    try:
+        end = paused.latest_offset({"batch": 0})
+        assert end["batch"] == 1
+        newcomer = Coordinator(options, FakeSqs(), QUEUE_URL, Journal(location, options))
+        newcomer.close()
+        journal = Journal(location, options)
+        void = journal.read_plan(1)
+        assert void is not None and void.void and void.receivers == ()
+        assert journal.live_receivers(1) == ()
+        assert journal.batch_status(1) == "removed"
+
+        assert paused.plan({"batch": 0}, end) == []
+    finally:
+        paused.close()
+    straggler = ReceiverPartition(1, 0, 15, QUEUE_URL, options)
+    sqs = FakeSqs(available=30)
+    assert rows(read_partition(straggler, client_factory=lambda: sqs)).num_rows == 0
+    assert sqs.receive_calls == []
+    assert journal.read_entry(1, 0) is None
 
 
 # -- executors that cannot see the driver's journal ------------------------------------------------
@@ -482,20 +514,20 @@ def test_a_replay_after_a_restart_with_other_options_uses_the_stored_plan(locati
     the first run's receivers and limits: new receivers would receive fresh messages that a
     write-then-skip sink drops (and the acknowledgement then deletes)."""
     first = options_for(location, numPartitions="2", maxMessagesPerTrigger="10")
-    # The first run's latestOffset numbered batches 1 and 2 (Spark logged both).
-    StateMarkers(Journal(location, first)).advance(planned=2)
-    state = Coordinator(first, FakeSqs(), QUEUE_URL, Journal(location, first))
+    state = Coordinator(first, FakeSqs(available=50), QUEUE_URL, Journal(location, first))
     try:
-        planned_first = state.plan({"batch": 0}, {"batch": 1})
+        end = state.latest_offset({"batch": 0})
+        assert end["batch"] == 1
+        planned_first = state.plan({"batch": 0}, end)
     finally:
         state.close()
 
     later = options_for(location, numPartitions="4", maxMessagesPerTrigger="100")
-    restarted = Coordinator(later, FakeSqs(), QUEUE_URL, Journal(location, later))
+    restarted = Coordinator(later, FakeSqs(available=50), QUEUE_URL, Journal(location, later))
     try:
-        replayed = restarted.plan({"batch": 0}, {"batch": 1})
+        replayed = restarted.plan({"batch": 0}, end)
         # New options apply from the next new batch.
-        following = restarted.plan({"batch": 1}, {"batch": 2})
+        following = restarted.plan(end, restarted.latest_offset(end))
     finally:
         restarted.close()
     assert [(p.receiver, p.max_messages) for p in planned_first] == [(0, 5), (1, 5)]
