@@ -8,7 +8,7 @@ replayed batch is byte-for-byte the first attempt's rows.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -162,11 +162,19 @@ def messages_to_table(
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def output_batches(table: pa.Table, sns: bool = False) -> list[pa.RecordBatch]:
+# An entry read back in many small record batches (deleteAfterJournal writes one per receive
+# call) is handed to Spark in batches combined up to about this size: combining all of them
+# at once would copy the whole entry.
+OUTPUT_BATCH_BYTES = 8 << 20
+
+
+def output_batches(table: pa.Table, sns: bool = False) -> Iterator[pa.RecordBatch]:
     """The rows ``read()`` yields: the journal table without the receipt handle.
 
     ``sns`` is the current query's ``messageFormat=sns``; an entry journaled under the other
     format (a batch replayed after the option changed) gets null SNS columns, or loses them.
+    A table of one chunk is yielded without a copy; small chunks are combined into batches of
+    about ``OUTPUT_BATCH_BYTES``, one group at a time.
     """
     out = table.drop_columns([c for c in table.column_names if c.startswith("_")])
     if sns:
@@ -177,4 +185,19 @@ def output_batches(table: pa.Table, sns: bool = False) -> list[pa.RecordBatch]:
     else:
         out = out.drop_columns([c for c in SNS_COLUMNS if c in out.column_names])
     out = out.cast(arrow_output_schema(sns))
-    return out.combine_chunks().to_batches()
+    group: list[pa.RecordBatch] = []
+    size = 0
+    for batch in out.to_batches():
+        group.append(batch)
+        size += batch.nbytes
+        if size >= OUTPUT_BATCH_BYTES:
+            yield from _combined(group)
+            group, size = [], 0
+    if group:
+        yield from _combined(group)
+
+
+def _combined(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    if len(batches) == 1:
+        return batches
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()

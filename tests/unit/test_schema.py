@@ -47,7 +47,7 @@ def test_output_has_exactly_the_output_schema() -> None:
         sqs_message(1, fifo=True),
         {"MessageId": "bare", "ReceiptHandle": "h"},
     ]
-    batches = output_batches(messages_to_table(messages, QUEUE_URL))
+    batches = list(output_batches(messages_to_table(messages, QUEUE_URL)))
 
     assert batches, "rows expected"
     for batch in batches:
@@ -216,7 +216,7 @@ def test_output_batches_of_a_chunked_table_are_combined() -> None:
     first = messages_to_table([sqs_message(0)], QUEUE_URL)
     second = messages_to_table([sqs_message(1), sqs_message(2)], QUEUE_URL)
     table = pa.concat_tables([first, second])
-    batches = output_batches(table)
+    batches = list(output_batches(table))
     assert len(batches) == 1
     assert batches[0].num_rows == 3
     assert batches[0].schema == arrow_output_schema()
