@@ -5,6 +5,7 @@
     python -m sim --seeds 100 --fifo       every seed on a FIFO queue
     python -m sim --seeds 100 --queues 2   two queues in the stream; a restart may drop one
     python -m sim --seeds 100 --poison     poisonMessagePolicy=deadLetter; the sink rejects one
+    python -m sim --seeds 100 --bytes      byte limits of a few messages bind (maxBytesPer...)
 
 Exit status 1 if any seed broke an invariant; each failing seed prints the command that
 replays it. Runs on: the simulator's process only.
@@ -21,11 +22,18 @@ from sim.sweep import Variant, default_jobs, sweep
 
 
 def replay_command(
-    seed: int, fifo: bool | None, fixed_mode: bool = False, queues: int = 1, poison: bool = False
+    seed: int,
+    fifo: bool | None,
+    fixed_mode: bool = False,
+    queues: int = 1,
+    poison: bool = False,
+    max_bytes: bool = False,
 ) -> str:
     flag = "" if fifo is None else (" --fifo" if fifo else " --standard")
     if poison:
         flag += " --poison"
+    if max_bytes:
+        flag += " --bytes"
     if fixed_mode:
         flag += " --fixed-delete-mode"
     if queues > 1:
@@ -55,6 +63,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="poisonMessagePolicy=deadLetter, and one message that fails every batch holding it",
     )
+    parser.add_argument(
+        "--bytes",
+        action="store_true",
+        dest="max_bytes",
+        help="maxBytesPerReceiver/maxBytesPerTrigger of a few messages, drawn per run",
+    )
     parser.add_argument("--stop", type=int, default=5, help="stop after this many failing seeds")
     parser.add_argument(
         "--jobs",
@@ -64,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    configure = Variant(args.fixed_delete_mode, args.queues, args.poison)
+    configure = Variant(args.fixed_delete_mode, args.queues, args.poison, args.max_bytes)
 
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     failed = 0
@@ -83,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             queues=args.queues,
             poison=args.poison,
             jobs=args.jobs,
+            max_bytes=args.max_bytes,
         )
     for result in results:
         seed = result.config.seed
@@ -101,7 +116,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  - {v}")
             print(
                 "  replay: "
-                + replay_command(seed, args.fifo, args.fixed_delete_mode, args.queues, args.poison)
+                + replay_command(
+                    seed,
+                    args.fifo,
+                    args.fixed_delete_mode,
+                    args.queues,
+                    args.poison,
+                    args.max_bytes,
+                )
             )
             if failed >= args.stop:
                 break

@@ -32,12 +32,14 @@ class Variant:
     fixed_delete_mode: bool = False  # restarts keep the first run's deleteAfterJournal
     queues: int = 1  # several queues in one stream; a restart may drop one
     poison: bool = False  # poisonMessagePolicy=deadLetter and a message the sink rejects
+    max_bytes: bool = False  # byte limits of a few messages (maxBytesPerReceiver/-Trigger)
 
     def __call__(self, config: Config) -> None:
         if self.fixed_delete_mode:
             config.change_delete_after_journal = False
         config.queues = self.queues
         config.poison = self.poison
+        config.max_bytes = self.max_bytes
 
 
 def _run(seed: int, fifo: bool | None, variant: Variant) -> Result:
@@ -57,9 +59,10 @@ def sweep(
     queues: int = 1,
     poison: bool = False,
     jobs: int | None = None,
+    max_bytes: bool = False,
 ) -> Iterator[Result]:
     """Run ``seeds`` (without traces), yielding each result in seed order."""
-    variant = Variant(fixed_delete_mode, queues, poison)
+    variant = Variant(fixed_delete_mode, queues, poison, max_bytes)
     seeds = list(seeds)
     jobs = default_jobs() if jobs is None else jobs
     if jobs <= 1 or len(seeds) <= CHUNK:
