@@ -42,7 +42,7 @@ from ..journal.poison import FIRST_ATTEMPT
 from ..schema import RECEIPT_HANDLE, messages_to_table, output_batches
 from ..sqs.batching import BatchCaller, Entry
 from ..sqs.client import SqsClient, cached_client, classify, error_code
-from . import duplicates, poison
+from . import duplicates, memory, poison
 from .acknowledgement import acknowledge_assigned, record_window
 from .envelopes import PayloadDeleter, Prepared, merged_metadata, message_bytes, prepare
 from .extension import extend_journaled
@@ -363,6 +363,7 @@ def read_partition(
     # The memory bound (maxBytesPerReceiver): the received messages go once they are in the
     # table, so that the table and what journaling it costs are all this attempt holds.
     del kept, prepared, held
+    memory.release(stats.bytes)
     table = table.replace_schema_metadata(metadata)
     try:
         written = journal.write_entry(partition.batch, partition.receiver, table)
@@ -669,7 +670,9 @@ def _read_deleting_after_journal(
     # Their ids and metadata only: the bodies stay in the store (the memory bound).
     earlier = journal.read_parts(partition.batch, partition.receiver, ID_COLUMNS)
     if not _sealed(earlier):
-        _receive_parts(journal, client, partition, drop_ids, earlier, clocks, plan)
+        received = _receive_parts(journal, client, partition, drop_ids, earlier, clocks, plan)
+        # Each call's messages are in their part: the heap they took goes back (memory.py).
+        memory.release(received)
         if _finished(journal, partition) is not None:
             return
     del earlier
@@ -705,7 +708,9 @@ def _receive_parts(
     earlier: list[tuple[int, pa.Table]],
     clocks: _Clocks,
     plan: BatchPlan | None = None,
-) -> None:
+) -> int:
+    """Receive, journaling each call's messages as a part and then deleting them. Returns the
+    bytes received (``ReceiveStats.bytes``, 0 if the loop was stopped)."""
     journaled: set[str] = {i for _, t in earlier for i in t.column("messageId").to_pylist()}
     next_part = earlier[-1][0] + 1 if earlier else 0
     caller = BatchCaller(client, partition.queue_url, sleep=clocks.sleep)
@@ -791,7 +796,7 @@ def _receive_parts(
     already = sum(t.num_rows for _, t in earlier)
     already_bytes = sum(int((t.schema.metadata or {}).get(BYTES, b"0")) for _, t in earlier)
     try:
-        receive_messages(
+        _, stats = receive_messages(
             client,
             partition,
             clock=clocks.clock,
@@ -800,7 +805,8 @@ def _receive_parts(
             already_bytes=already_bytes,
         )
     except _StopReceiving:
-        pass
+        return 0
+    return stats.bytes
 
 
 def _sealed(parts: list[tuple[int, pa.Table]]) -> bool:

@@ -313,9 +313,7 @@ class _DropsCache:
             self._sets[digest] = ids
             self._sets.move_to_end(digest)
             held = sum(len(s) for s in self._sets.values())
-            while len(self._sets) > 1 and (
-                len(self._sets) > self.max_sets or held > self.max_ids
-            ):
+            while len(self._sets) > 1 and (len(self._sets) > self.max_sets or held > self.max_ids):
                 _, dropped = self._sets.popitem(last=False)
                 held -= len(dropped)
 

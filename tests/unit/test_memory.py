@@ -261,3 +261,25 @@ def test_output_batches_of_many_chunks_are_combined_a_group_at_a_time() -> None:
     one = chunks[0].nbytes
     assert 1 < len(batches) < 30
     assert all(b.nbytes < (8 << 20) + one for b in batches)
+
+
+def test_a_large_entry_is_handed_to_spark_in_slices_without_a_copy() -> None:
+    table = entry_of(100, "v" * (512 << 10))  # 50 MiB in one chunk
+    data = table.column("body").chunk(0).buffers()[2]
+    batches = list(output_batches(table))
+    assert len(batches) >= 6 and sum(b.num_rows for b in batches) == 100
+    for batch in batches:
+        assert batch.column("body").buffers()[2].address == data.address
+    assert [r for b in batches for r in b.column("messageId").to_pylist()] == table.column(
+        "messageId"
+    ).to_pylist()
+
+
+def test_a_receiver_hands_the_heap_of_dropped_messages_back_on_glibc() -> None:
+    import sys
+
+    from spark_sqs.executor import memory
+
+    assert memory.release(memory.TRIM_AFTER - 1) is False
+    glibc = sys.platform.startswith("linux") and memory._malloc_trim() is not None
+    assert memory.release(memory.TRIM_AFTER) is glibc

@@ -264,3 +264,19 @@ def test_an_entry_journaled_in_the_other_format_still_yields_the_query_schema() 
     sns = messages_to_table([sqs_message(0)], QUEUE_URL, sns=True)
     (as_raw,) = output_batches(sns, sns=False)
     assert as_raw.schema == arrow_output_schema()
+
+
+def test_large_bodies_convert_exactly_once_with_nulls_and_any_text() -> None:
+    # Over a MiB of bodies are copied into one buffer of their size (the memory bound): the
+    # same array pa.array makes, whatever the text.
+    bodies = ["\u00e9\u4e2d\U0001f600" * 50_000, None, "plain " * 100_000, "", None, "x"]
+    messages = [
+        {**sqs_message(n), "Body": body}
+        if body is not None
+        else {"MessageId": f"m{n}", "ReceiptHandle": "h"}
+        for n, body in enumerate(bodies)
+    ]
+    table = messages_to_table(messages, QUEUE_URL)
+    assert table.column("body").to_pylist() == bodies
+    assert table.column("body").chunk(0).equals(pa.array(bodies, pa.string()))
+    assert table.column("body").null_count == 2
