@@ -6,7 +6,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 LINTED := spark_sqs devtools tests notebooks chaos bench sim
 
-.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick chaos-sink chaos-poison soak bench conformance bench-sink bench-driver bench-window bench-inflight sim mutations
+.PHONY: venv demo test test-oldest unit lint format clean chaos chaos-quick chaos-sink chaos-poison soak bench conformance bench-sink bench-driver bench-window bench-inflight bench-memory sim mutations
 
 venv:
 	@scripts/bootstrap.sh $(VENV) $(LOCK)
@@ -92,6 +92,13 @@ bench-window: venv
 # BENCH_ARGS="--quick" is smaller). Results: bench/results/inflight.md and inflight.json.
 bench-inflight: venv
 	$(PY) -m bench.inflight $(BENCH_ARGS)
+
+# The receivers' memory bound (maxBytesPerReceiver) with 1 MiB bodies, through Spark: a Python
+# worker's peak RSS against the limit, and without a limit as a baseline (about 5 minutes;
+# BENCH_ARGS="--quick" runs one limit). Results: bench/results/receiver-memory.md and .json.
+bench-memory: venv
+	$(PY) -m pip install -q -r requirements/bench.txt
+	$(PY) -m bench.receiver_memory $(BENCH_ARGS)
 
 # The deterministic simulation (docs/simulation.md): SEEDS seeds, standard and FIFO queues as
 # each seed picks; a failing seed prints the command that replays it. SIM_ARGS passes options,
