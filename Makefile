@@ -37,10 +37,13 @@ chaos-sink: venv
 chaos-poison: venv
 	$(PY) -m chaos --quick --scenarios standard-poison $(CHAOS_ARGS)
 
-# Steady traffic for SOAK_SECONDS with kills and faults throughout, then the same count.
+# Steady traffic for SOAK_SECONDS with kills and faults throughout, then SOAK_STEADY seconds more
+# into the last run (no kills), whose processes' RSS is reported (flat after warm-up?); then
+# the same count.
 SOAK_SECONDS ?= 600
+SOAK_STEADY ?= 600
 soak: venv
-	$(PY) -m chaos --soak $(SOAK_SECONDS) --scenarios standard fifo $(CHAOS_ARGS)
+	$(PY) -m chaos --soak $(SOAK_SECONDS) --steady $(SOAK_STEADY) --scenarios standard fifo $(CHAOS_ARGS)
 
 # The same tests on the oldest supported PySpark (4.0), in its own virtualenv.
 # The unit tests and the end-to-end tests whose path differs on 4.0/4.1 (latestOffset without a
