@@ -6,7 +6,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 LINTED := spark_sqs devtools tests notebooks chaos bench sim
 
-.PHONY: venv demo test test-oldest test-newest-python unit lint format clean chaos chaos-quick chaos-sink chaos-poison soak bench conformance bench-sink bench-driver bench-window bench-inflight sim mutations
+.PHONY: venv demo test test-oldest test-newest-python unit lint format clean chaos chaos-quick chaos-sink chaos-poison soak bench conformance bench-sink bench-driver bench-window bench-inflight bench-memory sim mutations
 
 venv:
 	@scripts/bootstrap.sh $(VENV) $(LOCK)
@@ -37,10 +37,13 @@ chaos-sink: venv
 chaos-poison: venv
 	$(PY) -m chaos --quick --scenarios standard-poison $(CHAOS_ARGS)
 
-# Steady traffic for SOAK_SECONDS with kills and faults throughout, then the same count.
+# Steady traffic for SOAK_SECONDS with kills and faults throughout, then SOAK_STEADY seconds more
+# into the last run (no kills), whose processes' RSS is reported (flat after warm-up?); then
+# the same count.
 SOAK_SECONDS ?= 600
+SOAK_STEADY ?= 600
 soak: venv
-	$(PY) -m chaos --soak $(SOAK_SECONDS) --scenarios standard fifo $(CHAOS_ARGS)
+	$(PY) -m chaos --soak $(SOAK_SECONDS) --steady $(SOAK_STEADY) --scenarios standard fifo $(CHAOS_ARGS)
 
 # The same tests on the oldest supported PySpark (4.0) and Python (3.10), in its own virtualenv.
 # The unit tests and the end-to-end tests whose path differs on 4.0/4.1 (latestOffset without a
@@ -100,6 +103,13 @@ bench-window: venv
 # BENCH_ARGS="--quick" is smaller). Results: bench/results/inflight.md and inflight.json.
 bench-inflight: venv
 	$(PY) -m bench.inflight $(BENCH_ARGS)
+
+# The receivers' memory bound (maxBytesPerReceiver) with 1 MiB bodies, through Spark: a Python
+# worker's peak RSS against the limit, and without a limit as a baseline (about 5 minutes;
+# BENCH_ARGS="--quick" runs one limit). Results: bench/results/receiver-memory.md and .json.
+bench-memory: venv
+	$(PY) -m pip install -q -r requirements/bench.txt
+	$(PY) -m bench.receiver_memory $(BENCH_ARGS)
 
 # The deterministic simulation (docs/simulation.md): SEEDS seeds, standard and FIFO queues as
 # each seed picks; a failing seed prints the command that replays it. SIM_ARGS passes options,

@@ -473,11 +473,18 @@ class MemorySampler:
                     try:
                         cmd = " ".join(child.cmdline())
                         rss = child.memory_info().rss
+                        name = child.name()
                     except (self._psutil.NoSuchProcess, self._psutil.AccessDenied):
+                        continue
+                    if "python" not in name.lower():
+                        # The JVM itself is a child of the spark-submit launcher, and its
+                        # command line names the Python executable too.
+                        if self._jvm.pid != child.pid and "java" in name.lower():
+                            out["jvm"] = max(out.get("jvm", 0), rss)
                         continue
                     if "python_streaming_source_runner" in cmd:
                         runner = max(runner, rss)
-                    elif "python" in cmd:
+                    else:
                         workers.append(rss)
             except self._psutil.NoSuchProcess:
                 pass

@@ -12,6 +12,11 @@ drained and checked the same way once the query has stopped (``drain_target``).
 
 A scenario passes with zero lost, zero duplicated, nothing left in the queue and, on FIFO
 queues, every message group in order. The exit status is 0 only if every scenario passes.
+
+A soak with ``--steady N`` keeps the producer going for N more seconds after the kills, while
+the last run (no kills) takes the traffic, and samples the RSS of that run's processes from
+/proc (``RssSampler``): the driver's streaming-source process and the executors' Python
+workers must be flat after warm-up (``flatness``). Reported, not a pass condition.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import os
 import random
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -135,6 +141,9 @@ class Outcome:
     stalls: int = 0
     seconds: float = 0.0
     drained: bool = False
+    # A soak's steady run (--steady): its processes' RSS samples and their flatness.
+    steady_seconds: float = 0.0
+    rss: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -345,6 +354,91 @@ def _processes() -> dict[int, tuple[int, int, bytes]]:
     return found
 
 
+# -- memory over a long run ---------------------------------------------------------------------
+
+# What a run's processes are, by their command line (the executors' Python workers are forked
+# by Spark's daemon and keep its command line; the daemon itself is their parent).
+RSS_ROLES = ("source_runner", "worker_max", "workers_total", "driver_python", "jvm")
+
+
+def _rss(pid: int) -> int:
+    """Resident bytes of ``pid`` (/proc/<pid>/statm), 0 if it is gone."""
+    try:
+        pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def rss_by_role(table: dict[int, tuple[int, int, bytes]], session: int) -> dict[str, int]:
+    """The RSS of each kind of process of the query whose session is ``session`` (the child's
+    pid): the driver's streaming-source process, the largest executor Python worker and the
+    workers' sum, the driver's Python and the JVM."""
+    out = dict.fromkeys(RSS_ROLES, 0)
+    for pid, (parent, sid, command) in table.items():
+        if sid != session:
+            continue
+        if b"python_streaming_source_runner" in command:
+            role = "source_runner"
+        elif b"pyspark.daemon" in command or b"pyspark.worker" in command:
+            if table.get(parent, (0, 0, b""))[2] != command:
+                continue  # the daemon: what it forks are the workers
+            rss = _rss(pid)
+            out["worker_max"] = max(out["worker_max"], rss)
+            out["workers_total"] += rss
+            continue
+        elif pid == session:
+            role = "driver_python"
+        elif b"java" in command.split(b"\0", 1)[0]:
+            role = "jvm"
+        else:
+            continue
+        out[role] = max(out[role], _rss(pid))
+    return out
+
+
+class RssSampler(threading.Thread):
+    """The RSS of a run's processes every ``interval`` seconds, from /proc (Linux)."""
+
+    def __init__(self, session: int, interval: float = 2.0) -> None:
+        super().__init__(name="chaos-rss", daemon=True)
+        self._session = session
+        self._interval = interval
+        self._halt = threading.Event()
+        self.samples: list[tuple[float, dict[str, int]]] = []
+
+    def run(self) -> None:
+        started = time.monotonic()
+        while not self._halt.wait(self._interval):
+            sample = rss_by_role(_processes(), self._session)
+            if any(sample.values()):
+                self.samples.append((time.monotonic() - started, sample))
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(30)
+
+
+def flatness(values: list[int], warm_up: float = 0.25, tolerance: float = 0.1) -> dict[str, Any]:
+    """Whether ``values`` (RSS samples in time order) stay flat after warm-up: the first
+    ``warm_up`` share of them is left out, the rest is cut in thirds, and the median of the
+    last third must be within ``tolerance`` (and 16 MiB) of the median of the first."""
+    after = [v for v in values[int(len(values) * warm_up) :] if v]
+    third = len(after) // 3
+    if third < 2:
+        return {"samples": len(after), "flat": None}
+    first = statistics.median(after[:third])
+    last = statistics.median(after[-third:])
+    return {
+        "samples": len(after),
+        "first_third_median": int(first),
+        "last_third_median": int(last),
+        "peak": max(after),
+        "growth": round(last / first, 3) if first else None,
+        "flat": last <= first * (1 + tolerance) + (16 << 20),
+    }
+
+
 def queue_depth(sqs: Any, queue_url: str) -> int:
     """Visible plus in-flight messages (of every queue of a comma-separated list)."""
     return sum(sum(queue_counts(sqs, url)) for url in queue_url.split(","))
@@ -402,6 +496,8 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
             s3_rate=args.s3_fault_rate,
         )  # fmt: skip
     soak_until = started + args.soak if args.soak else None
+    # A soak's steady run: the producer goes on this long after the kills, into the last run.
+    steady = args.steady if args.soak else 0.0
     sns = None
     if scenario.sns:
         sns_client = boto3.client("sns", region_name="us-east-1", endpoint_url=endpoint)
@@ -413,7 +509,8 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
         sns = (sns_client, topic)
     producer = Producer(
         sqs, queue_url, fifo=scenario.fifo, rate=args.rate,
-        total=None if args.soak else args.messages, until=soak_until, sns=sns,
+        total=None if args.soak else args.messages,
+        until=None if soak_until is None else soak_until + steady, sns=sns,
     )  # fmt: skip
     producer.start()
     say(
@@ -488,9 +585,9 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
                 f"maxMessagesPerTrigger {max_per_trigger}): SIGKILL after {delay:.1f} s "
                 f"(sent {len(producer.sent)}, committed rows {delivered()})"
             )
-        # The last run: no kill; it must take everything that is left.
-        producer.join()
-        expected = set(producer.sent) - ({poison[0]} if poison is not None else set())
+        # The last run: no kill; it must take everything that is left (in a soak with
+        # --steady, first the producer's steady traffic, its processes' RSS sampled).
+        expected: set[int] = set()
 
         def done() -> bool:
             if final.exited():
@@ -506,6 +603,17 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
         for _ in range(1 + poison_failures):
             outcome.runs += 1
             final = child()
+            if steady and not outcome.rss:
+                sampler = RssSampler(final.process.pid)
+                sampler.start()
+                steady_from = time.monotonic()
+                producer.join()
+                outcome.steady_seconds = time.monotonic() - steady_from
+                sampler.stop()
+                for role in RSS_ROLES:
+                    outcome.rss[role] = flatness([s[role] for _, s in sampler.samples])
+            producer.join()
+            expected = set(producer.sent) - ({poison[0]} if poison is not None else set())
             outcome.drained = (
                 wait_for(done, args.drain_timeout, interval=1.0) and not final.exited()
             )
@@ -752,6 +860,29 @@ def render(outcomes: list[Outcome], args: Any) -> str:
     for o in outcomes:
         for (role, service), (count, processes) in sorted(o.fault_roles.items()):
             lines.append(f"| {o.scenario} | {role} | {service} | {count} | {processes} |")
+    steady = [o for o in outcomes if o.rss]
+    if steady:
+        lines += [
+            "",
+            "Memory of the last run, under steady traffic without kills (RSS from /proc every "
+            "2 s; the first quarter is warm-up; medians of the first and last third of the "
+            "rest, MiB; flat: the last within 10% and 16 MiB of the first):",
+            "",
+            "| scenario | steady run | process | samples | first third | last third | peak "
+            "| growth | flat |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        mib = 1 << 20
+        for o in steady:
+            for role in RSS_ROLES:
+                f = o.rss.get(role, {})
+                if not f.get("samples") or f.get("flat") is None:
+                    continue
+                lines.append(
+                    f"| {o.scenario} | {o.steady_seconds:.0f} s | {role} | {f['samples']} | "
+                    f"{f['first_third_median'] / mib:.0f} | {f['last_third_median'] / mib:.0f} | "
+                    f"{f['peak'] / mib:.0f} | {f['growth']} | {'yes' if f['flat'] else '**no**'} |"
+                )
     s3_rate = args.fault_rate if args.s3_fault_rate is None else args.s3_fault_rate
     lines += [
         "",
@@ -759,7 +890,8 @@ def render(outcomes: list[Outcome], args: Any) -> str:
         f"rate {args.rate}/s, soak {args.soak or 0} s, kills {args.kills} (and "
         f"{args.worker_kills} worker kills per run), kill "
         f"{args.kill_min}-{args.kill_max} s after the query started, fault rate "
-        f"{args.fault_rate} per SQS call and {s3_rate} per S3 call, visibilityTimeout "
+        f"{args.fault_rate} per SQS call and {s3_rate} per S3 call, "
+        f"steady run {args.steady if args.soak else 0} s, visibilityTimeout "
         f"{args.visibility} s, numPartitions drawn from {args.receivers} and "
         f"maxMessagesPerTrigger from {args.max_per_trigger} for each run, one message in "
         f"{args.stall_every} stalls its batch for {args.stall_factor * args.visibility:.0f} s, "
@@ -838,6 +970,13 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=0.0,
         help="run for this many seconds at --rate, killing until the end",
+    )
+    parser.add_argument(
+        "--steady",
+        type=float,
+        default=0.0,
+        help="with --soak: the producer goes on this many seconds after the kills, into the "
+        "last run, whose processes' RSS is sampled and reported (flat after warm-up?)",
     )
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--start-timeout", type=float, default=240.0)

@@ -9,6 +9,7 @@
                                            owner pauses, lying and lagging stores, second
                                            queries that run batches, diverged journals)
     python -m sim --seeds 100 --unkind clocks,stalls   some of its dimensions only
+    python -m sim --seeds 100 --bytes      byte limits of a few messages bind (maxBytesPer...)
 
 Exit status 1 if any seed broke an invariant; each failing seed prints the command that
 replays it. Runs on: the simulator's process only.
@@ -31,6 +32,7 @@ def replay_command(
     queues: int = 1,
     poison: bool = False,
     unkind: frozenset[str] = frozenset(),
+    max_bytes: bool = False,
 ) -> str:
     flag = "" if fifo is None else (" --fifo" if fifo else " --standard")
     if poison:
@@ -39,6 +41,8 @@ def replay_command(
         flag += " --unkind " + (
             "all" if unkind == frozenset(UNKIND) else ",".join(n for n in UNKIND if n in unkind)
         )
+    if max_bytes:
+        flag += " --bytes"
     if fixed_mode:
         flag += " --fixed-delete-mode"
     if queues > 1:
@@ -73,6 +77,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help=f"dimensions of the unkind world, comma-separated, or all: {', '.join(UNKIND)}",
     )
+    parser.add_argument(
+        "--bytes",
+        action="store_true",
+        dest="max_bytes",
+        help="maxBytesPerReceiver/maxBytesPerTrigger of a few messages, drawn per run",
+    )
     parser.add_argument("--stop", type=int, default=5, help="stop after this many failing seeds")
     parser.add_argument(
         "--jobs",
@@ -86,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         unkind = parse_unkind(args.unkind)
     except ValueError as exc:
         parser.error(str(exc))
-    configure = Variant(args.fixed_delete_mode, args.queues, args.poison, unkind)
+    configure = Variant(args.fixed_delete_mode, args.queues, args.poison, unkind, args.max_bytes)
 
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     failed = 0
@@ -106,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             poison=args.poison,
             unkind=unkind,
             jobs=args.jobs,
+            max_bytes=args.max_bytes,
         )
     for result in results:
         seed = result.config.seed
@@ -125,7 +136,13 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 "  replay: "
                 + replay_command(
-                    seed, args.fifo, args.fixed_delete_mode, args.queues, args.poison, unkind
+                    seed,
+                    args.fifo,
+                    args.fixed_delete_mode,
+                    args.queues,
+                    args.poison,
+                    unkind,
+                    args.max_bytes,
                 )
             )
             if failed >= args.stop:

@@ -90,21 +90,15 @@ def _parts_not_filtered() -> contextlib.AbstractContextManager[None]:
 def _adoption_renumbers() -> contextlib.AbstractContextManager[None]:
     """Hole 5: each adoption copies an orphan to the next free receiver number."""
 
+    original = Journal.adopt_entry
+
     def adopt_entry(
         self: Journal, orphan: int, source: int, batch: int, target: int, keep: Any = None
     ) -> bool:
-        table = self.read_entry(orphan, source)
-        if table is None:
-            table = self.combined_parts(orphan, source)
-        if table is None:
-            return False
-        if keep is not None:
-            wanted = set(keep)
-            table = table.filter([i in wanted for i in table.column("messageId").to_pylist()])
         fresh = target
         while self.read_entry(batch, fresh) is not None:
             fresh += 1
-        return self.write_entry(batch, fresh, table)
+        return original(self, orphan, source, batch, fresh, keep)
 
     return patched(Journal, "adopt_entry", adopt_entry)
 

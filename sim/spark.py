@@ -39,6 +39,7 @@ swapped under a kept checkpoint (docs/simulation.md, "The unkind world").
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import pickle
@@ -146,6 +147,10 @@ class Config:
     list_lag: float = 0.0  # listings lag writes and deletes by up to this many seconds
     query2_runs: bool = False  # a second query that takes over runs batches of its own
     diverge: float = 0.0  # probability per restart that the journal diverges from the checkpoint
+    # Byte limits that bind (not drawn either): each run draws maxBytesPerReceiver and
+    # maxBytesPerTrigger of a few messages' bytes from a stream of its own, so receivers stop
+    # at their byte limit, and replays must keep the limits their plan recorded.
+    max_bytes: bool = False
 
     @classmethod
     def from_seed(cls, seed: int, fifo: bool | None = None) -> Config:
@@ -226,6 +231,9 @@ class RunOptions:
     max_in_flight: int | None = None  # Config.max_in_flight
     wait_time: int = 1  # Config.wait_time
     duplicate_window: float = 600.0  # Config.duplicate_window
+    # Config.max_bytes: maxBytesPerReceiver and maxBytesPerTrigger (None: the defaults).
+    max_bytes_per_receiver: int | None = None
+    max_bytes_per_trigger: int | None = None
 
     def parse(self, queue_url: str) -> SqsOptions:
         poison = (
@@ -243,7 +251,7 @@ class RunOptions:
             if self.max_in_flight is not None
             else {}
         )
-        return SqsOptions.parse(
+        options = SqsOptions.parse(
             {
                 "queueUrl": queue_url,
                 "journalLocation": JOURNAL,
@@ -263,6 +271,14 @@ class RunOptions:
             },
             env={},
         )
+        # Byte limits of a few simulated messages, below what the option accepts (1k).
+        if self.max_bytes_per_receiver is not None:
+            options = dataclasses.replace(
+                options, max_bytes_per_receiver=self.max_bytes_per_receiver
+            )
+        if self.max_bytes_per_trigger is not None:
+            options = dataclasses.replace(options, max_bytes_per_trigger=self.max_bytes_per_trigger)
+        return options
 
 
 @dataclass
@@ -373,6 +389,7 @@ class SparkSim:
             extra = f"orders{i}.fifo" if c.fifo else f"orders{i}"
             self.urls.append(self.sqs.create_queue(QueueName=extra, Attributes=attrs)["QueueUrl"])
         self._queue_rng = random.Random(f"queues:{c.seed}")
+        self._bytes_rng = random.Random(f"bytes:{c.seed}")
         self.dead_letter: str | None = None
         self.poison_id: str | None = None
         self._poison_n = -1
@@ -871,7 +888,19 @@ class SparkSim:
             max_in_flight=self.config.max_in_flight,
             wait_time=self.config.wait_time,
             duplicate_window=self.config.duplicate_window,
+            **self._byte_limits(),
         )
+
+    def _byte_limits(self) -> dict[str, int | None]:
+        """Config.max_bytes: a run's byte limits, of a few simulated messages (about 250
+        bytes each with their handle and attributes), or the defaults."""
+        if not self.config.max_bytes:
+            return {}
+        rng = self._bytes_rng
+        return {
+            "max_bytes_per_receiver": rng.choice([1, 300, 700, None]),
+            "max_bytes_per_trigger": rng.choice([None, None, 600, 2000]),
+        }
 
     def _run_queues(self) -> tuple[int, ...] | None:
         """Several queues: a run names all of them, or (a queue removed) just one."""

@@ -34,12 +34,14 @@ class Variant:
     poison: bool = False  # poisonMessagePolicy=deadLetter and a message the sink rejects
     # Dimensions of the unkind world (sim/spark.py UNKIND), drawn per seed (Config.draw_unkind).
     unkind: frozenset[str] = frozenset()
+    max_bytes: bool = False  # byte limits of a few messages (maxBytesPerReceiver/-Trigger)
 
     def __call__(self, config: Config) -> None:
         if self.fixed_delete_mode:
             config.change_delete_after_journal = False
         config.queues = self.queues
         config.poison = self.poison
+        config.max_bytes = self.max_bytes
         if self.unkind:
             config.draw_unkind(self.unkind)
 
@@ -75,9 +77,10 @@ def sweep(
     poison: bool = False,
     unkind: frozenset[str] = frozenset(),
     jobs: int | None = None,
+    max_bytes: bool = False,
 ) -> Iterator[Result]:
     """Run ``seeds`` (without traces), yielding each result in seed order."""
-    variant = Variant(fixed_delete_mode, queues, poison, frozenset(unkind))
+    variant = Variant(fixed_delete_mode, queues, poison, frozenset(unkind), max_bytes)
     seeds = list(seeds)
     jobs = default_jobs() if jobs is None else jobs
     if jobs <= 1 or len(seeds) <= CHUNK:

@@ -31,7 +31,7 @@ from .errors import InvalidOptionError
 from .journal.stores import check_location
 
 # How a value is read. "list" values stay text for their validator to split.
-KINDS = ("str", "int", "seconds", "bool", "choice", "url", "queueUrl", "list")
+KINDS = ("str", "int", "seconds", "bytes", "bool", "choice", "url", "queueUrl", "list")
 
 # The shape a value of a kind must have: (pattern, what it is for "is not ...").
 _KIND_SHAPES: dict[str, tuple[str | None, str]] = {
@@ -139,6 +139,31 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "int",
         1,
         1_000_000,
+    ),
+    OptionSpec(
+        "maxBytesPerTrigger",
+        None,
+        "A soft bound on the bytes of a micro-batch (as in Auto Loader), split evenly across "
+        "receivers like `maxMessagesPerTrigger`; each receiver then holds at most its share or "
+        "`maxBytesPerReceiver`, whichever is lower. Soft: a receiver always makes its first "
+        "receive call, so a batch can exceed it by one call's messages per receiver. A byte "
+        "size such as `512m` or `10g`. Default: none.",
+        "bytes",
+        1 << 10,
+        1 << 40,
+    ),
+    OptionSpec(
+        "maxBytesPerReceiver",
+        "64m",
+        "Memory bound of one receiver: it stops receiving once the messages it holds (bodies, "
+        "attributes, receipt handles, and Extended Client payloads at the size their sender "
+        "declared) reach this many bytes, so it holds less than this plus one receive call's "
+        "messages (10 × 1 MiB at SQS's largest). A Python worker needs about twice that plus "
+        "its own footprint. Applies to batches planned from now on; a replay keeps its plan's. "
+        "See [operations](operations.md#memory).",
+        "bytes",
+        1 << 10,
+        1 << 36,
     ),
     OptionSpec(
         "minMessagesPerTrigger",
@@ -494,6 +519,9 @@ class SqsOptions:
     delete_extended_payloads: bool = False
     s3_endpoint_url: str | None = None
     poison_message_policy: str = "fail"
+    # Bytes: the per-receiver memory bound, and the soft per-batch budget split over receivers.
+    max_bytes_per_receiver: int = 64 << 20
+    max_bytes_per_trigger: int | None = None
     max_batch_attempts: int = 3
     dead_letter_queue_url: str | None = None
     # Every queue of a comma-separated queueUrl/queueName (queue_url/queue_name: the first).
@@ -558,6 +586,8 @@ def _convert(spec: OptionSpec, text: str) -> Any:
         return _to_int(name, text, int(spec.low or 0), int(spec.high or 0))
     if spec.kind == "seconds":
         return _to_seconds(name, text, float(spec.low or 0), float(spec.high or 0))
+    if spec.kind == "bytes":
+        return _to_bytes(name, text, int(spec.low or 0), int(spec.high or 0))
     if spec.kind == "bool":
         return _to_bool(name, text)
     if spec.kind == "choice":
@@ -609,6 +639,42 @@ def _to_seconds(name: str, text: str, low: float, high: float) -> float:
     if math.isnan(value) or not low <= value <= high:
         raise InvalidOptionError.for_option(
             name, text, f"is out of range {_number(low)}-{_number(high)}", f"give a number {bounds}"
+        )
+    return value
+
+
+# Byte sizes as Spark writes them (spark.executor.memory, Auto Loader's maxBytesPerTrigger):
+# binary multiples, the unit's "b"/"ib" optional, any case.
+_BYTE_UNITS = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}
+_BYTE_SIZE = re.compile(r"(\d+)\s*([kmgt]?)(?:i?b)?", re.IGNORECASE)
+
+
+def byte_size_text(value: int) -> str:
+    """``value`` bytes as the largest exact unit: ``64m``, ``1g``, ``1536k``."""
+    for unit in ("t", "g", "m", "k"):
+        shift = _BYTE_UNITS[unit]
+        if value and value % (1 << shift) == 0:
+            return f"{value >> shift}{unit}"
+    return str(value)
+
+
+def _to_bytes(name: str, text: str, low: int, high: int) -> int:
+    bounds = f"from {byte_size_text(low)} to {byte_size_text(high)}"
+    match = _BYTE_SIZE.fullmatch(text.strip())
+    if match is None:
+        raise InvalidOptionError.for_option(
+            name,
+            text,
+            "is not a byte size",
+            f"give a number of bytes with an optional unit k, m, g or t (e.g. '64m'), {bounds}",
+        )
+    value = int(match.group(1)) << _BYTE_UNITS[match.group(2).lower()]
+    if not low <= value <= high:
+        raise InvalidOptionError.for_option(
+            name,
+            text,
+            f"is out of range {byte_size_text(low)}-{byte_size_text(high)}",
+            f"give a byte size {bounds}",
         )
     return value
 
@@ -1010,6 +1076,9 @@ def _kind_text(spec: OptionSpec) -> str:
         return f"integer {_number(spec.low or 0)}-{_number(spec.high or 0)}"
     if spec.kind == "seconds":
         return f"seconds {_number(spec.low or 0)}-{_number(spec.high or 0)}"
+    if spec.kind == "bytes":
+        low, high = int(spec.low or 0), int(spec.high or 0)
+        return f"byte size {byte_size_text(low)}-{byte_size_text(high)}"
     if spec.kind == "choice":
         return " or ".join(f"`{c}`" for c in spec.choices)
     return {

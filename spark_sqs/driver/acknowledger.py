@@ -235,8 +235,24 @@ class Acknowledger:
         self._inherited_ids.pop(batch, None)
         self._receivers.pop(batch, None)
         self._extend_by.pop(batch, None)
+        self._forget_assignment(batch)
         if self._heartbeat is not None:
             self._heartbeat.forget(batch)
+
+    def _forget_assignment(self, batch: int) -> None:
+        """What the driver kept of ``batch``'s acknowledgement assignment, once the batch is
+        acknowledged or moved: every per-batch record here ends with its batch, so a
+        long-running driver holds only what its pending batches need."""
+        self._assigned.pop(batch, None)
+        self._reporters.pop(batch, None)
+        for key in [k for k in self._valid_until if k[0] == batch]:
+            del self._valid_until[key]
+        # An acknowledging batch no pending batch is assigned to any more: its reports are
+        # settled or never will be (the driver deleted the batch itself); the LIST of
+        # collect_ack_reports removes what is left of them.
+        assigned = set(self._assigned.values())
+        for by in [b for b in self._report_writers if b not in assigned]:
+            del self._report_writers[by]
 
     def receivers_of(self, batch: int) -> tuple[int, ...]:
         return self._receivers.get(batch, ())
@@ -475,9 +491,11 @@ class Acknowledger:
                 **batch_lag(_lag_metadata(e.lag) for e in mine),
             }
         )
+        # Every receiver of ``by`` that reports: its record ends with the last batch it settles.
+        writers = self._report_writers.get(by, set(expected))
         self._finish(batch, rows, stats)
         if not any(b for b, m in self._assigned.items() if m == by):
-            self._journal.remove_ack_reports(by, self._report_writers.pop(by, expected))
+            self._journal.remove_ack_reports(by, writers)
         return True
 
     def _expired_before_settling(self, batch: int) -> set[str]:
@@ -510,14 +528,11 @@ class Acknowledger:
         self._collect()
         self._limits.pop(batch, None)
         self._deleting.discard(batch)
-        self._assigned.pop(batch, None)
-        self._reporters.pop(batch, None)
         self._inherited.discard(batch)
         self._inherited_ids.pop(batch, None)
         self._receivers.pop(batch, None)
         self._extend_by.pop(batch, None)
-        for key in [k for k in self._valid_until if k[0] == batch]:
-            del self._valid_until[key]
+        self._forget_assignment(batch)
         stats.batches += 1
         stats.messages += rows
 

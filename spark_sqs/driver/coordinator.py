@@ -534,6 +534,8 @@ class Coordinator:
             drop_count=len(drop_ids),
             delete_after_journal=self.options.delete_after_journal,
             acknowledging=bool(self.acknowledger.unassigned(first)),
+            max_bytes_per_receiver=self.options.max_bytes_per_receiver,
+            max_bytes_per_trigger=self.options.max_bytes_per_trigger,
         )
         plan = replace(plan, extend_by=self._executor_extension())
         plan = with_queues(plan, self.poller.visible_by_queue(), rotate=batch)

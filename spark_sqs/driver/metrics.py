@@ -61,9 +61,14 @@ class BatchReporter:
         """Log and write the counters of one acknowledged batch; returns what was written."""
         hb = self._heartbeat.stats
         extended, failed = hb.extended, hb.failed_permanent + hb.failed_transient
+        batch = counters["batch"]
+        # Batches up to this one are acknowledged; one that never is (adopted into a later
+        # batch) must not stay here for the rest of the run.
+        for done in [b for b in self.replayed if b < batch]:
+            del self.replayed[done]
         counters = {
             **counters,
-            "replayedReceivers": self.replayed.pop(counters["batch"], 0),
+            "replayedReceivers": self.replayed.pop(batch, 0),
             "received": counters["journaled"] + counters["duplicatesDropped"],
             # Heartbeat work since the previous acknowledged batch.
             "visibilityExtensions": extended - self._heartbeat_seen[0],

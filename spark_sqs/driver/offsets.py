@@ -89,26 +89,39 @@ class CheckpointGuard:
     # Reads an alias the journal recorded for another journal's batch (``absorbs``), by key.
     read_alias: Callable[[str, int], int | None] | None = None
 
+    def forget_below(self, acked: int) -> None:
+        """Drop the numbers below ``acked`` from what this run handed out, planned or answered
+        idle: a start below it is refused (unless it is the initial batch, which the journal
+        numbered before this run), and so is an end at or below it that was not answered idle
+        at ``acked`` or later. What is kept is bounded by the batches in flight, not by the
+        length of the run."""
+        for numbers in (self.handed_out, self.planned, self.idle):
+            numbers.difference_update([n for n in numbers if n < acked])
+
     def check_start(self, offset: Mapping[str, Any], acked: int, *, planned_only: bool) -> int:
         """The committed batch ``offset`` names, if this journal may go on from it.
         ``planned_only``: a number this run handed out counts only once it was planned."""
+        self.forget_below(acked)
         batch = self.resolve(offset)
+        # First: a number below ``acked`` was numbered (markers only grow), though this run
+        # may have forgotten handing it out (forget_below).
+        if batch < acked and batch != self.initial:
+            self._refuse(batch, f"has acknowledged batches up to {acked} already")
         ours = self.planned if planned_only else self.handed_out
         if batch > self.known_through and batch not in ours:
             self._refuse(batch, "never numbered that batch")
-        if batch < acked and batch != self.initial:
-            self._refuse(batch, f"has acknowledged batches up to {acked} already")
         return batch
 
     def check_end(self, offset: Mapping[str, Any], acked: int) -> int:
         """The batch ``offset`` ends, if this journal numbered it and it is not acknowledged
         (Spark replays only batches it has not committed)."""
+        self.forget_below(acked)
         batch = batch_of(offset)
         self._check_identity(offset, batch)
-        if batch > self.known_through and batch not in self.handed_out:
-            self._refuse(batch, "never numbered that batch")
         if batch <= acked and batch not in self.idle:
             self._refuse(batch, f"has acknowledged batches up to {acked} already")
+        if batch > self.known_through and batch not in self.handed_out:
+            self._refuse(batch, "never numbered that batch")
         return batch
 
     def foreign(self, offset: Mapping[str, Any]) -> str | None:

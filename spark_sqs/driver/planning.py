@@ -46,6 +46,9 @@ class ReceiverPartition(InputPartition):
     # Its part of the messages visible when the batch was planned (``ReceiverPlan.visible``);
     # the receiver sets it from the stored plan, as it does ``max_messages``.
     visible: int | None = None
+    # The plan's byte limit of this receiver (its memory bound); None: no limit (a plan written
+    # before byte limits). Set from the stored plan by the receiver, like ``max_messages``.
+    max_bytes: int | None = None
 
     def __repr__(self) -> str:
         return (
@@ -73,6 +76,8 @@ def new_plan(
     drop_count: int = 0,
     delete_after_journal: bool | None = None,
     acknowledging: bool = False,
+    max_bytes_per_receiver: int | None = None,
+    max_bytes_per_trigger: int | None = None,
 ) -> BatchPlan:
     """The plan of a batch planned for the first time.
 
@@ -82,7 +87,9 @@ def new_plan(
     must reach the sink. ``adopted`` lists (batch, receiver) entries of orphaned batches that
     this batch delivers, as receivers ``ADOPTED_FROM`` and up. ``acknowledging``: the batch's
     receivers delete committed batches first; with nothing to receive (an acknowledge-only
-    batch) it still has ``numPartitions`` receivers, which share those deletes.
+    batch) it still has ``numPartitions`` receivers, which share those deletes. Each
+    receiver's byte limit (``byte_limits``) is ``max_bytes_per_receiver``, or its share of
+    ``max_bytes_per_trigger`` split like the messages, whichever is lower.
     """
     if max_messages == 0 and acknowledging:
         limits = dict.fromkeys(range(max(1, num_partitions)), 0)
@@ -90,9 +97,13 @@ def new_plan(
         limits = split(max_messages, num_partitions)
     for receiver in (*journaled, *resuming):
         limits.setdefault(receiver, 0)
-    receivers = [ReceiverPlan(r, limits[r]) for r in sorted(limits)]
+    max_bytes = byte_limits(limits, max_bytes_per_receiver, max_bytes_per_trigger)
+    receivers = [ReceiverPlan(r, limits[r], max_bytes=max_bytes[r]) for r in sorted(limits)]
     first = max(ADOPTED_FROM, num_partitions)
-    receivers += [ReceiverPlan(first + i, 0, source) for i, source in enumerate(adopted)]
+    receivers += [
+        ReceiverPlan(first + i, 0, source, max_bytes=max_bytes_per_receiver)
+        for i, source in enumerate(adopted)
+    ]
     return BatchPlan(
         batch,
         tuple(receivers),
@@ -134,6 +145,22 @@ def with_visible(plan: BatchPlan, visible: Mapping[str, int], default_queue: str
     return replace(plan, receivers=receivers)
 
 
+def byte_limits(
+    limits: dict[int, int], per_receiver: int | None, per_trigger: int | None
+) -> dict[int, int | None]:
+    """Each receiver's byte limit: ``per_receiver`` (maxBytesPerReceiver), or its share of
+    ``per_trigger`` (maxBytesPerTrigger, split evenly over the receivers that get messages, as
+    ``split`` splits messages), whichever is lower; None where neither is given."""
+    sharing = [r for r in sorted(limits) if limits[r] > 0]
+    shares = split(per_trigger, len(sharing)) if per_trigger is not None and sharing else {}
+    share_of = {r: shares[i] for i, r in enumerate(sharing) if i in shares}
+    out: dict[int, int | None] = {}
+    for receiver in limits:
+        caps = [c for c in (per_receiver, share_of.get(receiver)) if c is not None]
+        out[receiver] = min(caps) if caps else None
+    return out
+
+
 def partitions_of(
     plan: BatchPlan,
     queue_url: str,
@@ -145,7 +172,14 @@ def partitions_of(
     several queues; see queues.py)."""
     return [
         ReceiverPartition(
-            plan.batch, r.receiver, r.limit, r.queue or queue_url, options, replay, replay_drops
+            plan.batch,
+            r.receiver,
+            r.limit,
+            r.queue or queue_url,
+            options,
+            replay,
+            replay_drops,
+            max_bytes=r.max_bytes,
         )
         for r in plan.receivers
     ]

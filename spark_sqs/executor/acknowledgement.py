@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import TransientSqsError
-from ..journal import AckAssignment, AckedEntry, Journal, receipts_of, window
+from ..journal import AckAssignment, AckedEntry, Journal, window
 from ..journal.reports import stops_of
 from ..lag import LAG
 from ..sqs.batching import BatchCaller, entries_of
@@ -76,10 +76,11 @@ def acknowledge_assigned(
     caller = BatchCaller(client, queue_url)
     entries: list[AckedEntry] = []
     uncertain: set[str] = set()
+    # Ids and handles only: the entries' bodies are never read here.
     found = [
-        receipts_of(a.batch, a.receiver, table)
+        receipts
         for a in assignments
-        if (table := journal.read_entry(a.batch, a.receiver)) is not None
+        if (receipts := journal.read_receipts(a.batch, a.receiver)) is not None
     ]
     # Before any delete: a copy SQS delivers after it must find its id in the window.
     record_window(

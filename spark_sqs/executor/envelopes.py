@@ -220,6 +220,70 @@ def mark_pointer(message: Mapping[str, Any], reserved: str) -> dict[str, Any]:
     return {**message, "MessageAttributes": attributes, POINTER_KEY: pointer}
 
 
+# -- sizes ---------------------------------------------------------------------------------------
+
+
+def _text_bytes(value: Any) -> int:
+    if not isinstance(value, str):
+        return len(value) if isinstance(value, (bytes, bytearray)) else 0
+    # isascii() is O(1) on CPython's strings: a 1 MiB ASCII body is not encoded to be counted.
+    return len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass"))
+
+
+def message_bytes(message: Mapping[str, Any], options: SqsOptions) -> int:
+    """The bytes a received message holds until it is journaled and yielded: its body, its
+    message and system attributes, its id and receipt handle (UTF-8, as SQS counts a body),
+    and with ``extendedPayloads`` the payload its pointer names, at the size its sender
+    declared (``declared_payload_size``), since the payload is fetched only after receiving.
+    The receive loop's memory bound counts this (executor/receiver.py)."""
+    size = sum(
+        _text_bytes(message.get(k)) for k in ("MessageId", "ReceiptHandle", "Body", "MD5OfBody")
+    )
+    for name, value in (message.get("Attributes") or {}).items():
+        size += len(name) + _text_bytes(value)
+    for name, attribute in (message.get("MessageAttributes") or {}).items():
+        size += len(name) + sum(
+            _text_bytes(attribute.get(k)) for k in ("DataType", "StringValue", "BinaryValue")
+        )
+    if options.extended_payloads:
+        size += declared_payload_size(message, options)
+    return size
+
+
+# An SNS notification that carries an Extended Client pointer is small; a larger body is not
+# parsed to look for one.
+_POINTER_ENVELOPE_BYTES = 64 << 10
+
+
+def declared_payload_size(message: Mapping[str, Any], options: SqsOptions) -> int:
+    """The size of the S3 payload an Extended Client message points to, as its reserved
+    attribute declares it (0 if it has none, or it is not a whole number); with
+    ``messageFormat=sns``, also read from the SNS attributes inside the envelope."""
+    attributes = message.get("MessageAttributes") or {}
+    reserved = reserved_attribute(message)
+    if reserved is not None:
+        return _whole(attributes[reserved].get("StringValue"))
+    body = message.get("Body")
+    if not options.sns or not isinstance(body, str) or len(body) > _POINTER_ENVELOPE_BYTES:
+        return 0
+    if not any(name in body for name in EXTENDED_RESERVED):
+        return 0
+    try:
+        envelope = json.loads(body)
+        inner = envelope.get("MessageAttributes") or {}
+        name = next(n for n in EXTENDED_RESERVED if n in inner)
+        return _whole(inner[name].get("Value"))
+    except (ValueError, AttributeError, StopIteration, TypeError):
+        return 0
+
+
+def _whole(text: Any) -> int:
+    try:
+        return max(0, int(str(text)))
+    except ValueError:
+        return 0
+
+
 # -- the pure transformation -----------------------------------------------------------------------
 
 

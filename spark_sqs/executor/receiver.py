@@ -22,8 +22,10 @@ from botocore.exceptions import ClientError
 from ..driver.planning import ReceiverPartition
 from ..errors import JournalError, JournalOutcomeUnknown
 from ..journal import (
+    BYTES,
     DROPPED,
     EXPIRED_DROPPED,
+    ID_COLUMNS,
     LIVE,
     PENDING_DELETE,
     RECEIVED_AT,
@@ -40,6 +42,7 @@ from ..journal import (
 from ..journal.poison import FIRST_ATTEMPT
 from ..journal.reports import (
     STOP_BUDGET,
+    STOP_BYTES,
     STOP_CAUGHT_UP,
     STOP_EMPTY,
     STOP_ERROR,
@@ -51,9 +54,9 @@ from ..journal.reports import (
 from ..schema import RECEIPT_HANDLE, messages_to_table, output_batches
 from ..sqs.batching import BatchCaller, Entry
 from ..sqs.client import SqsClient, cached_client, classify, error_code
-from . import duplicates, poison
+from . import duplicates, memory, poison
 from .acknowledgement import acknowledge_assigned, record_window
-from .envelopes import PayloadDeleter, Prepared, merged_metadata, prepare
+from .envelopes import PayloadDeleter, Prepared, merged_metadata, message_bytes, prepare
 from .extension import extend_journaled
 
 if TYPE_CHECKING:
@@ -103,6 +106,8 @@ class ReceiveStats:
     duplicates_in_loop: int = 0
     stopped_by: str = ""  # a ``STOP_*`` reason (journal/reports.py)
     seconds: float = 0.0
+    # Bytes the loop holds (envelopes.message_bytes of each message it keeps).
+    bytes: int = 0
     # Message id -> the receiver's monotonic clock when the receive call that returned its
     # current handle started: its visibility runs out no earlier than that plus the timeout.
     received_at: dict[str, float] = field(default_factory=dict)
@@ -115,18 +120,25 @@ def receive_messages(
     clock: Callable[[], float] = time.monotonic,
     on_chunk: Callable[[list[dict[str, Any]], float], None] | None = None,
     already: int = 0,
+    already_bytes: int = 0,
 ) -> tuple[list[dict[str, Any]], ReceiveStats]:
     """Loop ``ReceiveMessage`` until the receiver has caught up or reached an outer limit.
 
     Caught up: an empty receive, ``CAUGHT_UP_AFTER`` short receives in a row, a long poll that
     waited (``WAITED_SECONDS``), or its part of the messages visible when the batch was planned
     (``partition.visible``) plus ``VISIBLE_MARGIN``, which it takes without waiting. Outer
-    limits: its share of ``maxMessagesPerTrigger``, and the time budget. ``clock`` is the
-    executor's monotonic clock (the simulation's in sim/).
+    limits: its share of ``maxMessagesPerTrigger``, its byte limit, and the time budget.
+    ``clock`` is the executor's monotonic clock (the simulation's in sim/).
 
     ``on_chunk`` sees the messages of each call as soon as they arrive, with the monotonic time
-    the call started (``ReceiveStats.received_at``); ``already`` counts
-    messages an earlier attempt journaled towards this receiver's share.
+    the call started (``ReceiveStats.received_at``); ``already`` and ``already_bytes`` count
+    the messages and bytes an earlier attempt journaled towards this receiver's share.
+
+    The byte limit (``partition.max_bytes``, from the plan; None for a plan written before
+    byte limits) is the memory bound: a call is made only while the bytes held
+    (``envelopes.message_bytes``) are below it. Sizes are unknown before a call returns, so a
+    receiver holds less than the limit plus one call's messages: at most 10 messages of 1 MiB
+    each (SQS's largest), plus the declared payloads of Extended Client messages.
     """
     options = partition.options
     stats = ReceiveStats()
@@ -136,10 +148,14 @@ def receive_messages(
     fifo = partition.queue_url.endswith(".fifo")
     short_in_a_row = 0
     part = partition.visible
+    sizes: dict[str, int] = {}
     while len(by_id) + already < partition.max_messages:
         have = len(by_id) + already
         if part is not None and have >= part + VISIBLE_MARGIN:
             stats.stopped_by = STOP_VISIBLE
+            break
+        if partition.max_bytes is not None and stats.bytes + already_bytes >= partition.max_bytes:
+            stats.stopped_by = STOP_BYTES
             break
         wanted = min(RECEIVE_BATCH, partition.max_messages - have)
         # Past its part of what the driver saw, a receiver only takes what is there now.
@@ -196,6 +212,10 @@ def receive_messages(
                 stats.duplicates_in_loop += 1
             by_id[message["MessageId"]] = message
             stats.received_at[message["MessageId"]] = called_at
+            size = message_bytes(message, options)
+            # A redelivery replaces the message it repeats.
+            stats.bytes += size - sizes.get(message["MessageId"], 0)
+            sizes[message["MessageId"]] = size
         if messages and on_chunk is not None:
             on_chunk(messages, called_at)
         if not messages:
@@ -342,9 +362,11 @@ def read_partition(
             f"{partition.batch}` (the batch then delivers nothing; its messages come back to "
             "the queue)"
         )
-    # The plan's limit and count, not the partition's: a replay receives what the first plan
+    # The plan's limits and count, not the partition's: a replay receives what the first plan
     # allowed.
-    partition = replace(partition, max_messages=mine.limit, visible=mine.visible)
+    partition = replace(
+        partition, max_messages=mine.limit, visible=mine.visible, max_bytes=mine.max_bytes
+    )
     drop_ids = journal.read_drops(plan.drops)
     if partition.replay:
         # After a restart, journaled messages may have become visible again (no heartbeat
@@ -384,25 +406,31 @@ def read_partition(
     copies = _window_copies(journal, partition, messages, clocks)
     drop_ids = drop_ids | _held_elsewhere(journal, plan, partition, messages) | copies
     kept = [m for m in messages if m["MessageId"] not in drop_ids]
-    dropped = [m for m in messages if m["MessageId"] in drop_ids]
+    # Without their bodies: only their handles and window keys are needed, after yielding.
+    dropped = [_slim(m) for m in messages if m["MessageId"] in drop_ids]
+    del messages
     # SNS unwrapping, extended payloads, lag metadata (envelopes.py), before journaling.
     prepared = _prepare(client, partition, kept, clocks)
     # A receiver that stalled (GC, payload fetches, a lost network) may hold handles that
     # expired: another receiver may have the messages now. Only what SQS confirms is journaled.
     held, expired = _still_held(client, partition, prepared.messages, stats.received_at, clocks)
-    table = messages_to_table(held, partition.queue_url, sns=options.sns).replace_schema_metadata(
-        {
-            RECEIVED_AT: repr(received_at),
-            DROPPED: str(len(dropped)),
-            WINDOW_DROPPED: str(len(copies)),
-            EXPIRED_DROPPED: str(expired),
-            **_window_metadata(kept, options),
-            # The first attempt is counted by its entry, at no extra write (poison.py).
-            FIRST_ATTEMPT: poison.attempt_key(partition.run),
-            **prepared.metadata,
-            STOPPED_BY: stats.stopped_by,
-        }
-    )
+    metadata = {
+        RECEIVED_AT: repr(received_at),
+        DROPPED: str(len(dropped)),
+        WINDOW_DROPPED: str(len(copies)),
+        EXPIRED_DROPPED: str(expired),
+        **_window_metadata(kept, options),
+        # The first attempt is counted by its entry, at no extra write (poison.py).
+        FIRST_ATTEMPT: poison.attempt_key(partition.run),
+        **prepared.metadata,
+        STOPPED_BY: stats.stopped_by,
+    }
+    table = messages_to_table(held, partition.queue_url, sns=options.sns)
+    # The memory bound (maxBytesPerReceiver): the received messages go once they are in the
+    # table, so that the table and what journaling it costs are all this attempt holds.
+    del kept, prepared, held
+    memory.release(stats.bytes)
+    table = table.replace_schema_metadata(metadata)
     try:
         written = journal.write_entry(partition.batch, partition.receiver, table)
     except JournalOutcomeUnknown:
@@ -697,6 +725,13 @@ def _removed_long_ago(journal: Journal, partition: ReceiverPartition) -> bool:
     return True
 
 
+def _slim(message: dict[str, Any]) -> dict[str, Any]:
+    """A received message without its body: what deleting it and its window keys need."""
+    return {
+        k: message[k] for k in ("MessageId", "ReceiptHandle", "MessageAttributes") if k in message
+    }
+
+
 def ids_of(messages: list[dict[str, Any]]) -> list[str]:
     return [m["MessageId"] for m in messages]
 
@@ -730,20 +765,30 @@ def _read_deleting_after_journal(
     driver deletes those on commit).
     """
     clocks = clocks or _Clocks()
-    earlier = journal.read_parts(partition.batch, partition.receiver)
+    # Their ids and metadata only: the bodies stay in the store (the memory bound).
+    earlier = journal.read_parts(partition.batch, partition.receiver, ID_COLUMNS)
     stopped_by = ""
     if not _sealed(earlier):
-        stopped_by = _receive_parts(journal, client, partition, drop_ids, earlier, clocks, plan)
+        stopped_by, received = _receive_parts(
+            journal, client, partition, drop_ids, earlier, clocks, plan
+        )
+        # Each call's messages are in their part: the heap they took goes back (memory.py).
+        memory.release(received)
         if _finished(journal, partition) is not None:
             return
-    combined, pending = _seal(journal, partition, clocks, stopped_by)
-    if not journal.write_entry(partition.batch, partition.receiver, combined):
-        stored = journal.read_entry(partition.batch, partition.receiver)
-        assert stored is not None
-        combined = stored
-    elif _finished(journal, partition) == REMOVED:
+    del earlier
+    written, pending = _seal(journal, partition, clocks, stopped_by)
+    if written and _finished(journal, partition) == REMOVED:
         journal.remove_entry(partition.batch, partition.receiver)
         return
+    # Written part by part (never all parts in memory at once), read back whole to be yielded:
+    # the stored entry is the batch's rows, this attempt's or a concurrent one's.
+    combined = journal.read_entry(partition.batch, partition.receiver)
+    if combined is None:
+        raise JournalError(
+            f"batch {partition.batch} receiver {partition.receiver}: the journal entry "
+            "exists but cannot be read back"
+        )
     logger.info(
         "batch %d receiver %d: journaled %d messages in parts (%d left to delete on commit)",
         partition.batch,
@@ -764,8 +809,10 @@ def _receive_parts(
     earlier: list[tuple[int, pa.Table]],
     clocks: _Clocks,
     plan: BatchPlan | None = None,
-) -> str:
-    """Receive, journaling each call's messages as a part; returns why receiving stopped."""
+) -> tuple[str, int]:
+    """Receive, journaling each call's messages as a part and then deleting them. Returns why
+    receiving stopped and the bytes received (``ReceiveStats.bytes``); ``("", 0)`` if the loop
+    was stopped."""
     journaled: set[str] = {i for _, t in earlier for i in t.column("messageId").to_pylist()}
     next_part = earlier[-1][0] + 1 if earlier else 0
     caller = BatchCaller(client, partition.queue_url, sleep=clocks.sleep)
@@ -803,7 +850,12 @@ def _receive_parts(
             return
         table = messages_to_table(kept, partition.queue_url, sns=partition.options.sns)
         table = table.replace_schema_metadata(
-            {RECEIVED_AT: repr(clocks.wall_clock()), **prepared.metadata}
+            {
+                RECEIVED_AT: repr(clocks.wall_clock()),
+                # What a retried attempt counts towards its byte limit.
+                BYTES: str(sum(message_bytes(m, options) for m in kept)),
+                **prepared.metadata,
+            }
         )
         try:
             created = journal.write_part(partition.batch, partition.receiver, next_part, table)
@@ -816,7 +868,7 @@ def _receive_parts(
         if not created:
             # A concurrent attempt took this number: it goes on; we stop without deleting, and
             # hand back only what its part lacks (FIFO twins got the same messages).
-            theirs = dict(journal.read_parts(partition.batch, partition.receiver)).get(next_part)
+            theirs = journal.read_part(partition.batch, partition.receiver, next_part, ID_COLUMNS)
             held = set(theirs.column("messageId").to_pylist()) if theirs is not None else set()
             _release(client, partition, _without(table, held), clocks)
             raise _StopReceiving
@@ -844,13 +896,19 @@ def _receive_parts(
             logger.warning("deleting journaled messages failed; deleting on commit: %s", exc)
 
     already = sum(t.num_rows for _, t in earlier)
+    already_bytes = sum(int((t.schema.metadata or {}).get(BYTES, b"0")) for _, t in earlier)
     try:
         _, stats = receive_messages(
-            client, partition, clock=clocks.clock, on_chunk=on_chunk, already=already
+            client,
+            partition,
+            clock=clocks.clock,
+            on_chunk=on_chunk,
+            already=already,
+            already_bytes=already_bytes,
         )
     except _StopReceiving:
-        return ""
-    return stats.stopped_by
+        return "", 0
+    return stats.stopped_by, stats.bytes
 
 
 def _sealed(parts: list[tuple[int, pa.Table]]) -> bool:
@@ -859,40 +917,41 @@ def _sealed(parts: list[tuple[int, pa.Table]]) -> bool:
 
 def _seal(
     journal: Journal, partition: ReceiverPartition, clocks: _Clocks, stopped_by: str = ""
-) -> tuple[pa.Table, set[str]]:
-    """Create the seal after the last part (or find the one another attempt created) and
-    combine the parts below it. Every message of the entry is marked as awaiting deletion:
-    which attempt deleted what is unknown, and a repeated delete is harmless. ``stopped_by``:
-    why this attempt stopped receiving, if it received (the entry's counters only)."""
+) -> tuple[bool, set[str]]:
+    """Create the seal after the last part (or find the one another attempt created), then
+    create the entry from the parts below it, streamed one part at a time. Every message of
+    the entry is marked as awaiting deletion: which attempt deleted what is unknown, and a
+    repeated delete is harmless. ``stopped_by``: why this attempt stopped receiving, if it
+    received (the entry's counters only). Returns whether this call created the entry, and
+    its ids."""
     empty = messages_to_table([], partition.queue_url, sns=partition.options.sns)
     while True:
-        parts = journal.read_parts(partition.batch, partition.receiver)
+        # Ids and metadata (where the seal is marked) only: the bodies are read once, below.
+        parts = journal.read_parts(partition.batch, partition.receiver, ID_COLUMNS)
         seal = next((k for k, t in parts if SEAL in (t.schema.metadata or {})), None)
         if seal is None:
             seal = parts[-1][0] + 1 if parts else 0
             marker = empty.replace_schema_metadata({SEAL: b"1"})
             if not journal.write_part(partition.batch, partition.receiver, seal, marker):
                 continue
-        below = [t for k, t in parts if k < seal]
+        below = [(k, t) for k, t in parts if k < seal]
         break
-    combined = (
-        pa.concat_tables([t.replace_schema_metadata(None) for t in below]) if below else empty
-    )
-    ids = set(combined.column("messageId").to_pylist())
+    ids = {i for _, t in below for i in t.column("messageId").to_pylist()}
     first_receive = min(
-        (float((t.schema.metadata or {}).get(RECEIVED_AT, b"0")) for t in below),
+        (float((t.schema.metadata or {}).get(RECEIVED_AT, b"0")) for _, t in below),
         default=clocks.wall_clock(),
     )
-    combined = combined.replace_schema_metadata(
-        {
-            RECEIVED_AT: repr(first_receive),
-            PENDING_DELETE: json.dumps(sorted(ids)),
-            FIRST_ATTEMPT: poison.attempt_key(partition.run),
-            **merged_metadata(t.schema.metadata for t in below),
-            **({STOPPED_BY: stopped_by} if stopped_by else {}),
-        }
+    metadata = {
+        RECEIVED_AT: repr(first_receive).encode(),
+        PENDING_DELETE: json.dumps(sorted(ids)).encode(),
+        FIRST_ATTEMPT: poison.attempt_key(partition.run).encode(),
+        **merged_metadata(t.schema.metadata for _, t in below),
+        **({STOPPED_BY: stopped_by.encode()} if stopped_by else {}),
+    }
+    written = journal.write_entry_from_parts(
+        partition.batch, partition.receiver, [k for k, _ in below], metadata, empty.schema
     )
-    return combined, ids
+    return written, ids
 
 
 def _delete_redeliveries(

@@ -9,11 +9,14 @@ the ids of acknowledged messages kept for ``duplicateWindow``.
 """
 
 from .entries import (
+    BYTES,
     DROPPED,
     EXPIRED_DROPPED,
     EXPIRES_AT,
+    ID_COLUMNS,
     LIVE,
     PENDING_DELETE,
+    RECEIPT_COLUMNS,
     RECEIVED_AT,
     REMOVED,
     RETIRED_STATUS,
@@ -37,8 +40,10 @@ __all__ = [
     "AckAssignment",
     "AckedEntry",
     "AckReport",
+    "BYTES",
     "DROPPED",
     "EXPIRED_DROPPED",
+    "ID_COLUMNS",
     "LIVE",
     "REMOVED",
     "RETIRED_STATUS",
@@ -48,6 +53,7 @@ __all__ = [
     "WINDOW_DROPPED",
     "WINDOW_KEYS",
     "PENDING_DELETE",
+    "RECEIPT_COLUMNS",
     "RECEIVED_AT",
     "BatchPlan",
     "EntryReceipts",

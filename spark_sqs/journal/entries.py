@@ -32,8 +32,10 @@ import hashlib
 import json
 import logging
 import re
+import threading
 import uuid
-from collections.abc import Collection, Iterable, Sequence
+from collections import OrderedDict
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +45,7 @@ from ..errors import JournalError, JournalInUseError, UnsafeStoreError
 from ..schema import RECEIPT_HANDLE as RECEIPT
 from . import reports, window
 from .reports import AckedEntry, AckReport
-from .stores import JournalStore, open_store
+from .stores import JournalStore, ObjectVanished, open_store
 
 if TYPE_CHECKING:
     from ..options import SqsOptions
@@ -89,6 +91,10 @@ WINDOW_KEYS = b"spark_sqs.windowKeys"
 SEAL = b"spark_sqs.seal"
 # Why the receiver stopped receiving (``ReceiveStats.stopped_by``), for the batch's counters.
 STOPPED_BY = b"spark_sqs.stoppedBy"
+# With deleteAfterJournal: the bytes of a part's messages as its receiver counted them
+# (executor/envelopes.py ``message_bytes``); a retried attempt counts them towards its byte
+# limit. Absent from parts written before byte limits (whose plans have none).
+BYTES = b"spark_sqs.bytes"
 
 
 @dataclass(frozen=True)
@@ -142,6 +148,10 @@ class ReceiverPlan:
     # received that many and a margin (executor/receiver.py). None: no count (a plan written
     # before counts were recorded, or planned before any poll answered): no such bound.
     visible: int | None = None
+    # The receiver's memory bound in bytes (maxBytesPerReceiver, or its share of
+    # maxBytesPerTrigger): it stops receiving once it holds this much (executor/receiver.py).
+    # None: a plan written before byte limits, which replays as it was planned, without one.
+    max_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -212,6 +222,7 @@ class BatchPlan:
                 {"receiver": r.receiver, "limit": r.limit, "adoptFrom": r.adopt_from}
                 | ({"queueUrl": r.queue} if r.queue is not None else {})
                 | ({"visible": r.visible} if r.visible is not None else {})
+                | ({"maxBytes": r.max_bytes} if r.max_bytes is not None else {})
                 for r in self.receivers
             ],
             "drops": self.drops,
@@ -240,6 +251,7 @@ class BatchPlan:
                     tuple(r["adoptFrom"]) if r.get("adoptFrom") else None,  # type: ignore[arg-type]
                     r.get("queueUrl"),
                     None if r.get("visible") is None else int(r["visible"]),
+                    int(r["maxBytes"]) if r.get("maxBytes") is not None else None,
                 )
                 for r in doc["receivers"]
             ),
@@ -258,25 +270,89 @@ class BatchPlan:
 
 
 def _ipc_bytes(table: pa.Table) -> bytes:
+    """A small table (drop sets, dedupe records) as the bytes of an Arrow IPC file."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
 
 
+def _corrupt(where: str, exc: Exception) -> JournalError:
+    return JournalError(
+        f"Journal entry {where} is corrupt ({exc}). It was written by an interrupted "
+        "writer on a store without atomic writes. Fix: move it away; its messages "
+        "reappear in SQS after their visibility timeout"
+    )
+
+
 def _ipc_table(data: bytes, where: str) -> pa.Table:
     try:
         return pa.ipc.open_file(pa.BufferReader(data)).read_all()
     except pa.ArrowInvalid as exc:
-        raise JournalError(
-            f"Journal entry {where} is corrupt ({exc}). It was written by an interrupted "
-            "writer on a store without atomic writes. Fix: move it away; its messages "
-            "reappear in SQS after their visibility timeout"
-        ) from None
+        raise _corrupt(where, exc) from None
 
 
-# Drop sets by digest, per process: every receiver of a batch on one executor reads it once.
-_DROPS_CACHE: dict[str, frozenset[str]] = {}
+# The columns a reader of receipt handles needs (driver acknowledgement, heartbeat, receivers
+# acknowledging their share), and of message ids: never the bodies.
+RECEIPT_COLUMNS = ("messageId", "queueUrl", RECEIPT)
+ID_COLUMNS = ("messageId",)
+
+
+def _ipc_columns(source: pa.NativeFile, columns: Sequence[str], where: str) -> pa.Table:
+    """``columns`` of the Arrow IPC file ``source`` (those it has), with its schema metadata.
+    Only their buffers are read: on a memory map or ranged GETs, the bodies never are."""
+    try:
+        names = pa.ipc.open_file(source).schema.names
+        wanted = [names.index(c) for c in columns if c in names]
+        reader = pa.ipc.open_file(
+            source, options=pa.ipc.IpcReadOptions(included_fields=wanted, use_threads=False)
+        )
+        return reader.read_all().replace_schema_metadata(reader.schema.metadata)
+    except pa.ArrowInvalid as exc:
+        raise _corrupt(where, exc) from None
+
+
+class _DropsCache:
+    """Drop sets by digest, per process: every receiver of a batch on one executor reads it
+    once, and the driver finds the set it just wrote. The newest ``sets`` sets are kept, and
+    at most ``ids`` ids in all (the newest set always), so that neither a long-running driver,
+    which writes one set per batch, nor an executor grows with the number of batches."""
+
+    def __init__(self, sets: int = 8, ids: int = 1_000_000) -> None:
+        self.max_sets = sets
+        self.max_ids = ids
+        self._sets: OrderedDict[str, frozenset[str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, digest: str) -> frozenset[str] | None:
+        with self._lock:
+            found = self._sets.get(digest)
+            if found is not None:
+                self._sets.move_to_end(digest)
+            return found
+
+    def put(self, digest: str, ids: frozenset[str]) -> None:
+        with self._lock:
+            self._sets[digest] = ids
+            self._sets.move_to_end(digest)
+            held = sum(len(s) for s in self._sets.values())
+            while len(self._sets) > 1 and (len(self._sets) > self.max_sets or held > self.max_ids):
+                _, dropped = self._sets.popitem(last=False)
+                held -= len(dropped)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._sets.clear()
+
+    def __len__(self) -> int:
+        return len(self._sets)
+
+    @property
+    def ids(self) -> int:
+        return sum(len(s) for s in self._sets.values())
+
+
+_DROPS_CACHE = _DropsCache()
 
 
 class Journal:
@@ -341,9 +417,40 @@ class Journal:
         return None if data is None else _ipc_table(data, key)
 
     def read_receipts(self, batch: int, receiver: int) -> EntryReceipts | None:
-        """Message ids, receipt handles and receive time of an entry (one read)."""
-        table = self.read_entry(batch, receiver)
+        """Message ids, receipt handles and receive time of an entry, read without its bodies
+        (``_read_columns``): an entry of 1,000 messages of 64 KiB costs about 0.5 MB, not 66."""
+        table = self._read_columns(self._entry_key(batch, receiver), RECEIPT_COLUMNS)
         return None if table is None else receipts_of(batch, receiver, table)
+
+    def _read_columns(self, key: str, columns: Sequence[str]) -> pa.Table | None:
+        """``columns`` of the Arrow file ``key`` (with its schema metadata), or None if absent.
+        On a store with random access (``open_random``: local files, S3) only their buffers
+        and the file's footer are read; on another, the object is read whole first."""
+        opener = getattr(self.store, "open_random", None)
+        if opener is None:
+            data = self.store.read(key)
+            source = None if data is None else pa.BufferReader(data)
+        else:
+            source = opener(key)
+        if source is None:
+            return None
+        try:
+            return _ipc_columns(source, columns, key)
+        except ObjectVanished:
+            return None
+        finally:
+            source.close()
+
+    def _exists(self, key: str) -> bool:
+        """Whether ``key`` exists, without reading all of it where the store allows."""
+        opener = getattr(self.store, "open_random", None)
+        if opener is None:
+            return self.store.read(key) is not None
+        source = opener(key)
+        if source is None:
+            return False
+        source.close()
+        return True
 
     def batch_receipts(self, batch: int, receivers: Iterable[int]) -> list[EntryReceipts]:
         """The entries of ``receivers`` of ``batch`` (those its plan names) that exist."""
@@ -356,32 +463,145 @@ class Journal:
 
     def write_entry(self, batch: int, receiver: int, table: pa.Table) -> bool:
         """Create an entry; False (nothing written) if one already exists."""
-        return self.store.create(self._entry_key(batch, receiver), _ipc_bytes(table))
+        return self._create_table(
+            self._entry_key(batch, receiver), table.schema, table.to_batches()
+        )
 
     def write_part(self, batch: int, receiver: int, part: int, table: pa.Table) -> bool:
         """One receive call's messages (deleteAfterJournal); never overwritten."""
-        return self.store.create(self._part_key(batch, receiver, part), _ipc_bytes(table))
+        return self._create_table(
+            self._part_key(batch, receiver, part), table.schema, table.to_batches()
+        )
+
+    def write_entry_from_parts(
+        self,
+        batch: int,
+        receiver: int,
+        parts: Sequence[int],
+        metadata: dict[bytes, bytes],
+        empty: pa.Schema,
+    ) -> bool:
+        """Create the receiver's entry from its ``parts`` (deleteAfterJournal's seal), with
+        ``metadata``, streamed: one part is read at a time (the schema ``empty`` when there
+        is none). False if the entry exists."""
+        return self._create_streamed(
+            self._entry_key(batch, receiver),
+            [self._part_key(batch, receiver, k) for k in parts],
+            empty,
+            metadata,
+        )
+
+    def _create_table(self, key: str, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> bool:
+        """Create ``key`` as an Arrow IPC file of ``batches``, streamed where the store can
+        (``create_stream``: to the file as written locally, from one buffer to S3), so that
+        writing an entry never builds a second copy of it besides the store's buffer."""
+
+        def fill(out: Any) -> None:
+            with pa.ipc.new_file(out, schema) as writer:
+                for record_batch in batches:
+                    writer.write_batch(record_batch)
+
+        stream = getattr(self.store, "create_stream", None)
+        if stream is not None:
+            return bool(stream(key, fill))
+        sink = pa.BufferOutputStream()
+        fill(sink)
+        return self.store.create(key, sink.getvalue().to_pybytes())
+
+    def _create_streamed(
+        self,
+        key: str,
+        sources: Sequence[str],
+        empty: pa.Schema,
+        metadata: dict[bytes, bytes] | None = None,
+        keep: Collection[str] | None = None,
+    ) -> bool:
+        """Create ``key`` from the Arrow files ``sources``, one record batch at a time: their
+        rows (only the ids in ``keep`` when given), with ``metadata`` (else the first
+        source's). Each source is read whole while it is copied, never two at once. A source
+        that vanished meanwhile (its batch removed) fails the write."""
+        wanted = set(keep) if keep is not None else None
+
+        def batches() -> Iterator[tuple[pa.Schema, pa.RecordBatch | None]]:
+            for source in sources:
+                data = self.store.read(source)
+                if data is None:
+                    raise JournalError(f"Journal file {source} vanished while it was copied")
+                try:
+                    reader = pa.ipc.open_file(pa.BufferReader(data))
+                    for i in range(reader.num_record_batches):
+                        record_batch = reader.get_batch(i)
+                        if wanted is not None:
+                            ids = record_batch.column(
+                                record_batch.schema.get_field_index("messageId")
+                            ).to_pylist()
+                            record_batch = record_batch.filter(
+                                pa.array([i in wanted for i in ids], pa.bool_())
+                            )
+                        yield reader.schema, record_batch
+                    if reader.num_record_batches == 0:
+                        yield reader.schema, None
+                except pa.ArrowInvalid as exc:
+                    raise _corrupt(source, exc) from None
+                del data
+
+        def fill(out: Any) -> None:
+            writer = None
+            try:
+                for schema, record_batch in batches():
+                    if writer is None:
+                        chosen = schema if metadata is None else schema.with_metadata(metadata)
+                        writer = pa.ipc.new_file(out, chosen)
+                    if record_batch is not None:
+                        writer.write_batch(record_batch)
+                if writer is None:
+                    writer = pa.ipc.new_file(out, empty.with_metadata(metadata or {}))
+            finally:
+                if writer is not None:
+                    writer.close()
+
+        stream = getattr(self.store, "create_stream", None)
+        if stream is not None:
+            return bool(stream(key, fill))
+        sink = pa.BufferOutputStream()
+        fill(sink)
+        return self.store.create(key, sink.getvalue().to_pybytes())
 
     def remove_entry(self, batch: int, receiver: int) -> None:
         self.store.delete(self._entry_key(batch, receiver))
 
-    def read_parts(self, batch: int, receiver: int) -> list[tuple[int, pa.Table]]:
+    def read_parts(
+        self, batch: int, receiver: int, columns: Sequence[str] | None = None
+    ) -> list[tuple[int, pa.Table]]:
         """The receiver's parts, by key: part ``k`` is created only once part ``k - 1`` exists
         (by this attempt or a concurrent one), so the parts are 0, 1, ... up to the first
-        number that is absent."""
+        number that is absent. With ``columns``, only those are read (and the schema
+        metadata, which holds the seal): the bodies stay in the store."""
         parts = []
         while True:
-            key = self._part_key(batch, receiver, len(parts))
-            data = self.store.read(key)
-            if data is None:
+            table = self.read_part(batch, receiver, len(parts), columns)
+            if table is None:
                 return parts
-            parts.append((len(parts), _ipc_table(data, key)))
+            parts.append((len(parts), table))
+
+    def read_part(
+        self, batch: int, receiver: int, part: int, columns: Sequence[str] | None = None
+    ) -> pa.Table | None:
+        key = self._part_key(batch, receiver, part)
+        if columns is not None:
+            return self._read_columns(key, columns)
+        data = self.store.read(key)
+        return None if data is None else _ipc_table(data, key)
 
     def receiver_ids(self, batch: int, receiver: int) -> list[str]:
         """Ids a receiver of ``batch`` journaled: its entry's, else its parts' (an attempt that
-        died mid-loop under deleteAfterJournal)."""
-        table = self.read_entry(batch, receiver)
-        tables = [table] if table is not None else [t for _, t in self.read_parts(batch, receiver)]
+        died mid-loop under deleteAfterJournal). Bodies are not read."""
+        table = self._read_columns(self._entry_key(batch, receiver), ID_COLUMNS)
+        tables = (
+            [table]
+            if table is not None
+            else [t for _, t in self.read_parts(batch, receiver, ID_COLUMNS)]
+        )
         return [i for t in tables for i in t.column("messageId").to_pylist()]
 
     def batch_message_ids(
@@ -394,9 +614,8 @@ class Journal:
 
     def has_journaled(self, batch: int, receiver: int) -> bool:
         """True if the receiver has an entry or a part (two reads at most)."""
-        return (
-            self.store.read(self._entry_key(batch, receiver)) is not None
-            or self.store.read(self._part_key(batch, receiver, 0)) is not None
+        return self._exists(self._entry_key(batch, receiver)) or self._exists(
+            self._part_key(batch, receiver, 0)
         )
 
     def write_extension(self, batch: int, receiver: int, until: int) -> None:
@@ -415,19 +634,6 @@ class Journal:
             if self.store.read(f"{self.batch_dir(batch)}/{r:05d}.extended") is not None
         }
 
-    def combined_parts(self, batch: int, receiver: int) -> pa.Table | None:
-        """The parts of a receiver that has no entry, as one entry whose messages all await
-        deletion (whether the dead attempt deleted them is unknown)."""
-        tables = [t for _, t in self.read_parts(batch, receiver)]
-        if not tables:
-            return None
-        combined = pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
-        received = min(float((t.schema.metadata or {}).get(RECEIVED_AT, b"0")) for t in tables)
-        ids = combined.column("messageId").to_pylist()
-        return combined.replace_schema_metadata(
-            {RECEIVED_AT: repr(received), PENDING_DELETE: json.dumps(sorted(ids))}
-        )
-
     def adopt_entry(
         self,
         orphan: int,
@@ -441,13 +647,19 @@ class Journal:
         policy: the rest were carried out or quarantined). Idempotent: an existing target is
         kept. A source that has vanished (a straggler of the orphan removed the entry it wrote
         once it found the orphan retired, leaving its messages in flight) becomes an empty
-        entry, so the adopting batch's replays deliver nothing for it instead of failing."""
-        if self.store.read(self._entry_key(batch, target)) is not None:
+        entry, so the adopting batch's replays deliver nothing for it instead of failing.
+
+        Streamed (``_create_streamed``): one source file at a time, never the whole of a
+        receiver's parts. Parts become one entry whose messages all await deletion (whether
+        the dead attempt deleted them is unknown)."""
+        if self._exists(self._entry_key(batch, target)):
             return False
-        table = self.read_entry(orphan, receiver)
-        if table is None:
-            table = self.combined_parts(orphan, receiver)
-        if table is None:
+        empty = _empty_entry(self._options).schema
+        source = self._entry_key(orphan, receiver)
+        if self._exists(source):
+            return self._create_streamed(self._entry_key(batch, target), [source], empty, keep=keep)
+        parts = self.read_parts(orphan, receiver, ID_COLUMNS)
+        if not parts:
             logger.warning(
                 "batch %d: the entry of receiver %d of batch %d it adopts has vanished (its "
                 "messages come back after their visibility timeout); delivering nothing for it",
@@ -456,11 +668,19 @@ class Journal:
                 orphan,
             )
             return self.write_entry(batch, target, _empty_entry(self._options))
-        if keep is not None:
-            wanted = set(keep)
-            mask = [i in wanted for i in table.column("messageId").to_pylist()]
-            table = table.filter(pa.array(mask, pa.bool_()))
-        return self.write_entry(batch, target, table)
+        received = min(float((t.schema.metadata or {}).get(RECEIVED_AT, b"0")) for _, t in parts)
+        ids = [i for _, t in parts for i in t.column("messageId").to_pylist()]
+        metadata = {
+            RECEIVED_AT: repr(received).encode(),
+            PENDING_DELETE: json.dumps(sorted(ids)).encode(),
+        }
+        return self._create_streamed(
+            self._entry_key(batch, target),
+            [self._part_key(orphan, receiver, k) for k, _ in parts],
+            empty,
+            metadata,
+            keep,
+        )
 
     # -- a batch's life -----------------------------------------------------------------------
     #
@@ -569,7 +789,7 @@ class Journal:
             digest = f"{batch:012d}-{digest}"
         table = pa.table({"messageId": pa.array(ordered, pa.string())})
         self.store.create(f"drops/{digest}.arrow", _ipc_bytes(table))
-        _DROPS_CACHE[digest] = frozenset(ordered)
+        _DROPS_CACHE.put(digest, frozenset(ordered))
         return digest
 
     def read_drops(self, digest: str | None) -> frozenset[str]:
@@ -587,9 +807,7 @@ class Journal:
                 "use an s3:// location on a cluster"
             )
         ids = frozenset(_ipc_table(data, key).column("messageId").to_pylist())
-        if len(_DROPS_CACHE) > 8:
-            _DROPS_CACHE.clear()
-        _DROPS_CACHE[digest] = ids
+        _DROPS_CACHE.put(digest, ids)
         return ids
 
     def collect_drops(self, oldest_pending: int) -> int:

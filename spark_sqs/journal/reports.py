@@ -34,6 +34,7 @@ STOP_VISIBLE = "visible when planned"  # its part of the planned count, and the 
 STOP_BUDGET = "time budget"
 STOP_ERROR = "error"
 STOP_IN_FLIGHT = "in-flight limit"
+STOP_BYTES = "byte limit"  # maxBytesPerReceiver, or its share of maxBytesPerTrigger
 # One letter each in a summary's ``x`` part ("xe3v1": three empty receives, one at the count).
 STOP_CODES = {
     STOP_LIMIT: "l",
@@ -44,6 +45,7 @@ STOP_CODES = {
     STOP_BUDGET: "t",
     STOP_ERROR: "r",
     STOP_IN_FLIGHT: "i",
+    STOP_BYTES: "b",
 }
 _OTHER_STOP = "o"
 _STOP_NAMES = {code: name for name, code in STOP_CODES.items()} | {_OTHER_STOP: "other"}

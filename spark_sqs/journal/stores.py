@@ -9,17 +9,27 @@ and a test are supported; any other scheme is refused when the DataFrame is crea
 
 A write whose outcome is unknown (timeout, lost response, 5xx after retries) raises
 ``JournalOutcomeUnknown``: the caller must assume the write may have happened.
+
+Two more operations bound the memory a journal object costs (journal/entries.py uses them when
+a store has them, and ``read``/``create`` otherwise): ``create_stream`` creates a key from a
+writer callback (a local file is written as it is produced; an S3 body is sent from the one
+buffer it was written to, never copied), and ``open_random`` opens an object for random access
+(a memory map locally; ranged GETs on S3), so that a reader that needs a few columns of an
+Arrow file reads those and not the bodies.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import re
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TypeVar
 from urllib.parse import parse_qs, urlparse
+
+import pyarrow as pa
 
 from ..errors import InvalidOptionError, JournalError, JournalOutcomeUnknown
 
@@ -34,6 +44,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _TMP = ".tmp-"
+# S3 random access (``S3Store.open_random``): the first GET reads this much of the object's end,
+# which holds an Arrow file's footer and its last columns (receipt handles, queue URLs), and is
+# the whole object when it is smaller; a later read fetches at least READ_AHEAD bytes.
+TAIL_BYTES = 1 << 20
+READ_AHEAD = 256 << 10
 # Databricks FUSE mounts: no documented link()/O_EXCL semantics across nodes.
 _FUSE_PREFIXES = ("/dbfs/", "dbfs:/", "/Volumes/", "/Workspace/")
 _S3_PARAMETERS = ("endpoint_override", "scheme", "region")
@@ -57,6 +72,11 @@ class JournalStore(Protocol):
 
     def delete_many(self, keys: list[str]) -> None:
         """Remove ``keys`` (as few requests as the store allows); missing keys are fine."""
+
+
+class ObjectVanished(JournalError):
+    """An object opened for random access was removed while it was being read (a batch
+    removed meanwhile): for the reader, as if it had not existed."""
 
 
 def check_location(location: str) -> None:
@@ -106,8 +126,12 @@ class LocalStore:
         return os.path.join(self.root, *key.split("/"))
 
     def create(self, key: str, data: bytes) -> bool:
+        return self.create_stream(key, lambda out: out.write(data))
+
+    def create_stream(self, key: str, fill: Callable[[BinaryIO], object]) -> bool:
+        """``create`` of what ``fill`` writes, streamed to the temp file as it is written."""
         path = self._path(key)
-        tmp = self._write_tmp(path, data)
+        tmp = self._write_tmp(path, fill)
         try:
             # link() fails if the target exists: the first writer wins, atomically.
             os.link(tmp, path)
@@ -127,7 +151,7 @@ class LocalStore:
 
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
-        tmp = self._write_tmp(path, data)
+        tmp = self._write_tmp(path, lambda out: out.write(data))
         try:
             os.replace(tmp, path)
         except OSError as exc:
@@ -139,6 +163,17 @@ class LocalStore:
         try:
             with open(path, "rb") as f:
                 return f.read()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise JournalError(f"Cannot read journal file {path}: {exc}") from None
+
+    def open_random(self, key: str) -> pa.NativeFile | None:
+        """The file, memory-mapped: only the pages a reader touches are read. Journal files
+        are never modified once linked into place, and a removal leaves a mapping valid."""
+        path = self._path(key)
+        try:
+            return pa.memory_map(path, "r")
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
@@ -176,20 +211,21 @@ class LocalStore:
         for key in keys:
             self.delete(key)
 
-    def _write_tmp(self, path: str, data: bytes) -> str:
+    def _write_tmp(self, path: str, fill: Callable[[BinaryIO], object]) -> str:
+        tmp = f"{path}{_TMP}{uuid.uuid4().hex}"
         try:
             _make_private_dirs(os.path.dirname(path))
-            tmp = f"{path}{_TMP}{uuid.uuid4().hex}"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            with os.fdopen(fd, "wb") as out:
+                fill(out)
+                out.flush()
+                os.fsync(out.fileno())
         except OSError as exc:
+            _unlink_quietly(tmp)
             raise JournalError(f"Cannot write journal file {path}: {exc}") from None
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
         return tmp
 
 
@@ -320,12 +356,27 @@ class S3Store:
         return {}
 
     def create(self, key: str, data: bytes) -> bool:
+        return self._create(key, lambda: data)
+
+    def create_stream(self, key: str, fill: Callable[[BinaryIO], object]) -> bool:
+        """``create`` of what ``fill`` writes: S3 needs the whole body, so it is written to one
+        Arrow buffer and sent from it (botocore reads a file-like body in chunks), never copied
+        into a ``bytes`` object."""
+        # The system allocator: its large reallocations move pages instead of copying them,
+        # and keep nothing (Arrow's default pool keeps what the buffer's growth freed: about
+        # 2.5 times the body).
+        sink = pa.BufferOutputStream(memory_pool=pa.system_memory_pool())
+        fill(sink)  # type: ignore[arg-type]
+        body = sink.getvalue()
+        return self._create(key, lambda: pa.BufferReader(body))
+
+    def _create(self, key: str, body: Callable[[], Any]) -> bool:
         for _ in range(5):
             try:
                 self.client.put_object(
                     Bucket=self.bucket,
                     Key=self._key(key),
-                    Body=data,
+                    Body=body(),
                     IfNoneMatch="*",
                     **self._encryption(),
                 )
@@ -377,6 +428,46 @@ class S3Store:
             # The body streams after the answer's headers: botocore does not retry a failure
             # here, this loop does.
             return response["Body"].read()
+
+        return self._again("read", key, get)
+
+    def open_random(self, key: str) -> pa.NativeFile | None:
+        """The object for random access by ranged GETs (``RangedObject``): one GET of its last
+        ``TAIL_BYTES`` (the whole object when smaller), then a GET per range read outside what
+        was fetched. None if the object does not exist."""
+        first = self._get_range(key, f"bytes=-{TAIL_BYTES}")
+        if first is None:
+            return None
+        data, size = first
+
+        def fetch(start: int, end: int) -> bytes:
+            found = self._get_range(key, f"bytes={start}-{end - 1}")
+            if found is None:
+                raise ObjectVanished(f"s3://{self.bucket}/{self._key(key)} was removed")
+            return found[0]
+
+        return pa.PythonFile(RangedObject(fetch, size, data), mode="r")
+
+    def _get_range(self, key: str, byte_range: str) -> tuple[bytes, int] | None:
+        """(bytes of ``byte_range``, size of the object), or None if it does not exist."""
+
+        def get() -> tuple[bytes, int] | None:
+            try:
+                response = self.client.get_object(
+                    Bucket=self.bucket, Key=self._key(key), Range=byte_range
+                )
+            except Exception as exc:
+                code = _code(exc)
+                if code in _MISSING:
+                    return None
+                if code in ("InvalidRange", "416"):
+                    # An empty object has no byte to name.
+                    return b"", 0
+                raise
+            data = response["Body"].read()
+            # "bytes <first>-<last>/<size>"; absent when S3 answered with the whole object.
+            total = str(response.get("ContentRange") or "").rpartition("/")[2]
+            return data, int(total) if total.isdigit() else len(data)
 
         return self._again("read", key, get)
 
@@ -442,6 +533,69 @@ class S3Store:
             # been applied.
             return JournalOutcomeUnknown(message)
         return JournalError(message, retriable=True)
+
+
+class RangedObject(io.RawIOBase):
+    """A read-only, seekable file over an object read by ranges: ``tail`` is the object's last
+    bytes, already fetched; ``fetch(start, end)`` returns bytes ``[start, end)``. A read outside
+    what was fetched fetches at least ``READ_AHEAD`` bytes from there, so the small reads of an
+    Arrow file's neighbouring buffers cost one request; fetched ranges are kept while the file
+    is open (a reader of a few columns fetches little). ``requests`` and ``fetched`` count the
+    GETs and their bytes (the first one included)."""
+
+    def __init__(self, fetch: Callable[[int, int], bytes], size: int, tail: bytes) -> None:
+        super().__init__()
+        self._fetch = fetch
+        self._size = size
+        self._pos = 0
+        # (start, bytes) of each fetched range.
+        self._ranges: list[tuple[int, bytes]] = [(size - len(tail), tail)]
+        self.requests = 1
+        self.fetched = len(tail)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def size(self) -> int:
+        return self._size
+
+    def read(self, n: int = -1) -> bytes:
+        start = self._pos
+        end = self._size if n is None or n < 0 else min(self._size, start + n)
+        if end <= start:
+            return b""
+        out = self._cached(start, end)
+        if out is None:
+            stop = min(self._size, max(end, start + READ_AHEAD))
+            data = self._fetch(start, stop)
+            self.requests += 1
+            self.fetched += len(data)
+            self._ranges.append((start, data))
+            out = data[: end - start]
+        self._pos = start + len(out)
+        return out
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def _cached(self, start: int, end: int) -> bytes | None:
+        for first, data in self._ranges:
+            if first <= start and end <= first + len(data):
+                return data[start - first : end - first]
+        return None
 
 
 class _S3ClientFactory:

@@ -176,6 +176,30 @@ def test_extended_payloads_are_fetched_from_s3(
     assert len(left) == (0 if delete_payloads else len(payloads))
 
 
+def test_extended_payloads_count_towards_the_receivers_byte_limit(
+    moto_endpoint, sqs, s3, queue_url, bucket, deliver, tmp_path
+):
+    producer = helpers.extended_sqs_client(moto_endpoint, bucket)
+    payloads = [f"{n:02d}:" + "p" * 200_000 for n in range(30)]
+    for payload in payloads:
+        producer.send_message(QueueUrl=queue_url, MessageBody=payload)
+
+    rows = deliver(
+        extendedPayloads="true",
+        s3EndpointUrl=moto_endpoint,
+        numPartitions=2,
+        maxBytesPerReceiver="1m",
+    )
+
+    assert sorted(r.body for r in rows) == payloads
+    # Each pointer counts at its declared 200 KB: a receiver stops after the call that brings
+    # it to 1 MiB, so it journals at most one call (10 messages) a batch, and the 30 payloads
+    # take several batches (without the limit, the first batch's share of 5,000 takes all).
+    journaled = [m["journaled"] for m in Journal(str(tmp_path / "journal")).read_metrics()]
+    assert sum(journaled) == 30
+    assert 0 < max(journaled) <= 20
+
+
 def test_a_missing_payload_fails_naming_the_message_and_the_key(
     spark, moto_endpoint, sqs, s3, queue_url, bucket, tmp_path
 ):

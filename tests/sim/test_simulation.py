@@ -280,3 +280,24 @@ def test_the_unkind_world_finds_each_hole(
     found = [v for v in result.violations if v.startswith(signature) or signature in v[:80]]
     replay = replay_command(seed, None, unkind=chosen)
     assert not found, f"hole {hole}: {found[0]}\n  replay: {replay}"
+
+
+@pytest.mark.parametrize("fifo", [False, True], ids=["standard", "fifo"])
+def test_byte_limits_stop_receivers_and_replays_keep_them(
+    fifo: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each run draws maxBytesPerReceiver and maxBytesPerTrigger of a few messages' bytes (or
+    the defaults), so receivers stop at their byte limit and restarts change the limits under
+    every fault of the seed: a replay keeps what its plan recorded, and every message still
+    reaches the sink once. In this process (the receivers' log is counted)."""
+    caplog.set_level("INFO", logger="spark_sqs.executor.receiver")
+    results = list(sweep(range(SEEDS // 8), fifo=fifo, max_bytes=True, jobs=1))
+    failures = "\n".join(
+        f"seed {r.config.seed}: {' | '.join(r.violations[:4])}\n  replay: "
+        + replay_command(r.config.seed, fifo, max_bytes=True)
+        for r in results
+        if not r.ok
+    )
+    assert not failures, failures
+    stops = [r for r in caplog.records if r.getMessage().endswith("(stopped by byte limit)")]
+    assert len(stops) > SEEDS // 40, "receivers that stopped at their byte limit"

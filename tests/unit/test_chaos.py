@@ -20,13 +20,16 @@ from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutE
 from chaos import faults
 from chaos.faults import FaultConfig, FaultInjector, count_faults, faults_by_role
 from chaos.run import (
+    RSS_ROLES,
     Outcome,
     _count,
     _count_arrivals,
     _order_violations,
     _processes,
     drain_target,
+    flatness,
     render,
+    rss_by_role,
     sink_counters,
 )
 from chaos.sink import committed_batches, committed_files
@@ -541,3 +544,36 @@ def test_the_sns_producer_publishes_envelopes_and_remembers_the_sns_ids(endpoint
         i: n for n, i in producer.sent.items()
     }
     assert all(e["Type"] == "Notification" and e["TopicArn"] == topic for e in envelopes)
+
+
+# -- memory over a soak ------------------------------------------------------------------------
+
+
+def test_flatness_leaves_out_the_warm_up_and_compares_the_thirds() -> None:
+    mib = 1 << 20
+    warm_then_flat = [50 * mib] * 10 + [200 * mib] * 30
+    assert flatness(warm_then_flat)["flat"] is True
+    growing = [(100 + 4 * i) * mib for i in range(40)]  # 4 MiB more per sample
+    result = flatness(growing)
+    assert result["flat"] is False and result["growth"] > 1.1
+    assert flatness([mib] * 5)["flat"] is None  # too few samples to tell
+    # Within 16 MiB: noise of a small process is not growth.
+    assert flatness([10 * mib] * 20 + [20 * mib] * 20)["flat"] is True
+
+
+def test_rss_is_read_per_role_from_the_process_table() -> None:
+    me = os.getpid()
+    session = 4242
+    table = {
+        session: (1, session, b"python\0chaos/child.py\0"),
+        10: (session, session, b"/usr/lib/jvm/bin/java\0-cp\0x\0"),
+        11: (10, session, b"python\0-m\0pyspark.sql.streaming.python_streaming_source_runner\0"),
+        12: (10, session, b"python\0-m\0pyspark.daemon\0pyspark.worker\0"),
+        me: (12, session, b"python\0-m\0pyspark.daemon\0pyspark.worker\0"),  # a forked worker
+        99: (1, 7, b"python\0other\0"),  # another session
+    }
+    found = rss_by_role(table, session)
+    assert set(found) == set(RSS_ROLES)
+    # Only this process exists of those: it is the one worker, counted once.
+    assert found["worker_max"] == found["workers_total"] > 0
+    assert found["source_runner"] == found["jvm"] == found["driver_python"] == 0

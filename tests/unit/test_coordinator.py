@@ -450,3 +450,54 @@ def test_a_batch_takes_what_was_visible_when_planned_not_what_arrives_after(
     first = metrics[json.loads(end)["batch"]]["receiveStops"]
     assert sum(first.values()) == 3
     assert set(first) <= {"visible when planned", "caught up", "empty receive"}
+
+
+# -- a long run ----------------------------------------------------------------------------------
+
+
+def driver_state(driver: Coordinator) -> dict[str, int]:
+    """The sizes of everything the driver keeps per batch or per message."""
+    from spark_sqs.journal import entries
+
+    ack, hb, guard = driver.acknowledger, driver.heartbeat, driver.guard
+    return {
+        "guard.handed_out": len(guard.handed_out),
+        "guard.planned": len(guard.planned),
+        "guard.idle": len(guard.idle),
+        "coordinator._planned_at": len(driver._planned_at),
+        "coordinator._limits": len(driver._limits),
+        "reporter.replayed": len(driver.reporter.replayed),
+        **{
+            f"acknowledger.{name}": len(getattr(ack, name))
+            for name in (
+                "_pending", "_receivers", "_extend_by", "_limits", "_deleting", "_inherited",
+                "_inherited_ids", "_assigned", "_reporters", "_report_writers", "_valid_until",
+                "dedupe",
+            )
+        },
+        **{
+            f"heartbeat.{name}": len(getattr(hb, name))
+            for name in (
+                "_tracked", "_seen_receivers", "_receivers", "_self_extended", "_planned_at",
+                "_discover_after", "_lost", "_held", "_warned",
+            )
+        },
+        "drop sets cached": len(entries._DROPS_CACHE),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("spark", SPARK_VERSIONS)
+def test_a_long_run_keeps_no_state_that_grows_with_the_batches(world: World, spark: str) -> None:
+    query = Query(world, spark, numPartitions=2, maxMessagesPerTrigger=2)
+    seen = {}
+    for batch in range(60):
+        world.send(2)
+        assert query.trigger() is not None
+        if batch in (19, 59):
+            assert query.reader._driver is not None
+            seen[batch] = driver_state(query.reader._driver)
+    query.run_until_idle()
+
+    assert seen[59] == seen[19]
+    assert max(seen[59].values()) <= 8, seen[59]
+    assert_each_once(query.delivered, world.sent)

@@ -17,20 +17,23 @@ import pyarrow as pa
 import pytest
 from moto import mock_aws
 
+from spark_sqs.driver.planning import ReceiverPartition
 from spark_sqs.errors import ExtendedPayloadError, InvalidEnvelopeError, TransientSqsError
 from spark_sqs.executor.envelopes import (
     EXTENDED_PAYLOADS,
     POINTER_KEY,
     S3Pointer,
+    declared_payload_size,
     delete_payloads,
     fetch_payloads,
     merged_metadata,
+    message_bytes,
     prepare,
     read_payload_pointers,
     transform,
 )
 from spark_sqs.executor.receiver import read_partition
-from spark_sqs.journal import Journal
+from spark_sqs.journal import BatchPlan, Journal, ReceiverPlan
 from spark_sqs.lag import LAG, read_lag
 from spark_sqs.schema import SNS_KEY, arrow_output_schema, messages_to_table, output_batches
 from tests.helpers import extended_sqs_client
@@ -154,7 +157,8 @@ def test_invalid_envelope_keep_passes_the_message_through_raw() -> None:
 
     assert rejected == []
     assert kept[1] == raw
-    rows = output_batches(messages_to_table(kept, QUEUE_URL, sns=True), sns=True)[0].to_pylist()
+    table = messages_to_table(kept, QUEUE_URL, sns=True)
+    rows = next(output_batches(table, sns=True)).to_pylist()
     assert rows[1]["body"] == "plain text"
     assert [rows[1][c] for c in ("snsTopicArn", "snsMessageId", "snsSubject", "snsTimestamp")] == [
         None
@@ -463,3 +467,66 @@ def test_delete_payloads_reports_failures_without_raising() -> None:
     result = delete_payloads([pa.table({"messageId": ["m1", "m2"]}, schema=schema)], Denied())
     assert result.failed == {"s3://b/k1": "AccessDenied", "s3://b/k2": "AccessDenied"}
     assert result.deleted == 0
+
+
+# -- sizes (the receivers' memory bound) -------------------------------------------------------
+
+
+def test_a_message_s_bytes_count_its_body_attributes_id_and_handle_in_utf8() -> None:
+    plain = sqs_message(1, body="a" * 1000)
+    wide = sqs_message(1, body="\u00e9" * 1000)  # 2 bytes each in UTF-8
+    assert message_bytes(wide, make_options()) - message_bytes(plain, make_options()) == 1000
+    attrs = {"blob": {"DataType": "Binary", "BinaryValue": b"\x00" * 500}}
+    with_attrs = sqs_message(1, body="a" * 1000, attributes=attrs)
+    grown = message_bytes(with_attrs, make_options()) - message_bytes(plain, make_options())
+    assert grown == len("blob") + len("Binary") + 500
+    assert message_bytes(plain, make_options()) > 1000 + len(plain["ReceiptHandle"])
+
+
+def test_an_extended_client_payload_counts_at_its_declared_size(
+    aws: tuple[Any, Any, str],
+) -> None:
+    producer, _, url = aws
+    payload = "p" * 300_000
+    producer.send_message(QueueUrl=url, MessageBody=payload)
+    (message,) = receive_all(url, 1)
+    assert len(message["Body"]) < 1000  # the pointer
+    assert declared_payload_size(message, EXTENDED) == 300_000
+    assert message_bytes(message, EXTENDED) > 300_000
+    # Without extendedPayloads the pointer is the body the source delivers.
+    assert message_bytes(message, make_options()) < 2000
+
+
+def test_a_payload_size_inside_an_sns_envelope_counts_too() -> None:
+    body = envelope(
+        pointer_body("k-9"),
+        MessageAttributes={"ExtendedPayloadSize": {"Type": "Number", "Value": "5000000"}},
+    )
+    both = make_options(messageFormat="sns", extendedPayloads="true")
+    assert declared_payload_size(sqs_message(1, body=body), both) == 5_000_000
+    assert declared_payload_size(sqs_message(1, body=body), EXTENDED) == 0
+    broken = envelope(pointer_body("k-9"), MessageAttributes={"ExtendedPayloadSize": 5})
+    assert declared_payload_size(sqs_message(1, body=broken), both) == 0
+
+
+def test_a_receiver_stops_at_its_byte_limit_counting_the_payloads_it_will_fetch(
+    aws: tuple[Any, Any, str], tmp_path: Path
+) -> None:
+    producer, _, url = aws
+    for n in range(30):
+        producer.send_message(QueueUrl=url, MessageBody=f"{n:03d}" + "q" * 200_000)
+    location = str(tmp_path / "journal")
+    options = make_options(location, extendedPayloads="true", waitTimeSeconds="0")
+    journal = Journal(location, options)
+    journal.write_plan(BatchPlan(1, (ReceiverPlan(0, 100, max_bytes=1_000_000),)))
+    sqs = boto3.client("sqs", region_name="us-east-1")
+
+    rows = pa.Table.from_batches(
+        list(read_partition(ReceiverPartition(1, 0, 100, url, options), client_factory=lambda: sqs))
+    )
+
+    # Each call's 200 KB payloads are counted before they are fetched: the receiver stops at
+    # the first call that leaves it at 1,000,000 bytes or more (a call returns 1-10 messages).
+    assert 5 <= rows.num_rows < 15
+    assert sum(len(b) for b in rows.column("body").to_pylist()) < 1_000_000 + 10 * 200_200
+    assert all(len(b) == 200_003 for b in rows.column("body").to_pylist())

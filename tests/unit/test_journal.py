@@ -527,11 +527,15 @@ def test_a_receiver_s_ids_are_its_entry_s_else_its_parts(journal: Journal) -> No
     assert journal.batch_message_ids(4, [0, 1, 2], but=1) == {ids[0], ids[1]}
     assert journal.batch_message_ids(4, [2]) == frozenset()
     assert journal.batch_message_ids(5, [0, 1]) == frozenset()
-    # The dead receiver's parts, as one entry whose messages all await deletion.
-    combined = journal.combined_parts(4, 1)
+    # The dead receiver's parts, adopted as one entry whose messages all await deletion.
+    assert journal.adopt_entry(4, 1, 9, 10000)
+    combined = journal.read_entry(9, 10000)
     assert combined is not None
-    assert [r.message_ids for r in [receipts_of(4, 1, combined)]] == [(ids[2], ids[3], ids[4])]
-    assert journal.combined_parts(4, 2) is None
+    assert [r.message_ids for r in [receipts_of(9, 10000, combined)]] == [(ids[2], ids[3], ids[4])]
+    assert journal.read_receipts(9, 10000).message_ids == (ids[2], ids[3], ids[4])  # type: ignore[union-attr]
+    # Receiver 2 journaled nothing: its adoption delivers nothing.
+    assert journal.adopt_entry(4, 2, 9, 10001)
+    assert journal.read_entry(9, 10001).num_rows == 0  # type: ignore[union-attr]
 
 
 def test_s3_journal_objects_are_written_with_the_given_kms_key() -> None:
@@ -1124,3 +1128,27 @@ def test_a_journal_taken_over_in_place_records_its_format_apart_from_its_meta(
     store.create(f"format/{FORMAT_VERSION + 1}", b"")
     with pytest.raises(JournalError, match=f"journal format {FORMAT_VERSION + 1}"):
         Journal(journal_location, options).check_owner(QUEUE_URL)
+
+
+def test_the_drop_set_cache_keeps_the_newest_sets_only(journal: Journal) -> None:
+    from spark_sqs.journal import entries
+
+    entries._DROPS_CACHE.clear()
+    digests = [
+        journal.write_drops(frozenset({f"m{batch}-{i}" for i in range(50)}), batch)
+        for batch in range(1, 201)
+    ]
+    # A driver writes one per batch: 200 batches, the newest 8 kept.
+    assert len(entries._DROPS_CACHE) == entries._DROPS_CACHE.max_sets
+    assert journal.read_drops(digests[-1]) == {f"m200-{i}" for i in range(50)}
+    # An older one is read from the journal again (and cached in place of the oldest).
+    assert journal.read_drops(digests[0]) == {f"m1-{i}" for i in range(50)}
+    assert len(entries._DROPS_CACHE) == entries._DROPS_CACHE.max_sets
+
+    bounded = entries._DropsCache(sets=8, ids=120)
+    for n in range(10):
+        bounded.put(f"d{n}", frozenset(f"{n}-{i}" for i in range(50)))
+    assert (len(bounded), bounded.ids) == (2, 100)
+    bounded.put("huge", frozenset(str(i) for i in range(500)))
+    assert (len(bounded), bounded.ids) == (1, 500)  # the newest set is always kept
+    assert bounded.get("huge") is not None and bounded.get("d9") is None

@@ -57,3 +57,20 @@ def test_offset_from_another_source_is_rejected_with_a_fix(offset: Any) -> None:
 def test_invalid_batch_number_is_rejected(value: Any) -> None:
     with pytest.raises(SqsSourceError, match="invalid batch number"):
         offsets.batch_of({"batch": value})
+
+
+def test_the_guard_keeps_only_the_numbers_that_can_still_matter() -> None:
+    guard = offsets.CheckpointGuard("/j", "id", known_through=3, initial=2)
+    # A run of 500 batches, each handed out, planned, and acknowledged two batches later.
+    for batch in range(4, 504):
+        guard.handed_out.add(batch)
+        assert guard.check_end(offsets.make(batch, "id"), acked=batch - 2) == batch
+        guard.planned.add(batch)
+        assert guard.check_start(offsets.make(batch, "id"), batch - 1, planned_only=True) == batch
+    assert len(guard.handed_out) <= 3 and len(guard.planned) <= 3
+    # What is in flight is still known; a start at the acknowledged batch and the initial
+    # batch (a new checkpoint on this journal) are still accepted.
+    assert guard.check_start(offsets.make(503, "id"), 503, planned_only=True) == 503
+    assert guard.check_start(offsets.make(2, "id"), 503, planned_only=False) == 2
+    with pytest.raises(SqsSourceError, match="acknowledged batches up to 503"):
+        guard.check_start(offsets.make(400, "id"), 503, planned_only=False)

@@ -854,6 +854,55 @@ def test_every_number_option_is_refused_outside_its_range(spec: Any) -> None:
         assert "Fix: give" in message
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("64m", 64 << 20),
+        ("64MiB", 64 << 20),
+        ("64 MB", 64 << 20),
+        ("1g", 1 << 30),
+        ("1536k", 1536 << 10),
+        ("1048576", 1 << 20),
+        ("10G", 10 << 30),
+    ],
+)
+def test_byte_sizes_are_read_as_spark_writes_them(text: str, expected: int) -> None:
+    opts = parse(**BASE, maxBytesPerReceiver=text, maxBytesPerTrigger=text)
+    assert opts.max_bytes_per_receiver == expected
+    assert opts.max_bytes_per_trigger == expected
+
+
+def test_byte_limits_default_to_64_mib_per_receiver_and_no_batch_budget() -> None:
+    opts = parse(**BASE)
+    assert opts.max_bytes_per_receiver == 64 << 20
+    assert opts.max_bytes_per_trigger is None
+
+
+@pytest.mark.parametrize("spec", _specs("bytes"))
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [("lots", "is not a byte size"), ("10x", "is not a byte size"), ("-5m", "is not a byte size")],
+)
+def test_every_byte_size_option_names_its_value_and_the_fix(
+    spec: Any, value: str, problem: str
+) -> None:
+    with pytest.raises(InvalidOptionError) as info:
+        parse(**BASE, **{spec.name: value})
+    message = str(info.value)
+    assert f"'{spec.name}' = '{value}': {problem}" in message
+    assert "Fix: give a number of bytes with an optional unit k, m, g or t" in message
+
+
+@pytest.mark.parametrize("spec", _specs("bytes"))
+def test_every_byte_size_option_is_refused_outside_its_range(spec: Any) -> None:
+    for value in (str(int(spec.low) - 1), f"{int(spec.high) * 2}"):
+        with pytest.raises(InvalidOptionError) as info:
+            parse(**BASE, **{spec.name: value})
+        message = str(info.value)
+        assert f"'{spec.name}' = '{value}': is out of range 1k-" in message
+        assert "Fix: give a byte size from 1k to" in message
+
+
 @pytest.mark.parametrize("spec", _specs("choice"))
 def test_every_choice_is_accepted_in_any_case_and_others_are_refused(spec: Any) -> None:
     for choice in spec.choices:

@@ -208,3 +208,37 @@ def test_a_plan_written_before_counts_were_recorded_has_no_bound() -> None:
     assert plan.receivers == (ReceiverPlan(0, 5),)
     assert plan.receivers[0].visible is None
     assert b"visible" not in plan.to_json()
+
+
+# -- byte limits (maxBytesPerReceiver, maxBytesPerTrigger) ---------------------------------------
+
+
+def test_each_receiver_s_byte_limit_is_the_per_receiver_cap_or_its_batch_share() -> None:
+    plan = new_plan(
+        3, 100, 4, max_bytes_per_receiver=64 << 20, max_bytes_per_trigger=(100 << 20) + 2
+    )
+    share = (100 << 20) // 4
+    assert [r.max_bytes for r in plan.receivers] == [share + 1, share + 1, share, share]
+    alone = new_plan(3, 100, 4, max_bytes_per_receiver=16 << 20, max_bytes_per_trigger=1 << 30)
+    assert {r.max_bytes for r in alone.receivers} == {16 << 20}
+    # Split over the receivers that get messages, as the messages are.
+    few = new_plan(3, 2, 4, max_bytes_per_receiver=1 << 30, max_bytes_per_trigger=10 << 20)
+    assert [(r.limit, r.max_bytes) for r in few.receivers] == [(1, 5 << 20), (1, 5 << 20)]
+
+
+def test_plans_and_partitions_carry_the_byte_limits_and_old_plans_have_none() -> None:
+    plan = new_plan(3, 10, 2, journaled=[5], adopted=[(1, 0)], max_bytes_per_receiver=1 << 20)
+    assert {r.receiver: r.max_bytes for r in plan.receivers} == {
+        0: 1 << 20,
+        1: 1 << 20,
+        5: 1 << 20,
+        ADOPTED_FROM: 1 << 20,
+    }
+    again = BatchPlan.from_json(plan.to_json())
+    assert again == plan
+    parts = partitions_of(again, URL, options())
+    assert [p.max_bytes for p in parts] == [1 << 20] * 4
+    # A plan of an earlier version (no byte limits): none, for its receivers and partitions.
+    legacy = new_plan(3, 10, 2)
+    assert b"maxBytes" not in legacy.to_json()
+    assert all(r.max_bytes is None for r in BatchPlan.from_json(legacy.to_json()).receivers)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -22,6 +23,7 @@ from spark_sqs.errors import (
     SqsSourceError,
     TransientSqsError,
 )
+from spark_sqs.executor.envelopes import message_bytes
 from spark_sqs.executor.receiver import (
     CAUGHT_UP_AFTER,
     RECEIVE_BATCH,
@@ -30,7 +32,15 @@ from spark_sqs.executor.receiver import (
     read_partition,
     receive_messages,
 )
-from spark_sqs.journal import STOPPED_BY, BatchPlan, Journal, JournalState, ReceiverPlan
+from spark_sqs.journal import (
+    BYTES,
+    ID_COLUMNS,
+    STOPPED_BY,
+    BatchPlan,
+    Journal,
+    JournalState,
+    ReceiverPlan,
+)
 from spark_sqs.schema import arrow_output_schema, messages_to_table
 from tests.fakes import Clock, FakeSqs, client_error
 from tests.unit.factories import QUEUE_URL, make_options, sqs_message
@@ -761,3 +771,116 @@ def test_a_receiver_that_did_not_stall_makes_no_extra_call(journal_dir: str) -> 
     out = collect(read_partition(part, client_factory=lambda: sqs, clock=clock))
     assert out.num_rows == 3
     assert sqs.batch_calls == []
+
+
+# -- the memory bound (maxBytesPerReceiver) -----------------------------------------------------
+
+KIB10 = "x" * 10240
+
+
+def big_messages(count: int, first: int = 0) -> list[dict[str, Any]]:
+    return [sqs_message(n, body=KIB10) for n in range(first, first + count)]
+
+
+@pytest.mark.parametrize("cap", [1, 25_000, 100_000, 250_000])
+def test_a_receiver_holds_less_than_its_byte_limit_plus_one_call(cap: int) -> None:
+    sqs = FakeSqs(script=[big_messages(10, 10 * k) for k in range(50)])
+    part = replace(partition(1000), max_bytes=cap)
+
+    messages, stats = receive_messages(sqs, part)
+
+    sizes = [message_bytes(m, part.options) for m in messages]
+    assert stats.stopped_by == "byte limit"
+    assert stats.bytes == sum(sizes)
+    # A call is made only while the bytes held are below the limit: the last call crossed it,
+    # and every call before it left the receiver below it.
+    assert sum(sizes[:-10]) < cap <= sum(sizes)
+    assert stats.bytes < cap + max(sum(sizes[i : i + 10]) for i in range(0, len(sizes), 10))
+    assert len(sqs.receive_calls) == len(messages) // 10
+
+
+def test_without_a_byte_limit_a_receiver_receives_its_share() -> None:
+    sqs = FakeSqs(script=[big_messages(10, 10 * k) for k in range(50)])
+    messages, stats = receive_messages(sqs, partition(100))
+    assert (len(messages), stats.stopped_by) == (100, "limit")
+    assert stats.bytes > 1_000_000
+
+
+def test_a_redelivery_in_the_loop_is_counted_once() -> None:
+    again = sqs_message(0, body=KIB10, handle="newer")
+    sqs = FakeSqs(script=[big_messages(2), [again], []])
+    messages, stats = receive_messages(sqs, replace(partition(100), max_bytes=10**9))
+    assert stats.bytes == sum(message_bytes(m, make_options()) for m in messages)
+    assert len(messages) == 2
+
+
+def test_a_receiver_keeps_its_plan_s_byte_limit_not_the_partition_s(journal_dir: str) -> None:
+    opts = make_options(journal_dir)
+    Journal(journal_dir, opts).write_plan(BatchPlan(1, (ReceiverPlan(0, 1000, max_bytes=250_000),)))
+    sqs = FakeSqs(script=[big_messages(10, 10 * k) for k in range(50)])
+    # A partition of another run (other options) must not change what the first plan allowed.
+    part = ReceiverPartition(1, 0, 1000, QUEUE_URL, opts, max_bytes=None)
+
+    out = collect(read_partition(part, client_factory=lambda: sqs))
+
+    assert out.num_rows == 30  # 3 calls of 10 messages of 10 KiB: the third crossed 250,000
+    assert len(sqs.receive_calls) == 3
+
+
+def test_a_plan_written_before_byte_limits_replays_without_one(journal_dir: str) -> None:
+    opts = make_options(journal_dir)
+    old = json.dumps(
+        {"batch": 1, "receivers": [{"receiver": 0, "limit": 100, "adoptFrom": None}]}
+    ).encode()
+    journal = Journal(journal_dir, opts)
+    journal.store.create("batches/000000000001/_plan.json", old)
+    assert journal.read_plan(1).receivers[0].max_bytes is None  # type: ignore[union-attr]
+    sqs = FakeSqs(script=[big_messages(10, 10 * k) for k in range(50)])
+    part = ReceiverPartition(1, 0, 100, QUEUE_URL, opts, max_bytes=1024)
+
+    out = collect(read_partition(part, client_factory=lambda: sqs))
+
+    assert out.num_rows == 100
+
+
+def test_a_retried_delete_after_journal_attempt_counts_the_bytes_of_earlier_parts(
+    journal_dir: str,
+) -> None:
+    opts = make_options(journal_dir, deleteAfterJournal="true")
+    journal = Journal(journal_dir, opts)
+    journal.write_plan(
+        BatchPlan(1, (ReceiverPlan(0, 1000, max_bytes=25_000),), delete_after_journal=True)
+    )
+    # A killed attempt journaled a part that already filled the limit.
+    earlier = messages_to_table(big_messages(3), QUEUE_URL).replace_schema_metadata(
+        {b"spark_sqs.receivedAt": b"1.0", BYTES: b"25000"}
+    )
+    assert journal.write_part(1, 0, 0, earlier)
+    sqs = FakeSqs(script=[big_messages(10, 100 + 10 * k) for k in range(5)])
+    part = ReceiverPartition(1, 0, 1000, QUEUE_URL, opts)
+
+    out = collect(read_partition(part, client_factory=lambda: sqs))
+
+    assert sqs.receive_calls == []
+    assert out.column("messageId").to_pylist() == [m["MessageId"] for m in big_messages(3)]
+
+
+def test_delete_after_journal_parts_record_their_bytes_and_the_loop_stops_at_the_limit(
+    journal_dir: str,
+) -> None:
+    opts = make_options(journal_dir, deleteAfterJournal="true")
+    journal = Journal(journal_dir, opts)
+    journal.write_plan(
+        BatchPlan(1, (ReceiverPlan(0, 1000, max_bytes=250_000),), delete_after_journal=True)
+    )
+    sqs = FakeSqs(script=[big_messages(10, 10 * k) for k in range(5)])
+    out = collect(
+        read_partition(ReceiverPartition(1, 0, 1000, QUEUE_URL, opts), client_factory=lambda: sqs)
+    )
+
+    parts = journal.read_parts(1, 0, ID_COLUMNS)
+    recorded = [int((t.schema.metadata or {}).get(BYTES, b"0")) for _, t in parts]
+    assert out.num_rows == 30 and len(sqs.receive_calls) == 3
+    assert recorded[:3] == [
+        sum(message_bytes(m, opts) for m in big_messages(10, 10 * k)) for k in range(3)
+    ]

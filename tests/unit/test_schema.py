@@ -47,7 +47,7 @@ def test_output_has_exactly_the_output_schema() -> None:
         sqs_message(1, fifo=True),
         {"MessageId": "bare", "ReceiptHandle": "h"},
     ]
-    batches = output_batches(messages_to_table(messages, QUEUE_URL))
+    batches = list(output_batches(messages_to_table(messages, QUEUE_URL)))
 
     assert batches, "rows expected"
     for batch in batches:
@@ -216,7 +216,7 @@ def test_output_batches_of_a_chunked_table_are_combined() -> None:
     first = messages_to_table([sqs_message(0)], QUEUE_URL)
     second = messages_to_table([sqs_message(1), sqs_message(2)], QUEUE_URL)
     table = pa.concat_tables([first, second])
-    batches = output_batches(table)
+    batches = list(output_batches(table))
     assert len(batches) == 1
     assert batches[0].num_rows == 3
     assert batches[0].schema == arrow_output_schema()
@@ -264,3 +264,19 @@ def test_an_entry_journaled_in_the_other_format_still_yields_the_query_schema() 
     sns = messages_to_table([sqs_message(0)], QUEUE_URL, sns=True)
     (as_raw,) = output_batches(sns, sns=False)
     assert as_raw.schema == arrow_output_schema()
+
+
+def test_large_bodies_convert_exactly_once_with_nulls_and_any_text() -> None:
+    # Over a MiB of bodies are copied into one buffer of their size (the memory bound): the
+    # same array pa.array makes, whatever the text.
+    bodies = ["\u00e9\u4e2d\U0001f600" * 50_000, None, "plain " * 100_000, "", None, "x"]
+    messages = [
+        {**sqs_message(n), "Body": body}
+        if body is not None
+        else {"MessageId": f"m{n}", "ReceiptHandle": "h"}
+        for n, body in enumerate(bodies)
+    ]
+    table = messages_to_table(messages, QUEUE_URL)
+    assert table.column("body").to_pylist() == bodies
+    assert table.column("body").chunk(0).equals(pa.array(bodies, pa.string()))
+    assert table.column("body").null_count == 2
