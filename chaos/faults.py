@@ -23,6 +23,13 @@ classification and our recovery all run as they would in production. The kinds:
 
 Every injected fault is appended, one line each, to the log file named in the configuration, so
 the harness can count them across processes.
+
+**Slow tasks** (the cluster scenarios, to make speculation launch copies): the first attempt of a
+share of receiver tasks sleeps once, either before its first ``ReceiveMessage`` (it holds
+nothing yet) or after that call's answer (it holds received messages it has not journaled). The
+task is chosen from Spark's ``TaskContext`` (stage, partition, attempt number 0) in the
+executor's Python worker, so the library needs no hook; a speculative copy or a retry (attempt
+number 1 and up) runs at full speed. Each sleep's start and end go to a log of their own.
 """
 
 from __future__ import annotations
@@ -51,6 +58,8 @@ SQS_OPERATIONS = (
 S3_OPERATIONS = ("PutObject", "GetObject", "ListObjectsV2", "DeleteObject")
 OPERATIONS = SQS_OPERATIONS + S3_OPERATIONS
 SERVICES = ("sqs", "s3")
+# Where a slowed task sleeps: before its first ReceiveMessage is sent, or after its answer.
+SLOW_POINTS = ("before", "after")
 
 
 def service_of(operation: str) -> str:
@@ -66,6 +75,13 @@ class FaultConfig:
     operations: tuple[str, ...] = OPERATIONS
     # The share of S3 calls that fail; None: the same as ``rate``.
     s3_rate: float | None = None
+    # Slow tasks: the share of receiver tasks whose first attempt sleeps, for how long (drawn
+    # from the range; at the "after" point capped by ``slow_after_max``), and where it is logged.
+    slow_share: float = 0.0
+    slow_seconds: tuple[float, float] = (0.0, 0.0)
+    slow_points: tuple[str, ...] = SLOW_POINTS
+    slow_after_max: float | None = None
+    slow_log: str = ""
 
     def rate_for(self, service: str) -> float:
         if service == "s3" and self.s3_rate is not None:
@@ -81,6 +97,11 @@ class FaultConfig:
                 "kinds": list(self.kinds),
                 "operations": list(self.operations),
                 "s3_rate": self.s3_rate,
+                "slow_share": self.slow_share,
+                "slow_seconds": list(self.slow_seconds),
+                "slow_points": list(self.slow_points),
+                "slow_after_max": self.slow_after_max,
+                "slow_log": self.slow_log,
             }
         )
 
@@ -94,7 +115,33 @@ class FaultConfig:
             kinds=tuple(raw.get("kinds", KINDS)),
             operations=tuple(raw.get("operations", OPERATIONS)),
             s3_rate=None if raw.get("s3_rate") is None else float(raw["s3_rate"]),
+            slow_share=float(raw.get("slow_share", 0.0)),
+            slow_seconds=_pair(raw.get("slow_seconds", (0.0, 0.0))),
+            slow_points=tuple(raw.get("slow_points", SLOW_POINTS)),
+            slow_after_max=(
+                None if raw.get("slow_after_max") is None else float(raw["slow_after_max"])
+            ),
+            slow_log=str(raw.get("slow_log", "")),
         )
+
+    def slow_plan(self, stage: int, partition: int) -> tuple[str, float] | None:
+        """``(point, seconds)`` if the first attempt of this task is to be slow, else None: the
+        same answer in every process (a function of the seed and the task)."""
+        if self.slow_share <= 0:
+            return None
+        draw = random.Random(f"{self.seed}-slow-{stage}-{partition}")
+        if draw.random() >= self.slow_share:
+            return None
+        point = draw.choice(self.slow_points)
+        seconds = draw.uniform(*self.slow_seconds)
+        if point == "after" and self.slow_after_max is not None:
+            seconds = min(seconds, self.slow_after_max)
+        return point, seconds
+
+
+def _pair(value: Any) -> tuple[float, float]:
+    low, high = value
+    return float(low), float(high)
 
 
 class _Raw:
@@ -111,12 +158,15 @@ class FaultInjector:
     """The ``before-send`` handler. One per process; decisions are random per process (Python
     workers are forked from one daemon, so the generator is re-seeded after a fork)."""
 
-    def __init__(self, config: FaultConfig) -> None:
+    def __init__(self, config: FaultConfig, sleep: Any = time.sleep) -> None:
         self.config = config
+        self._sleep = sleep
         self._lock = threading.Lock()
         self._pid = -1
         self._rng = random.Random()
         self._http: Any = None
+        # Task attempts (Spark's task attempt ids) already slowed in this process.
+        self._slowed: set[int] = set()
 
     def _draw(self, rate: float) -> str | None:
         with self._lock:
@@ -131,6 +181,10 @@ class FaultInjector:
     def __call__(self, request: Any, event_name: str = "", **_: Any) -> Any:
         # before-send.<service>.<Operation>
         operation = event_name.rsplit(".", 1)[-1]
+        if operation == "ReceiveMessage" and self.config.slow_share > 0:
+            slowed = self._slow(request)
+            if slowed is not None:
+                return slowed
         if operation not in self.config.operations:
             return None
         service = service_of(operation)
@@ -156,16 +210,46 @@ class FaultInjector:
         self._send(request)
         raise ReadTimeoutError(endpoint_url=request.url)
 
-    def _send(self, request: Any) -> None:
+    def _slow(self, request: Any) -> Any:
+        """Sleep in the first ReceiveMessage of a chosen task's first attempt. Returns the answer
+        when the call was made here (the "after" point), else None (the caller goes on)."""
+        task = _task()
+        if task is None:
+            return None
+        attempt_id, stage, partition, attempt = task
+        if attempt != 0:
+            return None
+        with self._lock:
+            if attempt_id in self._slowed:
+                return None
+            self._slowed.add(attempt_id)
+        plan = self.config.slow_plan(stage, partition)
+        if plan is None:
+            return None
+        point, seconds = plan
+        where = f"{stage} {partition} {attempt_id} {point} {seconds:.1f}"
+        response = self._send(request) if point == "after" else None
+        self._log_slow(f"start {where}")
+        self._sleep(seconds)
+        self._log_slow(f"end {where}")
+        return response
+
+    def _log_slow(self, text: str) -> None:
+        if self.config.slow_log:
+            _append(self.config.slow_log, f"{os.getpid()} {text} {time.time():.3f}\n")
+
+    def _send(self, request: Any) -> Any:
         from botocore.httpsession import URLLib3Session
 
         with self._lock:
             if self._http is None:
                 self._http = URLLib3Session(timeout=60)
             http = self._http
+        response = http.send(request)
         # Read the whole answer (a GetObject's body is streamed), so the connection goes back
-        # to the pool; the caller never sees it.
-        _ = http.send(request).content
+        # to the pool; the "after" point hands it on.
+        _ = response.content
+        return response
 
     @staticmethod
     def _s3_error(request: Any, status: int, code: str, message: str) -> Any:
@@ -201,13 +285,65 @@ class FaultInjector:
 
     def _record(self, operation: str, kind: str) -> None:
         # The wall-clock time lines a fault up with the run's log when diagnosing.
-        line = f"{os.getpid()} {operation} {kind} {_role()} {time.time():.3f}\n".encode()
-        # O_APPEND writes this small are atomic, so processes can share one log.
-        fd = os.open(self.config.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
+        _append(self.config.log, f"{os.getpid()} {operation} {kind} {_role()} {time.time():.3f}\n")
+
+
+def _append(path: str, line: str) -> None:
+    # O_APPEND writes this small are atomic, so processes can share one log.
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def _task() -> tuple[int, int, int, int] | None:
+    """``(task attempt id, stage, partition, attempt number)`` of the Spark task this Python
+    worker runs, or None outside a task (the driver's processes)."""
+    import sys
+
+    if "pyspark" not in sys.modules:
+        return None
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return None
+    return ctx.taskAttemptId(), ctx.stageId(), ctx.partitionId(), ctx.attemptNumber()
+
+
+def slow_tasks(log: str) -> list[SlowTask]:
+    """The slowed tasks of a slow log, with whether each sleep ended (a task killed while it
+    slept, e.g. with its executor or because a copy succeeded, has no end)."""
+    found: dict[tuple[str, str], SlowTask] = {}
+    try:
+        with open(log, encoding="utf-8") as handle:
+            for line in handle:
+                parts = line.split()
+                if len(parts) != 8 or parts[1] not in ("start", "end"):
+                    continue  # a torn line of a killed process
+                pid, event, stage, partition, attempt_id, point, seconds, at = parts
+                key = (pid, attempt_id)
+                if event == "start":
+                    found[key] = SlowTask(
+                        int(pid), int(stage), int(partition), point, float(seconds), float(at)
+                    )
+                elif key in found:
+                    found[key].ended = True
+    except FileNotFoundError:
+        pass
+    return list(found.values())
+
+
+@dataclass
+class SlowTask:
+    pid: int
+    stage: int
+    partition: int
+    point: str
+    seconds: float
+    started: float
+    ended: bool = False
 
 
 def _role() -> str:
