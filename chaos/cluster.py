@@ -259,19 +259,6 @@ def _is_java(command: bytes) -> bool:
     return program.rsplit(b"/", 1)[-1] == b"java"
 
 
-def executor_of(table: Mapping[int, Process], pid: int) -> int | None:
-    """The executor JVM that ``pid`` (e.g. a Python worker forked by an executor's daemon)
-    descends from, or None."""
-    seen = set()
-    while pid in table and pid not in seen:
-        seen.add(pid)
-        process = table[pid]
-        if EXECUTOR_CLASS in process.command and _is_java(process.command):
-            return pid
-        pid = process.parent
-    return None
-
-
 # Event log: Spark's JSON lines, one event a line (spark.eventLog.compress=false, no rolling).
 
 

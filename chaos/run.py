@@ -173,13 +173,12 @@ class Outcome:
     stalls: int = 0
     seconds: float = 0.0
     drained: bool = False
-    # Cluster scenarios: executor JVMs the harness SIGKILLed (and of them, those that ran a
-    # task at that moment), the slowed tasks (and of them, those whose sleep was cut
+    # Cluster scenarios: executor JVMs the harness SIGKILLed while they ran a task, the slowed
+    # tasks (and of them, those whose sleep was cut
     # short: killed with their executor, or because a copy finished first), what the event log
     # shows, and the batches the write-then-skip sink ran again and dropped.
     cluster: bool = False
     executor_kills: int = 0
-    executor_kills_in_task: int = 0
     slowed: int = 0
     slowed_cut_short: int = 0
     events: EventLogCounts = field(default_factory=EventLogCounts)
@@ -382,31 +381,31 @@ class Child:
             return False
         return True
 
-    def kill_an_executor(self, rng: random.Random, wait: float = 20.0) -> tuple[bool, bool]:
-        """SIGKILL one executor JVM of this run's application mid-batch: one that runs a task
-        (the driver's REST API says which), waiting up to ``wait`` s for one, else any. Returns
-        (killed, it ran a task). Linux only (reads /proc)."""
+    def kill_an_executor(self, rng: random.Random, wait: float) -> bool:
+        """SIGKILL one executor JVM of this run's application while it runs a task (the
+        driver's REST API says which), waiting up to ``wait`` s for one. Returns whether it
+        killed one. Linux only (reads /proc)."""
         deadline = time.monotonic() + wait
-        while True:
-            table = _processes()
+        while not self.exited():
             running = busy_executors(self.ui_port)
-            mine: dict[str, int] = {}
-            for pid in executor_pids(table, self.sessions):
-                identity = executor_identity(table[pid].command)
-                if running is not None and identity is not None and identity[0] == running[0]:
-                    mine[identity[1]] = pid
-            busy = sorted(mine[i] for i in (running[1] if running else []) if i in mine)
-            if busy or time.monotonic() >= deadline or self.exited():
+            if running is not None and running[1]:
+                table = _processes()
+                busy = []
+                for pid in executor_pids(table, self.sessions):
+                    identity = executor_identity(table[pid].command)
+                    if identity is not None and identity[0] == running[0]:
+                        if identity[1] in running[1]:
+                            busy.append(pid)
+                if busy:
+                    try:
+                        os.kill(rng.choice(sorted(busy)), signal.SIGKILL)
+                    except ProcessLookupError:
+                        continue
+                    return True
+            if time.monotonic() >= deadline:
                 break
             time.sleep(0.2)
-        if not mine:
-            return False, False
-        target = rng.choice(busy or sorted(mine.values()))
-        try:
-            os.kill(target, signal.SIGKILL)
-        except ProcessLookupError:
-            return False, False
-        return True, bool(busy)
+        return False
 
     def stop(self, timeout: float) -> None:
         (self.control / "stop").write_text("")
@@ -606,18 +605,18 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
                     for _ in range(args.executor_kills if cluster is not None else 0)
                 ]
             )
-            waited, failed = 0.0, False
+            began, failed = time.monotonic(), False
             for moment, what in [*moments, (delay, "query")]:
-                if wait_for(run.exited, moment - waited, interval=0.2):
+                if wait_for(run.exited, began + moment - time.monotonic(), interval=0.2):
                     failed = True
                     break
-                waited = moment
                 if what == "worker" and run.kill_a_worker(rng):
                     outcome.worker_kills += 1
                 elif what == "executor":
-                    killed, in_task = run.kill_an_executor(rng)
-                    outcome.executor_kills += killed
-                    outcome.executor_kills_in_task += in_task
+                    # Mid-batch: it waits for an executor that runs a task, until the query's
+                    # own kill is due.
+                    left = began + delay - time.monotonic()
+                    outcome.executor_kills += run.kill_an_executor(rng, wait=left)
             if failed:
                 outcome.query_failures += 1
                 say(f"[{scenario.name}] run {outcome.runs}: the query failed:\n{run.tail()}")
@@ -861,17 +860,17 @@ def render(outcomes: list[Outcome], args: Any) -> str:
             f"On the standalone cluster ({args.workers} workers of 1 core; speculative attempts, "
             "concurrent ones, kills by Spark and lost executors from Spark's event log):",
             "",
-            "| scenario | executor kills | of them running a task | tasks slowed "
+            "| scenario | executor kills mid-task | tasks slowed "
             "| of them cut short | speculative attempts | started beside a running attempt "
             "| copies that finished first | attempts killed as another succeeded "
             "| executors lost | tasks lost with an executor | batches written then skipped "
             "| applications |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for o in clusters:
             e = o.events
             lines.append(
-                f"| {o.scenario} | {o.executor_kills} | {o.executor_kills_in_task} | "
+                f"| {o.scenario} | {o.executor_kills} | "
                 f"{o.slowed} | {o.slowed_cut_short} | {e.speculative} | {e.concurrent} | "
                 f"{e.speculative_won} | {e.killed_by_other_attempt} | {e.executors_removed} | "
                 f"{e.tasks_lost_with_executor} | {o.skipped_batches} | {e.applications} |"

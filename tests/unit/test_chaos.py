@@ -31,7 +31,6 @@ from chaos.cluster import (
     count_event_log,
     event_logs,
     executor_identity,
-    executor_of,
     executor_pids,
     free_port,
     processes,
@@ -582,12 +581,11 @@ def _table(*rows: tuple[int, int, int, str]) -> dict[int, Process]:
 JAVA_EXECUTOR = "/usr/lib/jvm/bin/java -cp x org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
 
-def test_executors_are_the_jvms_of_the_cluster_sessions_and_python_workers_lead_to_them():
+def test_executors_are_the_jvms_of_the_cluster_sessions():
     table = _table(
         (10, 1, 10, "/jdk/bin/java -cp x org.apache.spark.deploy.worker.Worker"),
         (11, 10, 10, JAVA_EXECUTOR),
         (12, 11, 10, "/venv/bin/python -m pyspark.daemon pyspark.worker"),
-        (13, 12, 10, "/venv/bin/python -m pyspark.daemon pyspark.worker"),
         # Another cluster's executor (another session), and a shell that only names the class.
         (21, 20, 20, JAVA_EXECUTOR),
         (14, 10, 10, "bash -c grep org.apache.spark.executor.CoarseGrainedExecutorBackend"),
@@ -595,40 +593,28 @@ def test_executors_are_the_jvms_of_the_cluster_sessions_and_python_workers_lead_
     assert executor_pids(table, {10}) == [11]
     assert executor_pids(table, {10, 20}) == [11, 21]
     assert executor_pids(table, {99}) == []
-    assert executor_of(table, 13) == 11  # worker -> daemon -> executor
-    assert executor_of(table, 11) == 11
-    assert executor_of(table, 14) is None
-    assert executor_of(table, 404) is None
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
-def test_a_real_executor_like_process_and_its_grandchild_are_found_by_process(tmp_path):
-    # A process whose program is named java and whose command line names the executor class,
-    # in a session of its own, with a child of a child (as the daemon forks Python workers).
+def test_a_real_executor_like_process_is_found_by_process(tmp_path):
+    # A program named java whose command line is an executor's, in a session of its own, with a
+    # child (as the executor's Python daemon) that must not count.
     java = tmp_path / "java"
     java.symlink_to(sys.executable)
-    script = (
-        "import subprocess, sys, time\n"
-        'inner = \'import subprocess, time; subprocess.Popen(["sleep", "60"]); time.sleep(60)\'\n'
-        "subprocess.Popen([sys.executable, '-c', inner])\n"
-        "time.sleep(60)\n"
-    )
-    process = subprocess.Popen(
-        [str(java), "-c", script, EXECUTOR_CLASS.decode()], start_new_session=True
-    )
+    script = "import subprocess, sys, time; subprocess.Popen(['sleep', '60']); time.sleep(60)"
+    command = [str(java), "-c", script, EXECUTOR_CLASS.decode()]
+    command += ["--executor-id", "7", "--hostname", "127.0.0.2", "--app-id", "app-x"]
+    process = subprocess.Popen(command, start_new_session=True)
     try:
 
-        def grandchild() -> int | None:
-            table = processes()
-            children = [p for p, row in table.items() if row.parent == process.pid]
-            found = [p for p, row in table.items() if row.parent in children]
-            return found[0] if found else None
+        def children() -> list[int]:
+            return [p for p, row in processes().items() if row.parent == process.pid]
 
-        assert _wait(lambda: grandchild() is not None)
+        assert _wait(lambda: len(children()) == 1)
         table = processes()
         assert executor_pids(table, {process.pid}) == [process.pid]
         assert executor_pids(table, {os.getsid(0)}) == []
-        assert executor_of(table, grandchild()) == process.pid
+        assert executor_identity(table[process.pid].command) == ("app-x", "7")
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
@@ -986,10 +972,10 @@ def test_report_shows_the_cluster_figures_for_cluster_scenarios_only():
     )  # fmt: skip
     cluster = Outcome(
         "standard-cluster", cluster=True, drained=True, executor_kills=2,
-        executor_kills_in_task=1, slowed=8, slowed_cut_short=1, events=events, skipped_batches=1,
+        slowed=8, slowed_cut_short=1, events=events, skipped_batches=1,
     )  # fmt: skip
     text = render([Outcome("standard", drained=True), cluster], args)
-    assert "| standard-cluster | 2 | 1 | 8 | 1 | 5 | 5 | 2 | 4 | 2 | 1 | 1 | 3 |" in text
+    assert "| standard-cluster | 2 | 8 | 1 | 5 | 5 | 2 | 4 | 2 | 1 | 1 | 3 |" in text
     assert "| standard | 2 |" not in text
     assert "visibilityTimeout 20 s" in text and "after it at most 8 s" in text
     assert "Cluster:" not in render([Outcome("standard", drained=True)], args)
