@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -174,12 +174,13 @@ class Outcome:
     seconds: float = 0.0
     drained: bool = False
     # Cluster scenarios: executor JVMs the harness SIGKILLed while they ran a task, the slowed
-    # tasks (and of them, those whose sleep was cut
-    # short: killed with their executor, or because a copy finished first), what the event log
-    # shows, and the batches the write-then-skip sink ran again and dropped.
+    # tasks (of them, those a copy woke, and those killed in their sleep: with their executor,
+    # or because a copy finished first), what the event log shows, and the batches the
+    # write-then-skip sink ran again and dropped.
     cluster: bool = False
     executor_kills: int = 0
     slowed: int = 0
+    slowed_woken_by_copy: int = 0
     slowed_cut_short: int = 0
     events: EventLogCounts = field(default_factory=EventLogCounts)
     skipped_batches: int = 0
@@ -322,7 +323,8 @@ class Child:
         # sitecustomize in INJECT installs the faults in every Python process of the query.
         env["PYTHONPATH"] = os.pathsep.join([str(INJECT), str(REPO), env.get("PYTHONPATH", "")])
         if faults is not None:
-            env[ENV] = faults.to_env()
+            # The run number keeps copies' marks of one application from waking another's tasks.
+            env[ENV] = replace(faults, run=run).to_env()
         if args.log_level:
             env["SPARK_SQS_CHAOS_LOG_LEVEL"] = args.log_level
         # Python workers of this run: the driver's own (local mode) or the cluster's.
@@ -515,8 +517,10 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
             rate=args.fault_rate, log=str(work / "faults.log"), seed=args.seed,
             kinds=tuple(args.fault_kinds), operations=tuple(args.fault_operations),
             s3_rate=args.s3_fault_rate, slow_share=slow_share,
+            slow_partitions=min(args.cluster_receivers),
             slow_seconds=tuple(args.slow_seconds), slow_points=tuple(args.slow_points),
             slow_after_max=args.slow_after_max * visibility_of(scenario, args), slow_log=slow_log,
+            slow_marks=str(work / "slow-marks"),
         )  # fmt: skip
     soak_until = started + args.soak if args.soak else None
     sns = None
@@ -699,6 +703,7 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
     if scenario.cluster:
         slowed = slow_tasks(slow_log)
         outcome.slowed = len(slowed)
+        outcome.slowed_woken_by_copy = sum(1 for task in slowed if task.woken_by_copy)
         outcome.slowed_cut_short = sum(1 for task in slowed if not task.ended)
         outcome.events = count_event_log(event_logs(work / "eventlog"))
         outcome.skipped_batches = skipped_batches(work / "out")
@@ -860,18 +865,19 @@ def render(outcomes: list[Outcome], args: Any) -> str:
             f"On the standalone cluster ({args.workers} workers of 1 core; speculative attempts, "
             "concurrent ones, kills by Spark and lost executors from Spark's event log):",
             "",
-            "| scenario | executor kills mid-task | tasks slowed "
-            "| of them cut short | speculative attempts | started beside a running attempt "
+            "| scenario | executor kills mid-task | tasks slowed | of them woken by their copy "
+            "| killed in their sleep | speculative attempts | started beside a running attempt "
             "| copies that finished first | attempts killed as another succeeded "
             "| executors lost | tasks lost with an executor | batches written then skipped "
             "| applications |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for o in clusters:
             e = o.events
             lines.append(
                 f"| {o.scenario} | {o.executor_kills} | "
-                f"{o.slowed} | {o.slowed_cut_short} | {e.speculative} | {e.concurrent} | "
+                f"{o.slowed} | {o.slowed_woken_by_copy} | {o.slowed_cut_short} | "
+                f"{e.speculative} | {e.concurrent} | "
                 f"{e.speculative_won} | {e.killed_by_other_attempt} | {e.executors_removed} | "
                 f"{e.tasks_lost_with_executor} | {o.skipped_batches} | {e.applications} |"
             )
@@ -949,9 +955,10 @@ def render(outcomes: list[Outcome], args: Any) -> str:
             f"{args.cluster_receivers}, visibilityTimeout {cluster_visibility} s, kill "
             f"{args.cluster_kill_window[0]:.0f}-{args.cluster_kill_window[1]:.0f} s after the "
             f"query started, {args.executor_kills} executor kills per run, "
-            f"{args.slow_share:.0%} of receiver tasks slowed for {args.slow_seconds[0]:.0f}-"
-            f"{args.slow_seconds[1]:.0f} s ({' or '.join(args.slow_points)} the first "
-            f"ReceiveMessage; after it at most {args.slow_after_max * cluster_visibility:.0f} s)."
+            f"one receiver task slowed in {args.slow_share:.0%} of batches for up to "
+            f"{args.slow_seconds[0]:.0f}-{args.slow_seconds[1]:.0f} s "
+            f"({' or '.join(args.slow_points)} the first ReceiveMessage; after it at most "
+            f"{args.slow_after_max * cluster_visibility:.0f} s; a copy wakes it)."
         )
     return "\n".join(lines)
 
@@ -1047,7 +1054,7 @@ def main(argv: list[str] | None = None) -> int:
         help="numPartitions on the cluster, drawn for each run: more receivers than task slots",
     )
     cluster.add_argument(
-        "--cluster-visibility", type=int, default=20, help="visibilityTimeout on the cluster"
+        "--cluster-visibility", type=int, default=30, help="visibilityTimeout on the cluster"
     )
     cluster.add_argument(
         "--cluster-kill-window",
@@ -1067,16 +1074,17 @@ def main(argv: list[str] | None = None) -> int:
     cluster.add_argument(
         "--slow-share",
         type=float,
-        default=0.3,
-        help="share of receiver tasks whose first attempt sleeps once (speculation copies it)",
+        default=0.5,
+        help="share of stages (micro-batches) in which the first attempt of one receiver task "
+        "sleeps once (speculation copies it)",
     )
     cluster.add_argument(
         "--slow-seconds",
         type=float,
         nargs=2,
-        default=[6.0, 15.0],
+        default=[10.0, 30.0],
         metavar=("MIN", "MAX"),
-        help="how long a slowed task sleeps",
+        help="how long a slowed task sleeps at most (a copy that starts receiving wakes it)",
     )
     cluster.add_argument(
         "--slow-points",

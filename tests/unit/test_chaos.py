@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -785,20 +786,24 @@ def test_a_cluster_scenario_passes_only_with_a_speculative_attempt():
     assert Outcome("standard", drained=True).passed
 
 
-def test_slowed_tasks_are_a_stable_share_chosen_per_task():
+def test_slowed_tasks_are_one_receiver_in_a_stable_share_of_stages():
     config = FaultConfig(
-        rate=0.0, log="x", seed=5, slow_share=0.3, slow_seconds=(6.0, 15.0), slow_after_max=8.0
-    )
+        rate=0.0, log="x", seed=5, slow_share=0.5, slow_partitions=3, slow_seconds=(6.0, 15.0),
+        slow_after_max=8.0,
+    )  # fmt: skip
     plans = {
-        (stage, part): config.slow_plan(stage, part) for stage in range(50) for part in range(4)
+        (stage, part): config.slow_plan(stage, part) for stage in range(100) for part in range(4)
     }
-    slowed = [plan for plan in plans.values() if plan is not None]
     # Every process draws the same answer for a task.
     assert plans == {key: config.slow_plan(*key) for key in plans}
-    assert 0.15 < len(slowed) / len(plans) < 0.45
-    assert {point for point, _ in slowed} == {"before", "after"}
-    assert all(6.0 <= s <= 15.0 for p, s in slowed if p == "before")
-    assert all(s <= 8.0 for p, s in slowed if p == "after")
+    slowed = {key: plan for key, plan in plans.items() if plan is not None}
+    stages = [stage for stage, _ in slowed]
+    assert len(stages) == len(set(stages))  # one task a stage at most
+    assert 0.35 < len(stages) / 100 < 0.65
+    assert {part for _, part in slowed} == {0, 1, 2}  # never beyond slow_partitions
+    assert {point for point, _ in slowed.values()} == {"before", "after"}
+    assert all(6.0 <= s <= 15.0 for p, s in slowed.values() if p == "before")
+    assert all(s <= 8.0 for p, s in slowed.values() if p == "after")
     assert FaultConfig(rate=0.0, log="x").slow_plan(0, 0) is None
     assert FaultConfig.from_env(config.to_env()) == config
 
@@ -826,19 +831,47 @@ def test_a_slowed_task_sleeps_once_in_its_first_receive_and_copies_do_not(
 
     def sleep(seconds: float) -> None:
         # What SQS holds while the task sleeps: after the answer, the message is in flight.
-        seen.append(queue_counts(plain, url))
+        if not seen:
+            seen.append(queue_counts(plain, url))
+        time.sleep(seconds)
 
     injector = FaultInjector(config, sleep=sleep)
     client = _client(endpoint, injector)
-    _in_task(monkeypatch, stage=3, partition=1, attempt=0, attempt_id=42)
+    _in_task(monkeypatch, stage=3, partition=0, attempt=0, attempt_id=42)
     first = client.receive_message(QueueUrl=url, VisibilityTimeout=60)
     assert len(first["Messages"]) == 1  # the "after" point hands the real answer on
     client.receive_message(QueueUrl=url, VisibilityTimeout=60)  # the same attempt: no sleep
-    _in_task(monkeypatch, stage=3, partition=1, attempt=1, attempt_id=43)  # a copy
+    _in_task(monkeypatch, stage=3, partition=0, attempt=1, attempt_id=43)  # a copy
     client.receive_message(QueueUrl=url, VisibilityTimeout=60)
     assert seen == [{"after": (0, 1), "before": (1, 0)}[point]]
     tasks = slow_tasks(str(slow_log))
-    assert [(t.stage, t.partition, t.point, t.ended) for t in tasks] == [(3, 1, point, True)]
+    assert [(t.stage, t.partition, t.point, t.ended) for t in tasks] == [(3, 0, point, True)]
+    assert not tasks[0].woken_by_copy  # no mark folder configured: it slept its time
+
+
+def test_a_copy_starting_to_receive_wakes_the_sleeping_original(endpoint, tmp_path, monkeypatch):
+    _, url = _queue_with_one_message(endpoint, "chaos-slow-copy")
+    slow_log, marks = tmp_path / "slow.log", tmp_path / "marks"
+    config = FaultConfig(
+        rate=0.0, log=str(tmp_path / "f.log"), slow_share=1.0, slow_seconds=(120.0, 120.0),
+        slow_points=("before",), slow_log=str(slow_log), slow_marks=str(marks), run=2,
+    )  # fmt: skip
+    client = _client(endpoint, FaultInjector(config))
+    # The copy (attempt 1) receives first here; the sleeping original would see its mark at its
+    # next look just the same.
+    _in_task(monkeypatch, stage=4, partition=0, attempt=1, attempt_id=51)
+    client.receive_message(QueueUrl=url, VisibilityTimeout=0)
+    assert [p.name for p in marks.iterdir()] == ["2-4-0"]
+    _in_task(monkeypatch, stage=4, partition=0, attempt=0, attempt_id=50)
+    client.receive_message(QueueUrl=url, VisibilityTimeout=0)
+    [task] = slow_tasks(str(slow_log))
+    assert task.ended and task.woken_by_copy
+    # Another run's stage 4 is another task: not woken by this mark.
+    other = FaultConfig.from_env(replace(config, run=3, slow_seconds=(0.2, 0.2)).to_env())
+    client = _client(endpoint, FaultInjector(other))
+    _in_task(monkeypatch, stage=4, partition=0, attempt=0, attempt_id=60)
+    client.receive_message(QueueUrl=url, VisibilityTimeout=0)
+    assert [t.woken_by_copy for t in slow_tasks(str(slow_log))] == [True, False]
 
 
 def test_slow_log_marks_a_sleep_without_its_end_as_cut_short(tmp_path):
@@ -847,12 +880,18 @@ def test_slow_log_marks_a_sleep_without_its_end_as_cut_short(tmp_path):
         "7 start 2 0 11 before 10.0 1000.000\n"
         "8 start 2 1 12 after 4.0 1000.000\n"
         "8 end 2 1 12 after 4.0 1004.000\n"
+        "8 start 2 2 13 before 9.0 1005.000\n"
+        "8 woken 2 2 13 before 9.0 1006.000\n"
         "9 start 2"  # torn by a kill
     )
-    tasks = {t.pid: t for t in slow_tasks(str(log))}
-    assert sorted(tasks) == [7, 8]
-    assert (tasks[7].ended, tasks[8].ended) == (False, True)
-    assert (tasks[7].seconds, tasks[7].point, tasks[8].started) == (10.0, "before", 1000.0)
+    tasks = {(t.pid, t.partition): t for t in slow_tasks(str(log))}
+    assert sorted(tasks) == [(7, 0), (8, 1), (8, 2)]
+    assert [(t.ended, t.woken_by_copy) for _, t in sorted(tasks.items())] == [
+        (False, False),
+        (True, False),
+        (True, True),
+    ]
+    assert (tasks[7, 0].seconds, tasks[7, 0].point, tasks[8, 1].started) == (10.0, "before", 1000.0)
     assert slow_tasks(str(tmp_path / "missing")) == []
 
 
@@ -972,10 +1011,10 @@ def test_report_shows_the_cluster_figures_for_cluster_scenarios_only():
     )  # fmt: skip
     cluster = Outcome(
         "standard-cluster", cluster=True, drained=True, executor_kills=2,
-        slowed=8, slowed_cut_short=1, events=events, skipped_batches=1,
+        slowed=8, slowed_woken_by_copy=3, slowed_cut_short=1, events=events, skipped_batches=1,
     )  # fmt: skip
     text = render([Outcome("standard", drained=True), cluster], args)
-    assert "| standard-cluster | 2 | 8 | 1 | 5 | 5 | 2 | 4 | 2 | 1 | 1 | 3 |" in text
+    assert "| standard-cluster | 2 | 8 | 3 | 1 | 5 | 5 | 2 | 4 | 2 | 1 | 1 | 3 |" in text
     assert "| standard | 2 |" not in text
     assert "visibilityTimeout 20 s" in text and "after it at most 8 s" in text
     assert "Cluster:" not in render([Outcome("standard", drained=True)], args)
