@@ -9,7 +9,8 @@ On ``local[2,4]`` by default; with ``--master spark://...`` the driver runs here
 executors on the harness's standalone cluster (``chaos/cluster.py``), with ``--spark-conf``.
 
 Writes ``<control>/started`` once the query runs, exits 0 when ``<control>/stop`` appears (after
-stopping the query), and exits 2 if the query fails.
+stopping the query), and exits 2 if the query fails. A SIGTERM (sent also when the harness
+dies) kills its whole process group: the driver's JVM and Spark's Python processes with it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
 import time
 import uuid
@@ -51,6 +53,9 @@ def main() -> int:
     parser.add_argument("--spark-conf", default="{}", help="more Spark configuration, as JSON")
     args = parser.parse_args()
     control = Path(args.control)
+    # The harness's SIGTERM, or its death (PR_SET_PDEATHSIG): take the JVM and Spark's Python
+    # processes of this session along, as the harness's own SIGKILL of the session does.
+    signal.signal(signal.SIGTERM, lambda *_: os.killpg(0, signal.SIGKILL))
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -63,13 +63,14 @@ def worker_host(index: int) -> str:
     return f"127.0.0.{index + 2}"
 
 
-def die_with_parent() -> None:
-    """In the child before exec: SIGKILL it when the harness (its parent thread) dies."""
+def die_with_parent(signal_number: int = signal.SIGKILL) -> None:
+    """In the child before exec: send it ``signal_number`` when the harness (its parent thread)
+    dies."""
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        libc.prctl(1, signal_number)  # PR_SET_PDEATHSIG
     except Exception:  # pragma: no cover - not Linux: stop() and atexit still clean up
         pass
 

@@ -25,6 +25,7 @@ attempt. The exit status is 0 only if every scenario passes.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -339,10 +340,11 @@ class Child:
             env["SPARK_LOCAL_IP"] = "127.0.0.1"
         with open(self.log, "wb") as log:
             # Its own session, so that the whole tree (driver, JVM, Python workers) dies at once,
-            # as it does when a driver node is lost; and it dies with the harness.
+            # as it does when a driver node is lost. A SIGTERM when the harness dies makes the
+            # child kill that tree itself (child.py).
             self.process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                preexec_fn=die_with_parent,
+                preexec_fn=functools.partial(die_with_parent, signal.SIGTERM),
             )  # fmt: skip
         self.sessions = self.sessions | {self.process.pid}
 
