@@ -12,10 +12,10 @@ drained and checked the same way once the query has stopped (``drain_target``).
 
 The ``-cluster`` scenarios run the query's executors on a Spark standalone cluster that the
 harness starts from the pip package (``chaos/cluster.py``), with speculation on: executor JVMs
-are SIGKILLed mid-batch while the driver lives, a share of receiver tasks is slowed so that
-Spark launches speculative copies beside them, the journal is on the embedded S3, and the sink
-writes every batch and then skips ids it has (``write-then-skip``). Speculative attempts and
-lost executors are counted from Spark's event log.
+are SIGKILLed mid-batch while the driver lives, one receiver task in a share of batches is
+slowed until Spark launches a speculative copy beside it, the journal is on the embedded S3,
+and the sink writes every batch and then skips ids it has (``write-then-skip``). Speculative
+attempts and lost executors are counted from Spark's event log.
 
 A scenario passes with zero lost, zero duplicated, nothing left in the queue and, on FIFO
 queues, every message group in order; a cluster scenario also needs at least one speculative
@@ -176,7 +176,7 @@ class Outcome:
     drained: bool = False
     # Cluster scenarios: executor JVMs the harness SIGKILLed while they ran a task, the slowed
     # tasks (of them, those a copy woke, and those killed in their sleep: with their executor,
-    # or because a copy finished first), what the event log shows, and the batches the
+    # or when their stage ended), what the event log shows, and the batches the
     # write-then-skip sink ran again and dropped.
     cluster: bool = False
     executor_kills: int = 0
