@@ -6,7 +6,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 LINTED := spark_sqs devtools tests notebooks chaos bench sim
 
-.PHONY: venv demo test test-oldest test-newest-python unit lint format clean chaos chaos-quick chaos-sink chaos-poison soak bench conformance bench-sink bench-driver bench-window bench-inflight bench-memory sim mutations
+.PHONY: venv demo test test-oldest test-newest-python unit lint format clean chaos chaos-quick chaos-cluster chaos-sink chaos-poison soak bench conformance bench-sink bench-driver bench-window bench-inflight bench-memory sim mutations
 
 venv:
 	@scripts/bootstrap.sh $(VENV) $(LOCK)
@@ -24,9 +24,16 @@ test: venv
 chaos: venv
 	$(PY) -m chaos $(CHAOS_ARGS)
 
-# The short run CI makes: standard and FIFO queues, two kills each.
+# The short run CI makes: standard and FIFO queues, two kills each, and one scenario on a
+# standalone Spark cluster (executor kills, speculative attempts; needs Java, like Spark).
 chaos-quick: venv
 	$(PY) -m chaos --quick $(CHAOS_ARGS)
+
+# The cluster scenarios only, at make chaos's size: a standalone master and two workers started
+# from the pip package, executor JVMs SIGKILLed mid-batch, speculative copies of slowed
+# receivers, a write-then-skip sink and the S3 journal (docs/chaos.md).
+chaos-cluster: venv
+	$(PY) -m chaos --scenarios standard-cluster fifo-cluster fifo-journal-delete-cluster $(CHAOS_ARGS)
 
 # The sink round trip (docs/chaos.md): source -> writeStream.format("sqs") into a FIFO queue,
 # with the quick run's parameters (300 messages, 2 kills; several minutes, not in chaos-quick).

@@ -1,10 +1,16 @@
 """The query under test: ``readStream.format("sqs")`` into a Parquet file sink or, with
-``--sink sqs``, into a second queue with ``writeStream.format("sqs")`` (the sink round trip), in
-its own process so the harness can SIGKILL it (Python driver, JVM and Python workers together).
-A few messages stall their micro-batch past the visibility timeout (``--stall-every``).
+``--sink sqs``, into a second queue with ``writeStream.format("sqs")`` (the sink round trip), or,
+with ``--sink write-then-skip``, into a ``foreachBatch`` that writes every batch and then skips
+the commit of a batch id it already has (as Iceberg's streaming write does), in its own process
+so the harness can SIGKILL it (Python driver, JVM and Python workers together). A few messages
+stall their micro-batch past the visibility timeout (``--stall-every``).
+
+On ``local[2,4]`` by default; with ``--master spark://...`` the driver runs here and the
+executors on the harness's standalone cluster (``chaos/cluster.py``), with ``--spark-conf``.
 
 Writes ``<control>/started`` once the query runs, exits 0 when ``<control>/stop`` appears (after
-stopping the query), and exits 2 if the query fails.
+stopping the query), and exits 2 if the query fails. A SIGTERM (sent also when the harness
+dies) kills its whole process group: the driver's JVM and Spark's Python processes with it.
 """
 
 from __future__ import annotations
@@ -13,8 +19,11 @@ import argparse
 import json
 import logging
 import os
+import shutil
+import signal
 import sys
 import time
+import uuid
 import zlib
 from pathlib import Path
 
@@ -29,7 +38,7 @@ def main() -> int:
     parser.add_argument("--delete-after-journal", action="store_true")
     parser.add_argument("--stall-every", type=int, default=0)
     parser.add_argument("--stall-seconds", type=float, default=0.0)
-    parser.add_argument("--sink", choices=("parquet", "sqs"), default="parquet")
+    parser.add_argument("--sink", choices=("parquet", "sqs", "write-then-skip"), default="parquet")
     parser.add_argument("--target-queue-url", default=None, help="with --sink sqs")
     parser.add_argument(
         "--poison-number",
@@ -39,8 +48,14 @@ def main() -> int:
     )
     parser.add_argument("--dead-letter-url", default=None, help="with --poison-number")
     parser.add_argument("--message-format", choices=("raw", "sns"), default="raw")
+    # Up to 4 attempts per task: receivers fail when faults outlast botocore's retries.
+    parser.add_argument("--master", default="local[2,4]")
+    parser.add_argument("--spark-conf", default="{}", help="more Spark configuration, as JSON")
     args = parser.parse_args()
     control = Path(args.control)
+    # The harness's SIGTERM, or its death (PR_SET_PDEATHSIG): take the JVM and Spark's Python
+    # processes of this session along, as the harness's own SIGKILL of the session does.
+    signal.signal(signal.SIGTERM, lambda *_: os.killpg(0, signal.SIGKILL))
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -51,10 +66,12 @@ def main() -> int:
 
     spark = local_session(
         "spark-sqs-chaos",
-        # Up to 4 attempts per task: receivers fail when faults outlast botocore's retries.
-        "local[2,4]",
+        args.master,
         # Keep one metadata file per batch: the harness checks FIFO order batch by batch.
-        {"spark.sql.streaming.fileSink.log.compactInterval": "1000000"},
+        {
+            "spark.sql.streaming.fileSink.log.compactInterval": "1000000",
+            **json.loads(args.spark_conf),
+        },
     )
 
     stall_every, stall_seconds = args.stall_every, args.stall_seconds
@@ -114,6 +131,8 @@ def main() -> int:
             .option("endpointUrl", args.endpoint)
             .option("metricsLocation", str(Path(args.out).parent / "sink-metrics"))
         )
+    elif args.sink == "write-then-skip":
+        writer = stream.writeStream.foreachBatch(write_then_skip(Path(args.out)))
     else:
         writer = stream.writeStream.format("parquet").option("path", args.out)
     query = (
@@ -131,6 +150,31 @@ def main() -> int:
     query.stop()
     spark.stop()
     return 0
+
+
+def write_then_skip(out: Path):  # noqa: ANN201 - a foreachBatch function
+    """A sink that runs every batch's tasks, then skips the commit of a batch id it has, as
+    Iceberg's streaming write (and any foreachBatch that checks the id after writing) does. A
+    replayed batch's receivers therefore run, and whatever they deliver is dropped if the batch
+    was committed before: they must deliver what the first attempt did.
+
+    Executors write the batch's files into ``attempts/<id>-<uuid>``; the driver then commits by
+    renaming that folder to ``batches/<id>`` (atomic), unless ``batches/<id>`` exists. A run
+    killed between the two leaves an attempt folder that nothing reads."""
+    attempts, batches, skipped = out / "attempts", out / "batches", out / "skipped"
+    for folder in (attempts, batches, skipped):
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def sink(df, batch_id: int) -> None:  # noqa: ANN001
+        attempt = attempts / f"{batch_id}-{uuid.uuid4().hex}"
+        df.write.parquet(attempt.as_uri())
+        if (batches / str(batch_id)).exists():
+            (skipped / attempt.name).write_text("")
+            shutil.rmtree(attempt, ignore_errors=True)
+            return
+        os.rename(attempt, batches / str(batch_id))
+
+    return sink
 
 
 if __name__ == "__main__":

@@ -23,6 +23,16 @@ classification and our recovery all run as they would in production. The kinds:
 
 Every injected fault is appended, one line each, to the log file named in the configuration, so
 the harness can count them across processes.
+
+**Slow tasks** (the cluster scenarios, to make speculation launch copies): in a share of stages
+(micro-batches), the first attempt of one receiver task sleeps once, either before its first
+``ReceiveMessage`` (it holds nothing yet) or after that call's answer (it holds received
+messages it has not journaled), until a copy of the task starts receiving or its time is up.
+The task is chosen from Spark's ``TaskContext`` (stage, partition, attempt number 0) in the
+executor's Python worker, so the library needs no hook. A speculative copy or a retry (attempt
+number 1 and up) runs at full speed; its first ``ReceiveMessage`` leaves a mark that wakes the
+sleeping original, so that both attempts then receive and journal at the same time. Each
+sleep's start and end go to a log of their own.
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 ENV = "SPARK_SQS_CHAOS"
@@ -51,6 +62,8 @@ SQS_OPERATIONS = (
 S3_OPERATIONS = ("PutObject", "GetObject", "ListObjectsV2", "DeleteObject")
 OPERATIONS = SQS_OPERATIONS + S3_OPERATIONS
 SERVICES = ("sqs", "s3")
+# Where a slowed task sleeps: before its first ReceiveMessage is sent, or after its answer.
+SLOW_POINTS = ("before", "after")
 
 
 def service_of(operation: str) -> str:
@@ -66,6 +79,20 @@ class FaultConfig:
     operations: tuple[str, ...] = OPERATIONS
     # The share of S3 calls that fail; None: the same as ``rate``.
     s3_rate: float | None = None
+    # Slow tasks: the share of stages (micro-batches) in which the first attempt of one receiver
+    # task, among partitions 0 to slow_partitions - 1, sleeps; for how long at most (drawn from
+    # the range; at the "after" point capped by ``slow_after_max``), and where it is logged. One
+    # task a stage: two slowed at once would hold both of two task slots, and no copy could run.
+    slow_share: float = 0.0
+    slow_partitions: int = 1
+    slow_seconds: tuple[float, float] = (0.0, 0.0)
+    slow_points: tuple[str, ...] = SLOW_POINTS
+    slow_after_max: float | None = None
+    slow_log: str = ""
+    # Where copies mark that they started receiving (a folder), and the run (application) they
+    # belong to: stage ids start at 0 in every run.
+    slow_marks: str = ""
+    run: int = 0
 
     def rate_for(self, service: str) -> float:
         if service == "s3" and self.s3_rate is not None:
@@ -81,6 +108,14 @@ class FaultConfig:
                 "kinds": list(self.kinds),
                 "operations": list(self.operations),
                 "s3_rate": self.s3_rate,
+                "slow_share": self.slow_share,
+                "slow_partitions": self.slow_partitions,
+                "slow_seconds": list(self.slow_seconds),
+                "slow_points": list(self.slow_points),
+                "slow_after_max": self.slow_after_max,
+                "slow_log": self.slow_log,
+                "slow_marks": self.slow_marks,
+                "run": self.run,
             }
         )
 
@@ -94,7 +129,36 @@ class FaultConfig:
             kinds=tuple(raw.get("kinds", KINDS)),
             operations=tuple(raw.get("operations", OPERATIONS)),
             s3_rate=None if raw.get("s3_rate") is None else float(raw["s3_rate"]),
+            slow_share=float(raw.get("slow_share", 0.0)),
+            slow_partitions=int(raw.get("slow_partitions", 1)),
+            slow_seconds=_pair(raw.get("slow_seconds", (0.0, 0.0))),
+            slow_points=tuple(raw.get("slow_points", SLOW_POINTS)),
+            slow_after_max=(
+                None if raw.get("slow_after_max") is None else float(raw["slow_after_max"])
+            ),
+            slow_log=str(raw.get("slow_log", "")),
+            slow_marks=str(raw.get("slow_marks", "")),
+            run=int(raw.get("run", 0)),
         )
+
+    def slow_plan(self, stage: int, partition: int) -> tuple[str, float] | None:
+        """``(point, seconds)`` if the first attempt of this task is to be slow, else None: the
+        same answer in every process (a function of the seed, the stage and the partition)."""
+        if self.slow_share <= 0:
+            return None
+        draw = random.Random(f"{self.seed}-slow-{stage}")
+        if draw.random() >= self.slow_share or draw.randrange(self.slow_partitions) != partition:
+            return None
+        point = draw.choice(self.slow_points)
+        seconds = draw.uniform(*self.slow_seconds)
+        if point == "after" and self.slow_after_max is not None:
+            seconds = min(seconds, self.slow_after_max)
+        return point, seconds
+
+
+def _pair(value: Any) -> tuple[float, float]:
+    low, high = value
+    return float(low), float(high)
 
 
 class _Raw:
@@ -111,12 +175,15 @@ class FaultInjector:
     """The ``before-send`` handler. One per process; decisions are random per process (Python
     workers are forked from one daemon, so the generator is re-seeded after a fork)."""
 
-    def __init__(self, config: FaultConfig) -> None:
+    def __init__(self, config: FaultConfig, sleep: Any = time.sleep) -> None:
         self.config = config
+        self._sleep = sleep
         self._lock = threading.Lock()
         self._pid = -1
         self._rng = random.Random()
         self._http: Any = None
+        # Task attempts (Spark's task attempt ids) already slowed in this process.
+        self._slowed: set[int] = set()
 
     def _draw(self, rate: float) -> str | None:
         with self._lock:
@@ -131,6 +198,10 @@ class FaultInjector:
     def __call__(self, request: Any, event_name: str = "", **_: Any) -> Any:
         # before-send.<service>.<Operation>
         operation = event_name.rsplit(".", 1)[-1]
+        if operation == "ReceiveMessage" and self.config.slow_share > 0:
+            slowed = self._slow(request)
+            if slowed is not None:
+                return slowed
         if operation not in self.config.operations:
             return None
         service = service_of(operation)
@@ -156,16 +227,64 @@ class FaultInjector:
         self._send(request)
         raise ReadTimeoutError(endpoint_url=request.url)
 
-    def _send(self, request: Any) -> None:
+    def _slow(self, request: Any) -> Any:
+        """Sleep in the first ReceiveMessage of a chosen task's first attempt, until a copy
+        starts receiving or the time is up; a copy's first ReceiveMessage leaves the mark.
+        Returns the answer when the call was made here (the "after" point), else None (the
+        caller goes on)."""
+        task = _task()
+        if task is None:
+            return None
+        attempt_id, stage, partition, attempt = task
+        with self._lock:
+            if attempt_id in self._slowed:
+                return None
+            self._slowed.add(attempt_id)
+        mark = self._mark(stage, partition)
+        if attempt != 0:
+            if mark is not None:
+                mark.touch()
+            return None
+        plan = self.config.slow_plan(stage, partition)
+        if plan is None:
+            return None
+        point, seconds = plan
+        where = f"{stage} {partition} {attempt_id} {point} {seconds:.1f}"
+        response = self._send(request) if point == "after" else None
+        self._log_slow(f"start {where}")
+        deadline = time.monotonic() + seconds
+        copied = False
+        while time.monotonic() < deadline:
+            if mark is not None and mark.exists():
+                copied = True
+                break
+            self._sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+        self._log_slow(f"{'woken' if copied else 'end'} {where}")
+        return response
+
+    def _mark(self, stage: int, partition: int) -> Path | None:
+        if not self.config.slow_marks:
+            return None
+        folder = Path(self.config.slow_marks)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / f"{self.config.run}-{stage}-{partition}"
+
+    def _log_slow(self, text: str) -> None:
+        if self.config.slow_log:
+            _append(self.config.slow_log, f"{os.getpid()} {text} {time.time():.3f}\n")
+
+    def _send(self, request: Any) -> Any:
         from botocore.httpsession import URLLib3Session
 
         with self._lock:
             if self._http is None:
                 self._http = URLLib3Session(timeout=60)
             http = self._http
+        response = http.send(request)
         # Read the whole answer (a GetObject's body is streamed), so the connection goes back
-        # to the pool; the caller never sees it.
-        _ = http.send(request).content
+        # to the pool; the "after" point hands it on.
+        _ = response.content
+        return response
 
     @staticmethod
     def _s3_error(request: Any, status: int, code: str, message: str) -> Any:
@@ -201,13 +320,68 @@ class FaultInjector:
 
     def _record(self, operation: str, kind: str) -> None:
         # The wall-clock time lines a fault up with the run's log when diagnosing.
-        line = f"{os.getpid()} {operation} {kind} {_role()} {time.time():.3f}\n".encode()
-        # O_APPEND writes this small are atomic, so processes can share one log.
-        fd = os.open(self.config.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
+        _append(self.config.log, f"{os.getpid()} {operation} {kind} {_role()} {time.time():.3f}\n")
+
+
+def _append(path: str, line: str) -> None:
+    # O_APPEND writes this small are atomic, so processes can share one log.
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def _task() -> tuple[int, int, int, int] | None:
+    """``(task attempt id, stage, partition, attempt number)`` of the Spark task this Python
+    worker runs, or None outside a task (the driver's processes)."""
+    import sys
+
+    if "pyspark" not in sys.modules:
+        return None
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return None
+    return ctx.taskAttemptId(), ctx.stageId(), ctx.partitionId(), ctx.attemptNumber()
+
+
+def slow_tasks(log: str) -> list[SlowTask]:
+    """The slowed tasks of a slow log, with whether each sleep ended, and whether a copy of the
+    task woke it (a task killed while it slept, with its executor, or because a copy succeeded
+    or the stage ended, has no end)."""
+    found: dict[tuple[str, str], SlowTask] = {}
+    try:
+        with open(log, encoding="utf-8") as handle:
+            for line in handle:
+                parts = line.split()
+                if len(parts) != 8 or parts[1] not in ("start", "end", "woken"):
+                    continue  # a torn line of a killed process
+                pid, event, stage, partition, attempt_id, point, seconds, at = parts
+                key = (pid, attempt_id)
+                if event == "start":
+                    found[key] = SlowTask(
+                        int(pid), int(stage), int(partition), point, float(seconds), float(at)
+                    )
+                elif key in found:
+                    found[key].ended = True
+                    found[key].woken_by_copy = event == "woken"
+    except FileNotFoundError:
+        pass
+    return list(found.values())
+
+
+@dataclass
+class SlowTask:
+    pid: int
+    stage: int
+    partition: int
+    point: str
+    seconds: float
+    started: float
+    ended: bool = False
+    woken_by_copy: bool = False
 
 
 def _role() -> str:

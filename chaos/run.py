@@ -10,8 +10,16 @@ sent, and the queue must be empty. In the sink round trip (``fifo-sqs-sink``) th
 with ``writeStream.format("sqs")`` into a second FIFO queue instead, and what arrived there is
 drained and checked the same way once the query has stopped (``drain_target``).
 
+The ``-cluster`` scenarios run the query's executors on a Spark standalone cluster that the
+harness starts from the pip package (``chaos/cluster.py``), with speculation on: executor JVMs
+are SIGKILLed mid-batch while the driver lives, one receiver task in a share of batches is
+slowed until Spark launches a speculative copy beside it, the journal is on the embedded S3,
+and the sink writes every batch and then skips ids it has (``write-then-skip``). Speculative
+attempts and lost executors are counted from Spark's event log.
+
 A scenario passes with zero lost, zero duplicated, nothing left in the queue and, on FIFO
-queues, every message group in order. The exit status is 0 only if every scenario passes.
+queues, every message group in order; a cluster scenario also needs at least one speculative
+attempt. The exit status is 0 only if every scenario passes.
 
 A soak with ``--steady N`` keeps the producer going for N more seconds after the kills, while
 the last run (no kills) takes the traffic, and samples the RSS of that run's processes from
@@ -22,6 +30,7 @@ workers must be flat after warm-up (``flatness``). Reported, not a pass conditio
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -35,21 +44,36 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from chaos.cluster import (
+    EventLogCounts,
+    StandaloneCluster,
+    busy_executors,
+    count_event_log,
+    die_with_parent,
+    event_logs,
+    executor_identity,
+    executor_pids,
+    free_port,
+    session_conf,
+)
+from chaos.cluster import processes as _processes
 from chaos.faults import (
     ENV,
     KINDS,
     OPERATIONS,
     S3_OPERATIONS,
     SINK_OPERATIONS,
+    SLOW_POINTS,
     FaultConfig,
     count_faults,
     faults_by_role_and_service,
+    slow_tasks,
 )
-from chaos.sink import committed_batches
+from chaos.sink import committed_batches, skipped_batches, write_then_skip_batches
 from spark_sqs.sqs.client import queue_counts
 
 REPO = Path(__file__).resolve().parent.parent
@@ -70,7 +94,8 @@ class Scenario:
     # server, whose PutObject, GetObject, ListObjectsV2 and DeleteObject calls fail too.
     journal: str = "local"
     # "parquet": the file sink; "sqs": writeStream.format("sqs") into a second FIFO queue, whose
-    # SendMessageBatch calls fail too.
+    # SendMessageBatch calls fail too; "write-then-skip": a foreachBatch that writes every batch,
+    # then skips the commit of an id it has (Iceberg's streaming write).
     sink: str = "parquet"
     # Several queues in one stream: the producer spreads its messages over them.
     queues: int = 1
@@ -79,6 +104,15 @@ class Scenario:
     # The producer publishes to an SNS topic the queue subscribes to (envelopes, not raw
     # delivery); the query reads with messageFormat=sns.
     sns: bool = False
+    # Executors on a standalone cluster the harness starts (chaos/cluster.py), speculation on,
+    # executor JVMs SIGKILLed and receiver tasks slowed; needs one speculative attempt to pass.
+    cluster: bool = False
+
+
+def _on_cluster(name: str, fifo: bool, delete_after_journal: bool = False) -> Scenario:
+    return Scenario(
+        name, fifo, delete_after_journal, journal="s3", sink="write-then-skip", cluster=True
+    )
 
 
 # SQS drops a FIFO copy only within 5 minutes of the first send (moto too: it compares send
@@ -103,6 +137,11 @@ SCENARIOS = {
     "standard-poison": Scenario("standard-poison", False, poison=True),
     "standard-sns": Scenario("standard-sns", False, sns=True),
     "fifo-poison": Scenario("fifo-poison", True, poison=True),
+    # A real cluster: more receivers than task slots, lost executors and speculative copies,
+    # behind a sink that runs replayed batches (write-then-skip), with the journal on S3.
+    "standard-cluster": _on_cluster("standard-cluster", fifo=False),
+    "fifo-cluster": _on_cluster("fifo-cluster", fifo=True),
+    "fifo-journal-delete-cluster": _on_cluster("fifo-journal-delete-cluster", True, True),
 }
 
 
@@ -144,11 +183,23 @@ class Outcome:
     # A soak's steady run (--steady): its processes' RSS samples and their flatness.
     steady_seconds: float = 0.0
     rss: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Cluster scenarios: executor JVMs the harness SIGKILLed while they ran a task, the slowed
+    # tasks (of them, those a copy woke, and those killed in their sleep: with their executor,
+    # or when their stage ended), what the event log shows, and the batches the
+    # write-then-skip sink ran again and dropped.
+    cluster: bool = False
+    executor_kills: int = 0
+    slowed: int = 0
+    slowed_woken_by_copy: int = 0
+    slowed_cut_short: int = 0
+    events: EventLogCounts = field(default_factory=EventLogCounts)
+    skipped_batches: int = 0
 
     @property
     def passed(self) -> bool:
         return (
-            self.drained
+            (not self.cluster or self.events.speculative >= 1)
+            and self.drained
             and self.lost == 0
             and self.duplicated == 0
             and self.unexpected == 0
@@ -251,8 +302,10 @@ class Child:
         max_per_trigger: int,
         target_url: str | None = None,
         poison: tuple[int, str] | None = None,
+        cluster: StandaloneCluster | None = None,
     ) -> None:
         self.sns = scenario.sns
+        visibility = visibility_of(scenario, args)
         self.control = work / f"control-{run}"
         self.control.mkdir()
         self.log = work / f"child-{run}.log"
@@ -261,15 +314,17 @@ class Child:
             "--endpoint", endpoint, "--queue-url", queue_url,
             "--journal", journal, "--checkpoint", str(work / "checkpoint"),
             "--out", str(work / "out"), "--control", str(self.control),
-            "--visibility", str(args.visibility), "--receivers", str(receivers),
+            "--visibility", str(visibility), "--receivers", str(receivers),
             "--max-per-trigger", str(max_per_trigger),
             "--stall-every", str(args.stall_every),
-            "--stall-seconds", str(args.stall_factor * args.visibility),
+            "--stall-seconds", str(args.stall_factor * visibility),
         ]  # fmt: skip
         if scenario.delete_after_journal:
             command.append("--delete-after-journal")
         if scenario.sink == "sqs":
             command += ["--sink", "sqs", "--target-queue-url", str(target_url)]
+        elif scenario.sink != "parquet":
+            command += ["--sink", scenario.sink]
         if poison is not None:
             command += ["--poison-number", str(poison[0]), "--dead-letter-url", poison[1]]
         if scenario.sns:
@@ -278,15 +333,29 @@ class Child:
         # sitecustomize in INJECT installs the faults in every Python process of the query.
         env["PYTHONPATH"] = os.pathsep.join([str(INJECT), str(REPO), env.get("PYTHONPATH", "")])
         if faults is not None:
-            env[ENV] = faults.to_env()
+            # The run number keeps copies' marks of one application from waking another's tasks.
+            env[ENV] = replace(faults, run=run).to_env()
         if args.log_level:
             env["SPARK_SQS_CHAOS_LOG_LEVEL"] = args.log_level
+        # Python workers of this run: the driver's own (local mode) or the cluster's.
+        self.sessions = cluster.sessions if cluster is not None else set()
+        self.ui_port = 0
+        if cluster is not None:
+            # The executors get what they need the way a real cluster's do: through the
+            # application's configuration (spark.executorEnv.*), not the workers' environment.
+            self.ui_port = free_port()
+            conf = session_conf(cluster, work / "eventlog", env, sys.executable, self.ui_port)
+            command += ["--master", cluster.master_url, "--spark-conf", json.dumps(conf)]
+            env["SPARK_LOCAL_IP"] = "127.0.0.1"
         with open(self.log, "wb") as log:
             # Its own session, so that the whole tree (driver, JVM, Python workers) dies at once,
-            # as it does when a driver node is lost.
+            # as it does when a driver node is lost. A SIGTERM when the harness dies makes the
+            # child kill that tree itself (child.py).
             self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
+                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                preexec_fn=functools.partial(die_with_parent, signal.SIGTERM),
+            )  # fmt: skip
+        self.sessions = self.sessions | {self.process.pid}
 
     @property
     def started(self) -> bool:
@@ -312,7 +381,7 @@ class Child:
         table = _processes()
         workers = []
         for pid, (parent, session, command) in table.items():
-            if session != self.process.pid or b"pyspark.worker" not in command:
+            if session not in self.sessions or b"pyspark.worker" not in command:
                 continue
             # Forked by the daemon (same command line as its parent), not the daemon itself.
             if table.get(parent, (0, 0, b""))[2] == command:
@@ -324,6 +393,32 @@ class Child:
         except ProcessLookupError:
             return False
         return True
+
+    def kill_an_executor(self, rng: random.Random, wait: float) -> bool:
+        """SIGKILL one executor JVM of this run's application while it runs a task (the
+        driver's REST API says which), waiting up to ``wait`` s for one. Returns whether it
+        killed one. Linux only (reads /proc)."""
+        deadline = time.monotonic() + wait
+        while not self.exited():
+            running = busy_executors(self.ui_port)
+            if running is not None and running[1]:
+                table = _processes()
+                busy = []
+                for pid in executor_pids(table, self.sessions):
+                    identity = executor_identity(table[pid].command)
+                    if identity is not None and identity[0] == running[0]:
+                        if identity[1] in running[1]:
+                            busy.append(pid)
+                if busy:
+                    try:
+                        os.kill(rng.choice(sorted(busy)), signal.SIGKILL)
+                    except ProcessLookupError:
+                        continue
+                    return True
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.2)
+        return False
 
     def stop(self, timeout: float) -> None:
         (self.control / "stop").write_text("")
@@ -339,19 +434,40 @@ class Child:
         return self.log.read_text(errors="replace")[-chars:]
 
 
-def _processes() -> dict[int, tuple[int, int, bytes]]:
-    """``pid -> (parent pid, session id, command line)`` of every process, from /proc."""
-    found: dict[int, tuple[int, int, bytes]] = {}
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            stat = (entry / "stat").read_bytes()
-            command = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        # The command name in parentheses may contain spaces: split after its closing one.
-        fields = stat[stat.rindex(b")") + 2 :].split()
-        found[int(entry.name)] = (int(fields[1]), int(fields[3]), command)
-    return found
+def visibility_of(scenario: Scenario, args: Any) -> int:
+    """The query's visibilityTimeout: on the cluster, long enough that a receiver slowed after
+    its first receive (at most ``--slow-after-max`` of it) stays within the receiver's budget."""
+    return int(args.cluster_visibility if scenario.cluster else args.visibility)
+
+
+def kill_window(scenario: Scenario, args: Any) -> tuple[float, float]:
+    """Seconds after the query started in which its run is SIGKILLed: later on the cluster,
+    whose first batch comes later (executors, their Python workers, the S3 journal)."""
+    if scenario.cluster:
+        return float(args.cluster_kill_window[0]), float(args.cluster_kill_window[1])
+    return float(args.kill_min), float(args.kill_max)
+
+
+_PUT_LOCK = threading.Lock()
+
+
+def serialise_moto_s3_puts() -> None:
+    """Make moto's conditional ``PutObject`` atomic, as S3's is. moto checks ``If-None-Match:
+    *`` and then stores the object, unlocked: two attempts of one receiver that journal at the
+    same instant (speculation, a lost executor's zombie task) could both succeed there, where S3
+    answers one of them 412. Runs in the harness, which hosts the moto server."""
+    from moto.s3.responses import S3Response
+
+    if getattr(S3Response.put_object, "chaos_serialised", False):
+        return
+    original = S3Response.put_object
+
+    def put_object(self: Any) -> Any:
+        with _PUT_LOCK:
+            return original(self)
+
+    put_object.chaos_serialised = True  # type: ignore[attr-defined]
+    S3Response.put_object = put_object  # type: ignore[method-assign]
 
 
 # -- memory over a long run ---------------------------------------------------------------------
@@ -472,6 +588,7 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
     outcome.journal = scenario.journal
     outcome.sink = scenario.sink
     outcome.poison = scenario.poison
+    outcome.cluster = scenario.cluster
     poison: tuple[int, str] | None = None
     if scenario.poison:
         dlq = sqs.create_queue(
@@ -489,11 +606,17 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
         host = endpoint.split("://", 1)[1]
         journal = f"s3://{JOURNAL_BUCKET}/{name}/journal?endpoint_override={host}&scheme=http"
     faults = None
-    if args.fault_rate > 0 or (args.s3_fault_rate or 0) > 0:
+    slow_share = args.slow_share if scenario.cluster else 0.0
+    slow_log = str(work / "slow.log")
+    if args.fault_rate > 0 or (args.s3_fault_rate or 0) > 0 or slow_share > 0:
         faults = FaultConfig(
             rate=args.fault_rate, log=str(work / "faults.log"), seed=args.seed,
             kinds=tuple(args.fault_kinds), operations=tuple(args.fault_operations),
-            s3_rate=args.s3_fault_rate,
+            s3_rate=args.s3_fault_rate, slow_share=slow_share,
+            slow_partitions=min(args.cluster_receivers),
+            slow_seconds=tuple(args.slow_seconds), slow_points=tuple(args.slow_points),
+            slow_after_max=args.slow_after_max * visibility_of(scenario, args), slow_log=slow_log,
+            slow_marks=str(work / "slow-marks"),
         )  # fmt: skip
     soak_until = started + args.soak if args.soak else None
     # A soak's steady run: the producer goes on this long after the kills, into the last run.
@@ -523,18 +646,20 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
         """Rows the sink holds so far (the target queue: every message, nothing deleted)."""
         if target_url is not None:
             return queue_depth(sqs, target_url)
-        return len(_rows(work))
+        return len(_rows(work, scenario.sink))
 
     def child() -> Child:
         # Each run may come with other options: a replayed batch must still run the plan that
         # its first attempt persisted, and the new options apply from the next new batch.
-        receivers = rng.choice(args.receivers)
+        receivers = rng.choice(args.cluster_receivers if scenario.cluster else args.receivers)
         max_per_trigger = rng.choice(args.max_per_trigger)
         outcome.run_options.append((receivers, max_per_trigger))
-        return Child(
+        run = Child(
             work, outcome.runs, endpoint, queue_url, args, scenario, faults, journal,
-            receivers, max_per_trigger, target_url, poison,
+            receivers, max_per_trigger, target_url, poison, cluster,
         )  # fmt: skip
+        running.append(run)
+        return run
 
     # A poison message fails one run per narrowing step (docs/operations.md): maxBatchAttempts
     # (3), then two per halving of the largest batch.
@@ -549,7 +674,18 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
             return time.monotonic() < soak_until
         return outcome.kills < args.kills
 
+    cluster = None
+    running: list[Child] = []
     try:
+        if scenario.cluster:
+            (work / "eventlog").mkdir()
+            cluster = StandaloneCluster(work / "cluster", workers=args.workers)
+            began = time.monotonic()
+            cluster.start()
+            say(
+                f"[{scenario.name}] standalone cluster {cluster.master_url}: {args.workers} "
+                f"workers of 1 core, started in {time.monotonic() - began:.0f} s"
+            )
         while more_kills():
             outcome.runs += 1
             run = child()
@@ -562,17 +698,28 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
                 outcome.query_failures += 1
                 say(f"[{scenario.name}] run {outcome.runs} failed to start:\n{run.tail()}")
                 continue
-            delay = rng.uniform(args.kill_min, args.kill_max)
-            # Single Python workers die at random moments before the whole tree does.
-            moments = sorted(rng.uniform(0, delay) for _ in range(args.worker_kills))
-            waited, failed = 0.0, False
-            for moment in [*moments, delay]:
-                if wait_for(run.exited, moment - waited, interval=0.2):
+            delay = rng.uniform(*kill_window(scenario, args))
+            # Single Python workers, and on a cluster executor JVMs, die at random moments
+            # before the whole tree does.
+            moments = sorted(
+                [(rng.uniform(0, delay), "worker") for _ in range(args.worker_kills)]
+                + [
+                    (rng.uniform(0, delay), "executor")
+                    for _ in range(args.executor_kills if cluster is not None else 0)
+                ]
+            )
+            began, failed = time.monotonic(), False
+            for moment, what in [*moments, (delay, "query")]:
+                if wait_for(run.exited, began + moment - time.monotonic(), interval=0.2):
                     failed = True
                     break
-                waited = moment
-                if moment != delay and run.kill_a_worker(rng):
+                if what == "worker" and run.kill_a_worker(rng):
                     outcome.worker_kills += 1
+                elif what == "executor":
+                    # Mid-batch: it waits for an executor that runs a task, until the query's
+                    # own kill is due.
+                    left = began + delay - time.monotonic()
+                    outcome.executor_kills += run.kill_an_executor(rng, wait=left)
             if failed:
                 outcome.query_failures += 1
                 say(f"[{scenario.name}] run {outcome.runs}: the query failed:\n{run.tail()}")
@@ -596,7 +743,7 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
                 # The source deletes a batch's messages only once the batch (its sends
                 # included) is committed: an empty source queue means every send is done.
                 return queue_depth(sqs, queue_url) == 0 and delivered() >= len(expected)
-            numbers = {n for n, _ in _numbers(_rows(work))}
+            numbers = {n for n, _ in _numbers(_rows(work, scenario.sink))}
             return expected <= numbers and queue_depth(sqs, queue_url) == 0
 
         # With a poison message the last runs fail until its batch is narrowed down to it.
@@ -627,6 +774,11 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
             outcome.sink_span = time.monotonic() - first_start[0]
     finally:
         producer.stop()
+        # Also when the harness fails or is stopped: no query or cluster process outlives it.
+        for run in running:
+            run.kill()
+        if cluster is not None:
+            cluster.stop()
 
     if target_url is not None:
         # Only now: moto forgets a deduplication id once its message is deleted (AWS keeps it
@@ -636,7 +788,7 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
     elif poison is not None:
         sent = {n: i for n, i in producer.sent.items() if n != poison[0]}
         _count(outcome, work, sent, scenario.fifo)
-        poison_rows = [n for n, _ in _numbers(_rows(work)) if n == poison[0]]
+        poison_rows = [n for n, _ in _numbers(_rows(work, scenario.sink)) if n == poison[0]]
         outcome.poison_in_sink = len(poison_rows)
         # The poison row is "unexpected" against the rest (by number and by id); counted on its
         # own instead.
@@ -658,16 +810,26 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
     if faults is not None:
         outcome.faults = count_faults(faults.log)
         outcome.fault_roles = faults_by_role_and_service(faults.log)
+    if scenario.cluster:
+        slowed = slow_tasks(slow_log)
+        outcome.slowed = len(slowed)
+        outcome.slowed_woken_by_copy = sum(1 for task in slowed if task.woken_by_copy)
+        outcome.slowed_cut_short = sum(1 for task in slowed if not task.ended)
+        outcome.events = count_event_log(event_logs(work / "eventlog"))
+        outcome.skipped_batches = skipped_batches(work / "out")
     outcome.seconds = time.monotonic() - started
     return outcome
 
 
-def _rows(work: Path) -> list[tuple[int, dict[str, Any]]]:
-    return [
-        (batch, row)
-        for batch, rows in committed_batches(work / "out", ["messageId", "body", "messageGroupId"])
-        for row in rows
-    ]
+ROW_COLUMNS = ["messageId", "body", "messageGroupId"]
+
+
+def _rows(work: Path, sink: str = "parquet") -> list[tuple[int, dict[str, Any]]]:
+    if sink == "write-then-skip":
+        batches = write_then_skip_batches(work / "out", ROW_COLUMNS)
+    else:
+        batches = committed_batches(work / "out", ROW_COLUMNS)
+    return [(batch, row) for batch, rows in batches for row in rows]
 
 
 def _numbers(rows: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, int]]:
@@ -675,7 +837,7 @@ def _numbers(rows: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, int]]:
 
 
 def _count(outcome: Outcome, work: Path, sent: dict[int, str], fifo: bool) -> None:
-    rows = _rows(work)
+    rows = _rows(work, outcome.sink)
     outcome.sent = len(sent)
     outcome.rows = len(rows)
     numbers = [n for n, _ in _numbers(rows)]
@@ -806,6 +968,29 @@ def render(outcomes: list[Outcome], args: Any) -> str:
             f"{o.order_violations if 'fifo' in o.scenario else '-'} | {o.seconds:.0f} s | "
             f"{'PASS' if o.passed else 'FAIL'} |"
         )
+    clusters = [o for o in outcomes if o.cluster]
+    if clusters:
+        lines += [
+            "",
+            f"On the standalone cluster ({args.workers} workers of 1 core; speculative attempts, "
+            "concurrent ones, kills by Spark and lost executors from Spark's event log):",
+            "",
+            "| scenario | executor kills mid-task | tasks slowed | of them woken by their copy "
+            "| killed in their sleep | speculative attempts | started beside a running attempt "
+            "| copies that finished first | attempts killed as another succeeded "
+            "| executors lost | tasks lost with an executor | batches written then skipped "
+            "| applications |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for o in clusters:
+            e = o.events
+            lines.append(
+                f"| {o.scenario} | {o.executor_kills} | "
+                f"{o.slowed} | {o.slowed_woken_by_copy} | {o.slowed_cut_short} | "
+                f"{e.speculative} | {e.concurrent} | "
+                f"{e.speculative_won} | {e.killed_by_other_attempt} | {e.executors_removed} | "
+                f"{e.tasks_lost_with_executor} | {o.skipped_batches} | {e.applications} |"
+            )
     sinks = [o for o in outcomes if o.sink == "sqs"]
     if sinks:
         lines += [
@@ -897,6 +1082,18 @@ def render(outcomes: list[Outcome], args: Any) -> str:
         f"{args.stall_every} stalls its batch for {args.stall_factor * args.visibility:.0f} s, "
         f"seed {args.seed}.",
     ]
+    if clusters:
+        cluster_visibility = args.cluster_visibility
+        lines[-1] += (
+            f" Cluster: {args.workers} workers of 1 core, numPartitions drawn from "
+            f"{args.cluster_receivers}, visibilityTimeout {cluster_visibility} s, kill "
+            f"{args.cluster_kill_window[0]:.0f}-{args.cluster_kill_window[1]:.0f} s after the "
+            f"query started, {args.executor_kills} executor kills per run, "
+            f"one receiver task slowed in {args.slow_share:.0%} of batches for up to "
+            f"{args.slow_seconds[0]:.0f}-{args.slow_seconds[1]:.0f} s "
+            f"({' or '.join(args.slow_points)} the first ReceiveMessage; after it at most "
+            f"{args.slow_after_max * cluster_visibility:.0f} s; a copy wakes it)."
+        )
     return "\n".join(lines)
 
 
@@ -906,7 +1103,15 @@ def main(argv: list[str] | None = None) -> int:
         "--scenarios",
         nargs="+",
         choices=sorted(SCENARIOS),
-        default=["standard", "fifo", "fifo-journal-delete", "standard-s3", "fifo-s3"],
+        default=[
+            "standard",
+            "fifo",
+            "fifo-journal-delete",
+            "standard-s3",
+            "fifo-s3",
+            "standard-cluster",
+            "fifo-cluster",
+        ],  # fmt: skip
     )
     parser.add_argument("--messages", type=int, default=2000)
     parser.add_argument("--rate", type=float, default=15.0, help="messages sent per second")
@@ -978,6 +1183,65 @@ def main(argv: list[str] | None = None) -> int:
         help="with --soak: the producer goes on this many seconds after the kills, into the "
         "last run, whose processes' RSS is sampled and reported (flat after warm-up?)",
     )
+    cluster = parser.add_argument_group("cluster scenarios (-cluster)")
+    cluster.add_argument(
+        "--workers", type=int, default=2, help="standalone workers of 1 core each (task slots)"
+    )
+    cluster.add_argument(
+        "--cluster-receivers",
+        type=int,
+        nargs="+",
+        default=[3, 4],
+        help="numPartitions on the cluster, drawn for each run: more receivers than task slots",
+    )
+    cluster.add_argument(
+        "--cluster-visibility", type=int, default=30, help="visibilityTimeout on the cluster"
+    )
+    cluster.add_argument(
+        "--cluster-kill-window",
+        type=float,
+        nargs=2,
+        default=[15.0, 75.0],
+        metavar=("MIN", "MAX"),
+        help="the query is SIGKILLed this many seconds after it started (its first batch on the "
+        "cluster comes 20-45 s after the start on this machine)",
+    )
+    cluster.add_argument(
+        "--executor-kills",
+        type=int,
+        default=1,
+        help="SIGKILLs of executor JVMs per run, before the run is killed",
+    )
+    cluster.add_argument(
+        "--slow-share",
+        type=float,
+        default=0.5,
+        help="share of stages (micro-batches) in which the first attempt of one receiver task "
+        "sleeps once (speculation copies it)",
+    )
+    cluster.add_argument(
+        "--slow-seconds",
+        type=float,
+        nargs=2,
+        default=[10.0, 30.0],
+        metavar=("MIN", "MAX"),
+        help="how long a slowed task sleeps at most (a copy that starts receiving wakes it)",
+    )
+    cluster.add_argument(
+        "--slow-points",
+        nargs="+",
+        choices=SLOW_POINTS,
+        default=list(SLOW_POINTS),
+        help="where a slowed task sleeps: before its first ReceiveMessage, or after its answer "
+        "(holding messages it has not journaled)",
+    )
+    cluster.add_argument(
+        "--slow-after-max",
+        type=float,
+        default=0.4,
+        help="a sleep after a ReceiveMessage answer lasts at most this many visibility timeouts "
+        "(the receiver must journal within the visibility timeout)",
+    )
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--start-timeout", type=float, default=240.0)
     parser.add_argument("--drain-timeout", type=float, default=600.0)
@@ -992,12 +1256,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="the short CI run: a standard queue with a local journal and a FIFO queue with an "
-        "s3:// journal, 300 messages, 2 kills each (other options still apply)",
+        help="the short CI run: a standard queue with a local journal, a FIFO queue with an "
+        "s3:// journal and a standard queue on the cluster, 300 messages, 2 kills each (other "
+        "options still apply)",
     )
     if parser.parse_known_args(argv)[0].quick:
         parser.set_defaults(
-            scenarios=["standard", "fifo-s3"], messages=300, rate=10.0, kills=2, stall_every=150
+            scenarios=["standard", "fifo-s3", "standard-cluster"],
+            messages=300,
+            rate=10.0,
+            kills=2,
+            stall_every=150,
         )
     args = parser.parse_args(argv)
     if args.seed is None:
@@ -1007,6 +1276,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "chaos")
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     os.environ.pop(ENV, None)
+    # A SIGTERM (a CI timeout, kill) unwinds like Ctrl-C: every finally stops what it started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     import logging
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -1015,6 +1286,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.workdir or tempfile.mkdtemp(prefix="spark-sqs-chaos-"))
     root.mkdir(parents=True, exist_ok=True)
     say(f"chaos: seed {args.seed}, scenarios {', '.join(args.scenarios)}, work dir {root}")
+    serialise_moto_s3_puts()
     server = MotoServer()
     outcomes = []
     try:

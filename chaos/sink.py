@@ -1,9 +1,12 @@
-"""What a file sink has committed. Runs in: the harness (no Spark needed).
+"""What a sink has committed. Runs in: the harness (no Spark needed).
 
 Spark's file sink writes data files first and then records them in ``_spark_metadata/<batch>``.
 A query killed between the two leaves data files that were never committed; a reader that lists
 the directory would count their rows twice. This reader takes the files the metadata log names,
 as Spark's own reader does: the newest ``<n>.compact`` file plus every batch file after it.
+
+The write-then-skip sink of the cluster scenarios (``chaos/child.py``) commits a batch by
+renaming its attempt's folder to ``batches/<id>``; only those folders count.
 """
 
 from __future__ import annotations
@@ -59,3 +62,31 @@ def committed_batches(sink: Path, columns: list[str]) -> list[tuple[int, list[di
             continue
         result.append((batch, pq.read_table(path, columns=columns).to_pylist()))
     return result
+
+
+def write_then_skip_batches(
+    out: Path, columns: list[str]
+) -> list[tuple[int, list[dict[str, Any]]]]:
+    """The rows the write-then-skip sink (``chaos/child.py``) committed: ``batches/<id>``
+    folders only, never the ``attempts/`` a killed run or a skipped replay left, in batch
+    order."""
+    batches = out / "batches"
+    if not batches.is_dir():
+        return []
+    result = []
+    for folder in sorted((p for p in batches.iterdir() if p.name.isdigit()), key=_batch_id):
+        for path in sorted(folder.glob("part-*.parquet")):
+            if os.path.getsize(path) == 0:
+                continue
+            result.append((int(folder.name), pq.read_table(path, columns=columns).to_pylist()))
+    return result
+
+
+def skipped_batches(out: Path) -> int:
+    """Batches the write-then-skip sink ran again and dropped (replays of committed ids)."""
+    skipped = out / "skipped"
+    return len(list(skipped.iterdir())) if skipped.is_dir() else 0
+
+
+def _batch_id(folder: Path) -> int:
+    return int(folder.name)

@@ -6,7 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +22,24 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
 
 from chaos import faults
-from chaos.faults import FaultConfig, FaultInjector, count_faults, faults_by_role
+from chaos.cluster import (
+    EXECUTOR_CLASS,
+    EventLogCounts,
+    Process,
+    StandaloneCluster,
+    alive_workers,
+    busy_executors,
+    count_event_log,
+    event_logs,
+    executor_identity,
+    executor_pids,
+    free_port,
+    processes,
+    session_conf,
+    worker_environment,
+    worker_host,
+)
+from chaos.faults import FaultConfig, FaultInjector, count_faults, faults_by_role, slow_tasks
 from chaos.run import (
     RSS_ROLES,
     Outcome,
@@ -30,9 +51,15 @@ from chaos.run import (
     flatness,
     render,
     rss_by_role,
+    serialise_moto_s3_puts,
     sink_counters,
 )
-from chaos.sink import committed_batches, committed_files
+from chaos.sink import (
+    committed_batches,
+    committed_files,
+    skipped_batches,
+    write_then_skip_batches,
+)
 from spark_sqs.errors import TransientSqsError
 from spark_sqs.sqs.client import classify, queue_counts
 
@@ -577,3 +604,453 @@ def test_rss_is_read_per_role_from_the_process_table() -> None:
     # Only this process exists of those: it is the one worker, counted once.
     assert found["worker_max"] == found["workers_total"] > 0
     assert found["source_runner"] == found["jvm"] == found["driver_python"] == 0
+
+
+# -- the standalone cluster: processes, event log, slowed tasks, the write-then-skip sink -------
+
+
+def _table(*rows: tuple[int, int, int, str]) -> dict[int, Process]:
+    """``pid -> Process`` from ``(pid, parent, session, command line with spaces)``."""
+    return {pid: Process(parent, session, command.replace(" ", "\0").encode()) for pid, parent,
+            session, command in rows}  # fmt: skip
+
+
+JAVA_EXECUTOR = "/usr/lib/jvm/bin/java -cp x org.apache.spark.executor.CoarseGrainedExecutorBackend"
+
+
+def test_executors_are_the_jvms_of_the_cluster_sessions():
+    table = _table(
+        (10, 1, 10, "/jdk/bin/java -cp x org.apache.spark.deploy.worker.Worker"),
+        (11, 10, 10, JAVA_EXECUTOR),
+        (12, 11, 10, "/venv/bin/python -m pyspark.daemon pyspark.worker"),
+        # Another cluster's executor (another session), and a shell that only names the class.
+        (21, 20, 20, JAVA_EXECUTOR),
+        (14, 10, 10, "bash -c grep org.apache.spark.executor.CoarseGrainedExecutorBackend"),
+    )
+    assert executor_pids(table, {10}) == [11]
+    assert executor_pids(table, {10, 20}) == [11, 21]
+    assert executor_pids(table, {99}) == []
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_a_real_executor_like_process_is_found_by_process(tmp_path):
+    # A program named java whose command line is an executor's, in a session of its own, with a
+    # child (as the executor's Python daemon) that must not count.
+    java = tmp_path / "java"
+    java.symlink_to(sys.executable)
+    script = "import subprocess, sys, time; subprocess.Popen(['sleep', '60']); time.sleep(60)"
+    command = [str(java), "-c", script, EXECUTOR_CLASS.decode()]
+    command += ["--executor-id", "7", "--hostname", "127.0.0.2", "--app-id", "app-x"]
+    process = subprocess.Popen(command, start_new_session=True)
+    try:
+
+        def children() -> list[int]:
+            return [p for p, row in processes().items() if row.parent == process.pid]
+
+        assert _wait(lambda: len(children()) == 1)
+        table = processes()
+        assert executor_pids(table, {process.pid}) == [process.pid]
+        assert executor_pids(table, {os.getsid(0)}) == []
+        assert executor_identity(table[process.pid].command) == ("app-x", "7")
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def test_an_executor_is_known_by_its_application_and_executor_id():
+    arguments = " --driver-url spark://d --executor-id 3 --cores 1 --app-id app-1-0002 --x y"
+    command = (JAVA_EXECUTOR + arguments).replace(" ", "\0")
+    assert executor_identity(command.encode()) == ("app-1-0002", "3")
+    assert executor_identity(JAVA_EXECUTOR.replace(" ", "\0").encode()) is None
+    assert executor_identity(b"java\0--app-id") is None
+
+
+def test_busy_executors_are_those_the_driver_reports_with_active_tasks():
+    import http.server
+    import threading
+
+    answers = {
+        "/api/v1/applications": [{"id": "app-7"}],
+        "/api/v1/applications/app-7/executors": [
+            {"id": "driver", "activeTasks": 0},
+            {"id": "0", "activeTasks": 1},
+            {"id": "1", "activeTasks": 0},
+            {"id": "2", "activeTasks": 2},
+        ],
+    }
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            body = json.dumps(answers[self.path.rstrip("/")]).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert busy_executors(server.server_address[1]) == ("app-7", ["0", "2"])
+    finally:
+        server.shutdown()
+    assert busy_executors(free_port()) is None  # nothing listens: the driver is not up yet
+
+
+def _wait(predicate: Any, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _task_start(stage: int, index: int, attempt: int, launch: int, speculative: bool) -> str:
+    return json.dumps(
+        {
+            "Event": "SparkListenerTaskStart",
+            "Stage ID": stage,
+            "Stage Attempt ID": 0,
+            "Task Info": {
+                "Task ID": 100 * stage + 10 * index + attempt,
+                "Index": index,
+                "Attempt": attempt,
+                "Launch Time": launch,
+                "Executor ID": str(attempt),
+                "Host": f"127.0.0.{attempt + 2}",
+                "Speculative": speculative,
+                "Finish Time": 0,
+            },
+        }
+    )
+
+
+def _task_end(stage: int, index: int, attempt: int, launch: int, finish: int, **reason: Any) -> str:
+    return json.dumps(
+        {
+            "Event": "SparkListenerTaskEnd",
+            "Stage ID": stage,
+            "Stage Attempt ID": 0,
+            "Task End Reason": reason or {"Reason": "Success"},
+            "Task Info": {
+                "Index": index,
+                "Attempt": attempt,
+                "Launch Time": launch,
+                "Finish Time": finish,
+                "Speculative": attempt > 0,
+            },
+        }
+    )
+
+
+def test_event_log_counts_speculative_attempts_and_whether_they_ran_beside_the_original(tmp_path):
+    first = tmp_path / "app-1"
+    first.write_text(
+        "\n".join(
+            [
+                json.dumps({"Event": "SparkListenerApplicationStart", "Timestamp": 0}),
+                _task_start(0, 0, 0, 1000, False),
+                _task_start(0, 1, 0, 1000, False),
+                _task_end(0, 1, 0, 1000, 2000),
+                # A copy of task 0 while attempt 0 still runs; attempt 0 is then killed.
+                _task_start(0, 0, 1, 4000, True),
+                _task_end(0, 0, 1, 4000, 5000),
+                _task_end(
+                    0,
+                    0,
+                    0,
+                    1000,
+                    5100,
+                    Reason="TaskKilled",
+                    **{"Kill Reason": "Stage cancelled: Stage finished"},
+                ),  # fmt: skip
+                # Killed with no attempt of it succeeding (the query stopped): not counted.
+                _task_start(2, 0, 0, 8000, False),
+                _task_end(2, 0, 0, 8000, 9000, Reason="TaskKilled"),
+                # Lost with its executor, then retried (not speculative).
+                _task_start(1, 0, 0, 6000, False),
+                _task_end(1, 0, 0, 6000, 7000, Reason="ExecutorLostFailure"),
+                json.dumps({"Event": "SparkListenerExecutorRemoved", "Executor ID": "1"}),
+                _task_start(1, 0, 1, 7100, False),
+            ]
+        )
+        + "\n"
+    )
+    # A SIGKILLed driver's log: in progress, a copy whose original has no end yet, a torn line.
+    second = tmp_path / "app-2.inprogress"
+    second.write_text(
+        _task_start(0, 2, 0, 100, False) + "\n" + _task_start(0, 2, 1, 900, True) + "\n"
+        '{"Event":"SparkListenerTaskEnd","Stage'
+    )
+    (tmp_path / ".hidden").write_text("")
+    logs = event_logs(tmp_path)
+    assert [p.name for p in logs] == ["app-1", "app-2.inprogress"]
+    counts = count_event_log(logs)
+    assert (counts.applications, counts.tasks) == (2, 8)
+    assert (counts.speculative, counts.concurrent, counts.speculative_won) == (2, 2, 1)
+    assert counts.speculative_tasks == [(0, 0, 0), (0, 0, 2)]
+    assert counts.killed_by_other_attempt == 1
+    assert (counts.executors_removed, counts.tasks_lost_with_executor) == (1, 1)
+    assert count_event_log(event_logs(tmp_path / "missing")).applications == 0
+
+
+def test_a_copy_launched_after_the_original_ended_does_not_count_as_concurrent(tmp_path):
+    log = tmp_path / "app"
+    log.write_text(
+        "\n".join(
+            [
+                _task_start(0, 0, 0, 1000, False),
+                _task_end(0, 0, 0, 1000, 2000),
+                _task_start(0, 0, 1, 3000, True),
+            ]
+        )
+    )
+    counts = count_event_log([log])
+    assert (counts.speculative, counts.concurrent) == (1, 0)
+
+
+def test_a_cluster_scenario_passes_only_with_a_speculative_attempt():
+    clean = {"drained": True, "cluster": True}
+    assert not Outcome("standard-cluster", **clean).passed
+    assert Outcome("standard-cluster", events=EventLogCounts(speculative=1), **clean).passed
+    assert not Outcome(
+        "standard-cluster", events=EventLogCounts(speculative=3), duplicated=1, **clean
+    ).passed
+    assert Outcome("standard", drained=True).passed
+
+
+def test_slowed_tasks_are_one_receiver_in_a_stable_share_of_stages():
+    config = FaultConfig(
+        rate=0.0, log="x", seed=5, slow_share=0.5, slow_partitions=3, slow_seconds=(6.0, 15.0),
+        slow_after_max=8.0,
+    )  # fmt: skip
+    plans = {
+        (stage, part): config.slow_plan(stage, part) for stage in range(100) for part in range(4)
+    }
+    # Every process draws the same answer for a task.
+    assert plans == {key: config.slow_plan(*key) for key in plans}
+    slowed = {key: plan for key, plan in plans.items() if plan is not None}
+    stages = [stage for stage, _ in slowed]
+    assert len(stages) == len(set(stages))  # one task a stage at most
+    assert 0.35 < len(stages) / 100 < 0.65
+    assert {part for _, part in slowed} == {0, 1, 2}  # never beyond slow_partitions
+    assert {point for point, _ in slowed.values()} == {"before", "after"}
+    assert all(6.0 <= s <= 15.0 for p, s in slowed.values() if p == "before")
+    assert all(s <= 8.0 for p, s in slowed.values() if p == "after")
+    assert FaultConfig(rate=0.0, log="x").slow_plan(0, 0) is None
+    assert FaultConfig.from_env(config.to_env()) == config
+
+
+def _in_task(monkeypatch, stage: int, partition: int, attempt: int, attempt_id: int) -> None:
+    from pyspark import TaskContext
+
+    context = TaskContext()
+    context._stageId, context._partitionId = stage, partition
+    context._attemptNumber, context._taskAttemptId = attempt, attempt_id
+    monkeypatch.setattr(TaskContext, "_taskContext", context)
+
+
+@pytest.mark.parametrize("point", ["before", "after"])
+def test_a_slowed_task_sleeps_once_in_its_first_receive_and_copies_do_not(
+    endpoint, tmp_path, monkeypatch, point
+):
+    plain, url = _queue_with_one_message(endpoint, f"chaos-slow-{point}")
+    slow_log = tmp_path / "slow.log"
+    config = FaultConfig(
+        rate=0.0, log=str(tmp_path / "f.log"), slow_share=1.0, slow_seconds=(0.1, 0.1),
+        slow_points=(point,), slow_log=str(slow_log),
+    )  # fmt: skip
+    seen: list[tuple[int, int]] = []
+
+    def sleep(seconds: float) -> None:
+        # What SQS holds while the task sleeps: after the answer, the message is in flight.
+        if not seen:
+            seen.append(queue_counts(plain, url))
+        time.sleep(seconds)
+
+    injector = FaultInjector(config, sleep=sleep)
+    client = _client(endpoint, injector)
+    _in_task(monkeypatch, stage=3, partition=0, attempt=0, attempt_id=42)
+    first = client.receive_message(QueueUrl=url, VisibilityTimeout=60)
+    assert len(first["Messages"]) == 1  # the "after" point hands the real answer on
+    client.receive_message(QueueUrl=url, VisibilityTimeout=60)  # the same attempt: no sleep
+    _in_task(monkeypatch, stage=3, partition=0, attempt=1, attempt_id=43)  # a copy
+    client.receive_message(QueueUrl=url, VisibilityTimeout=60)
+    assert seen == [{"after": (0, 1), "before": (1, 0)}[point]]
+    tasks = slow_tasks(str(slow_log))
+    assert [(t.stage, t.partition, t.point, t.ended) for t in tasks] == [(3, 0, point, True)]
+    assert not tasks[0].woken_by_copy  # no mark folder configured: it slept its time
+
+
+def test_a_copy_starting_to_receive_wakes_the_sleeping_original(endpoint, tmp_path, monkeypatch):
+    _, url = _queue_with_one_message(endpoint, "chaos-slow-copy")
+    slow_log, marks = tmp_path / "slow.log", tmp_path / "marks"
+    config = FaultConfig(
+        rate=0.0, log=str(tmp_path / "f.log"), slow_share=1.0, slow_seconds=(120.0, 120.0),
+        slow_points=("before",), slow_log=str(slow_log), slow_marks=str(marks), run=2,
+    )  # fmt: skip
+    client = _client(endpoint, FaultInjector(config))
+    # The copy (attempt 1) receives first here; the sleeping original would see its mark at its
+    # next look just the same.
+    _in_task(monkeypatch, stage=4, partition=0, attempt=1, attempt_id=51)
+    client.receive_message(QueueUrl=url, VisibilityTimeout=0)
+    assert [p.name for p in marks.iterdir()] == ["2-4-0"]
+    _in_task(monkeypatch, stage=4, partition=0, attempt=0, attempt_id=50)
+    client.receive_message(QueueUrl=url, VisibilityTimeout=0)
+    [task] = slow_tasks(str(slow_log))
+    assert task.ended and task.woken_by_copy
+    # Another run's stage 4 is another task: not woken by this mark.
+    other = FaultConfig.from_env(replace(config, run=3, slow_seconds=(0.2, 0.2)).to_env())
+    client = _client(endpoint, FaultInjector(other))
+    _in_task(monkeypatch, stage=4, partition=0, attempt=0, attempt_id=60)
+    client.receive_message(QueueUrl=url, VisibilityTimeout=0)
+    assert [t.woken_by_copy for t in slow_tasks(str(slow_log))] == [True, False]
+
+
+def test_slow_log_marks_a_sleep_without_its_end_as_cut_short(tmp_path):
+    log = tmp_path / "slow.log"
+    log.write_text(
+        "7 start 2 0 11 before 10.0 1000.000\n"
+        "8 start 2 1 12 after 4.0 1000.000\n"
+        "8 end 2 1 12 after 4.0 1004.000\n"
+        "8 start 2 2 13 before 9.0 1005.000\n"
+        "8 woken 2 2 13 before 9.0 1006.000\n"
+        "9 start 2"  # torn by a kill
+    )
+    tasks = {(t.pid, t.partition): t for t in slow_tasks(str(log))}
+    assert sorted(tasks) == [(7, 0), (8, 1), (8, 2)]
+    assert [(t.ended, t.woken_by_copy) for _, t in sorted(tasks.items())] == [
+        (False, False),
+        (True, False),
+        (True, True),
+    ]
+    assert (tasks[7, 0].seconds, tasks[7, 0].point, tasks[8, 1].started) == (10.0, "before", 1000.0)
+    assert slow_tasks(str(tmp_path / "missing")) == []
+
+
+def test_write_then_skip_reader_takes_committed_batches_only(tmp_path):
+    out = tmp_path / "out"
+    for folder in ("batches/0", "batches/2", "attempts/1-abc", "skipped"):
+        (out / folder).mkdir(parents=True)
+    _write_part(out / "batches" / "0", "part-0.parquet", [_row(0), _row(1)])
+    _write_part(out / "batches" / "2", "part-0.parquet", [_row(2)])
+    (out / "batches" / "2" / "_SUCCESS").write_text("")
+    # A killed run's attempt, and the file of a skipped replay: neither counts.
+    _write_part(out / "attempts" / "1-abc", "part-0.parquet", [_row(2)])
+    (out / "skipped" / "2-def").write_text("")
+    batches = write_then_skip_batches(out, ["body"])
+    assert [(b, [json.loads(r["body"])["n"] for r in rows]) for b, rows in batches] == [
+        (0, [0, 1]),
+        (2, [2]),
+    ]
+    assert skipped_batches(out) == 1
+    assert write_then_skip_batches(tmp_path / "none", ["body"]) == []
+
+
+def test_executors_get_credentials_and_faults_from_the_application_not_the_worker(tmp_path):
+    env = {
+        "AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "s", "PYTHONPATH": "/inject:/repo",
+        faults.ENV: "{}", "PYSPARK_PYTHON": "/py", "PATH": "/bin", "HOME": "/root",
+    }  # fmt: skip
+    worker = worker_environment(env, Path("/spark"), "127.0.0.3")
+    assert worker == {
+        "PATH": "/bin", "HOME": "/root", "SPARK_HOME": "/spark",
+        "SPARK_LOCAL_IP": "127.0.0.3", "SPARK_LOCAL_HOSTNAME": "127.0.0.3",
+    }  # fmt: skip
+    cluster = StandaloneCluster(tmp_path, workers=3)
+    conf = session_conf(cluster, tmp_path / "events", env, "/py")
+    assert conf["spark.executorEnv.AWS_ACCESS_KEY_ID"] == "a"
+    assert conf["spark.executorEnv.PYTHONPATH"] == "/inject:/repo"
+    assert conf[f"spark.executorEnv.{faults.ENV}"] == "{}"
+    assert "spark.executorEnv.PATH" not in conf
+    assert conf["spark.cores.max"] == "3" and conf["spark.speculation"] == "true"
+    assert conf["spark.eventLog.dir"] == (tmp_path / "events").as_uri()
+    assert worker_host(0) == "127.0.0.2" and worker_host(1) == "127.0.0.3"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_the_cluster_starts_from_the_pip_package_and_leaves_nothing_when_its_user_fails(tmp_path):
+    with pytest.raises(RuntimeError, match="the harness failed"):
+        with StandaloneCluster(tmp_path, workers=1) as cluster:
+            state = cluster.state()
+            assert state is not None and alive_workers(state) == 1
+            assert state["workers"][0]["host"] == "127.0.0.2"
+            sessions = cluster.sessions | {p.pid for p in cluster._processes}
+            assert _in_sessions(sessions)
+            raise RuntimeError("the harness failed")
+    assert _wait(lambda: not _in_sessions(sessions))
+    assert cluster.state() is None
+
+
+def _in_sessions(sessions: set[int]) -> list[int]:
+    return [pid for pid, row in processes().items() if row.session in sessions]
+
+
+def test_concurrent_conditional_puts_on_moto_create_once_as_on_s3(endpoint, monkeypatch):
+    import threading
+
+    from moto.s3.models import S3Backend
+    from moto.s3.responses import S3Response
+
+    # Undone after the test, like the slowed lookup below.
+    monkeypatch.setattr(S3Response, "put_object", S3Response.put_object)
+    serialise_moto_s3_puts()
+    # Widen moto's gap between checking If-None-Match and storing the object: unserialised,
+    # every one of the concurrent creates would pass the check.
+    original = S3Backend.get_object
+
+    def slow_get_object(self: Any, *args: Any, **kwargs: Any) -> Any:
+        found = original(self, *args, **kwargs)
+        time.sleep(0.2)
+        return found
+
+    monkeypatch.setattr(S3Backend, "get_object", slow_get_object)
+    clients = [_s3_client(endpoint) for _ in range(4)]
+    clients[0].create_bucket(Bucket="chaos-concurrent-puts")
+    created: list[int] = []
+    start = threading.Barrier(len(clients))
+
+    def create(index: int) -> None:
+        start.wait()
+        try:
+            clients[index].put_object(
+                Bucket="chaos-concurrent-puts", Key="entry", Body=b"x", IfNoneMatch="*"
+            )
+        except ClientError as exc:
+            assert exc.response["Error"]["Code"] == "PreconditionFailed"
+        else:
+            created.append(index)
+
+    threads = [threading.Thread(target=create, args=(i,)) for i in range(len(clients))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(created) == 1
+
+
+def test_report_shows_the_cluster_figures_for_cluster_scenarios_only():
+    args = argparse.Namespace(
+        fault_kinds=["timeout"], fault_operations=["ReceiveMessage"], s3_fault_rate=None,
+        fault_rate=0.2, messages=300, soak=0, rate=10.0, kills=2, worker_kills=1, kill_min=3.0,
+        kill_max=40.0, visibility=10, receivers=[1], max_per_trigger=[50], stall_every=150,
+        stall_factor=1.5, seed=1, workers=2, cluster_receivers=[3, 4], cluster_visibility=20,
+        cluster_kill_window=[15.0, 75.0], executor_kills=1, slow_share=0.3,
+        slow_seconds=[6.0, 15.0], slow_points=["before", "after"], slow_after_max=0.4,
+    )  # fmt: skip
+    events = EventLogCounts(
+        applications=3, speculative=5, concurrent=5, speculative_won=2, killed_by_other_attempt=4,
+        executors_removed=2, tasks_lost_with_executor=1,
+    )  # fmt: skip
+    cluster = Outcome(
+        "standard-cluster", cluster=True, drained=True, executor_kills=2,
+        slowed=8, slowed_woken_by_copy=3, slowed_cut_short=1, events=events, skipped_batches=1,
+    )  # fmt: skip
+    text = render([Outcome("standard", drained=True), cluster], args)
+    assert "| standard-cluster | 2 | 8 | 3 | 1 | 5 | 5 | 2 | 4 | 2 | 1 | 1 | 3 |" in text
+    assert "| standard | 2 |" not in text
+    assert "visibilityTimeout 20 s" in text and "after it at most 8 s" in text
+    assert "Cluster:" not in render([Outcome("standard", drained=True)], args)
