@@ -2,20 +2,32 @@
 
 Layout under ``journalLocation`` (keys of a ``JournalStore``)::
 
-    _meta.json                               queue the journal belongs to
-    state/planned-<N>, acked-<N>, initial-<N> markers: highest batch numbered, acknowledged
-    lease/<seq>.json                         the live query that owns the journal
-    batches/<N>/_plan.json                   the batch's plan, written once, before any receive
+    _meta.json                               queue the journal belongs to, and its identity
+                                             (every offset carries it), never rewritten
+    format/<F>                               journal format F, when a version took over a
+                                             journal of an earlier format in place
+    _probe/<uuid>                            the start-up probe of create-if-absent (removed)
+    state/planned-<N>, acked-<N>             markers: highest batch numbered, acknowledged
+                                             (retired-<N>, initial-<N>: earlier versions')
+    state/initial.json                       the batch the journal's first offset named
+    lease/<seq>.json                         the live query that owns the journal (lease.py)
+    aliases/<journal id>-<N>.json            another journal's batch N that this one absorbed
+                                             (driver/offsets.py ``CheckpointGuard.absorbs``)
+    batches/<N>/_plan.json                   the batch's plan, written once, before any receive;
+                                             a void plan (no receivers) where a start found N
+                                             numbered without one
+    batches/<N>/_retired.json                the batch was adopted by a later one
+    batches/<N>/_carry.json, _suspect.json, _released.json
+                                             poison batches (poison.py)
     batches/<N>/<receiver>.arrow             messages one receiver got (Arrow IPC file)
     batches/<N>/<receiver>.part-<k>.arrow    deleteAfterJournal: one receive call's messages
     batches/<N>/<receiver>.extended-<T>      empty: the receiver extended its entry's messages
                                              until epoch second T (executor/extension.py)
     drops/<N>-<sha256>.arrow                 a drop set of batch N (by content), referenced by its
                                              plan or by the partitions of its replay
-    acks/<N>/<receiver>.s-<summary>.json     what a receiver of N acknowledged, summed per batch
-                                             in the name (read from the LIST alone), or
-    acks/<N>/<receiver>.json                 the same when only the body can hold it (uncertain
-                                             ids, a long summary, or an earlier version)
+    acks/<N>/<receiver>.json                 what a receiver of N acknowledged, read by key
+                                             (``<receiver>.s-<summary>.json``: an earlier
+                                             version's, found by a LIST only when that is absent)
     dedupe/<N>-<sha256>.arrow                ids whose acknowledgement may not have taken effect
     window/<expires>-<N>-<who>.arrow         digests of acknowledged ids (duplicateWindow)
     metrics/<N>.json                         counters of acknowledged batches
