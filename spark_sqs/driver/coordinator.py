@@ -157,26 +157,26 @@ class Coordinator:
         self, journal: Journal
     ) -> tuple[dict[int, tuple[int, ...]], dict[int, BatchPlan]]:
         """The batches still pending, by key: every number after the newest acknowledged one
-        up to the newest planned, with its receivers. A number without a plan gets a void one
-        (``Journal.void_plan``): a driver that numbered it and stalled before planning it must
-        not plan it after this start decided what is pending. A LIST finds the rest only to
-        remove it: files of acknowledged or adopted batches whose removal a crash cut short,
-        and entries that attempts of such batches wrote afterwards (see executor/receiver.py).
-        None of them holds a message that must still be delivered, so they are removed, never
-        adopted; a listing that misses some only leaves them for a later start."""
+        up to the newest planned whose plan (or carry record) exists, with its receivers. A
+        LIST finds the rest only to remove it: files of acknowledged or adopted batches whose
+        removal a crash cut short, and entries that attempts of such batches wrote afterwards
+        (see executor/receiver.py). None of them holds a message that must still be
+        delivered, so they are removed, never adopted; a listing that misses some only leaves
+        them for a later start."""
         pending: dict[int, tuple[int, ...]] = {}
         plans: dict[int, BatchPlan] = {}
         for batch in range(self.markers.acked + 1, self.markers.planned + 1):
-            plan = (
-                journal.read_plan(batch)
-                or poison.released_plan(journal, batch)
-                or journal.void_plan(batch)
+            plan = journal.read_plan(batch)
+            receivers = (
+                tuple(r.receiver for r in plan.receivers)
+                if plan is not None
+                else journal.live_receivers(batch)
             )
-            receivers = journal.live_receivers(batch) if plan.void else None
-            pending[batch] = (
-                receivers if receivers is not None else tuple(r.receiver for r in plan.receivers)
-            )
-            plans[batch] = plan
+            if receivers is None:
+                continue
+            pending[batch] = receivers
+            if plan is not None:
+                plans[batch] = plan
         for leftover in [b for b in journal.list_batches() if b not in pending]:
             logger.info("removing leftover journal files of finished batch %d", leftover)
             journal.remove_batch(leftover)
@@ -426,9 +426,9 @@ class Coordinator:
                     self._new_plan(batch, first)
                 )
                 if self.lease is not None:
-                    # Before the plan's adoptions copy and remove anything: a pause before its
-                    # create may have let another query take the journal over (its start then
-                    # made this number's plan void, and the create above found that one).
+                    # Before the plan's receivers are handed out and its adoptions copy and
+                    # remove anything: a pause before the create may have let another query take
+                    # the journal over, which must not find this plan's receivers at work.
                     self.lease.confirm()
             self._adopt(stored)
             if not replay:

@@ -321,16 +321,6 @@ def read_partition(
         return
     plan = journal.read_plan(partition.batch)
     mine = plan.receiver(partition.receiver) if plan is not None else None
-    if plan is not None and plan.void:
-        # A later start found this number without a plan and made it void (a driver that
-        # numbered it stalled); the batch delivers nothing, and its messages stay in the queue.
-        logger.warning(
-            "batch %d receiver %d: the batch was made void by a later start of the query; "
-            "this attempt delivers nothing",
-            partition.batch,
-            partition.receiver,
-        )
-        return
     if plan is None or mine is None:
         if plan is None and _removed_long_ago(journal, partition):
             return

@@ -13,9 +13,7 @@ Layout under ``journalLocation`` (keys of a ``JournalStore``)::
     lease/<seq>.json                         the live query that owns the journal (lease.py)
     aliases/<journal id>-<N>.json            another journal's batch N that this one absorbed
                                              (driver/offsets.py ``CheckpointGuard.absorbs``)
-    batches/<N>/_plan.json                   the batch's plan, written once, before any receive;
-                                             a void plan (no receivers) where a start found N
-                                             numbered without one
+    batches/<N>/_plan.json                   the batch's plan, written once, before any receive
     batches/<N>/_retired.json                the batch was adopted by a later one
     batches/<N>/_carry.json, _suspect.json, _released.json
                                              poison batches (poison.py)
@@ -202,11 +200,6 @@ class BatchPlan:
     # The orphans this batch retired when it was planned (those it adopts entries of, and
     # those with nothing to adopt): all of them are done once the plan's copies exist.
     retires: tuple[int, ...] = ()
-    # A number planned (its state marker exists) whose plan a later start found missing: that
-    # start creates this empty plan so that a driver which numbered it and then stalled can
-    # never create a real one after the new owner decided what is pending (the create loses).
-    # Receivers of a carry batch with a void plan are its carry record's (``live_receivers``).
-    void: bool = False
 
     @property
     def acknowledges(self) -> list[int]:
@@ -247,8 +240,6 @@ class BatchPlan:
             doc["extendBy"] = self.extend_by
         if self.retires:
             doc["retires"] = list(self.retires)
-        if self.void:
-            doc["void"] = True
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
@@ -277,7 +268,6 @@ class BatchPlan:
             ),
             extend_by=int(doc.get("extendBy", 0)),
             retires=tuple(int(b) for b in doc.get("retires", ())),
-            void=bool(doc.get("void", False)),
         )
 
 
@@ -710,17 +700,13 @@ class Journal:
     def batch_status(self, batch: int) -> str:
         """``"live"``, ``"retired"`` (adopted by a later batch: an attempt stops, deleting
         nothing and keeping what it journaled for the adoption) or ``"removed"`` (acknowledged
-        and removed, or adopted and removed: its plan is gone or void, and every attempt of a
-        planned batch read its plan when it started). Two reads (four for a batch without a
-        plan)."""
-        data = self.store.read(f"{self.batch_dir(batch)}/{PLAN}")
-        if data is None or BatchPlan.from_json(data).void:
+        and removed, or adopted and removed: its plan is gone, and every attempt of a planned
+        batch read its plan when it started). Two reads (four for a batch without a plan)."""
+        if self.store.read(f"{self.batch_dir(batch)}/{PLAN}") is None:
             from .poison import CARRY, RELEASED
 
-            # A batch of carried messages has no plan (or a void one), nor has a released batch
-            # whose plan a crashed release left missing: both are live (``live_receivers``). A
-            # void plan otherwise holds nothing: an attempt of the batch it replaced (adopted
-            # or acknowledged and removed) is a straggler like any other.
+            # A batch of carried messages has no plan, nor has a released batch whose plan a
+            # crashed release left missing: both are live (``live_receivers``).
             if all(
                 self.store.read(f"{self.batch_dir(batch)}/{name}") is None
                 for name in (CARRY, RELEASED)
@@ -749,17 +735,9 @@ class Journal:
         from . import poison
 
         plan = self.read_plan(batch) or poison.released_plan(self, batch)
-        if plan is not None and not plan.void:
+        if plan is not None:
             return tuple(r.receiver for r in plan.receivers)
-        carried = poison.carry_receivers(self, batch)
-        if carried is None and plan is not None:
-            return ()
-        return carried
-
-    def void_plan(self, batch: int) -> BatchPlan:
-        """The plan of a planned number that has none: an empty void plan, created if absent;
-        if a stalled driver's plan won the create, that one (``BatchPlan.void``)."""
-        return self.write_plan(BatchPlan(batch=batch, receivers=(), void=True))
+        return poison.carry_receivers(self, batch)
 
     def remove_batch(self, batch: int) -> None:
         """Remove every file of ``batch``: first what makes it live (plan, carry and release

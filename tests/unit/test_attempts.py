@@ -16,7 +16,8 @@ import pytest
 
 from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.driver.planning import ReceiverPartition
-from spark_sqs.errors import JournalError, JournalOutcomeUnknown
+from spark_sqs.driver.state import StateMarkers
+from spark_sqs.errors import JournalError, JournalInUseError, JournalOutcomeUnknown
 from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import BatchPlan, Journal, JournalState, ReceiverPlan, open_store
 from spark_sqs.options import SqsOptions
@@ -393,8 +394,8 @@ def test_two_orphan_adoptions_with_a_crash_between_deliver_each_entry_once(
     journal.write_plan(BatchPlan(6, (ReceiverPlan(0, 2), ReceiverPlan(1, 2))))
     for (batch, receiver), messages in orphans.items():
         journal.write_entry(batch, receiver, messages_to_table(messages, QUEUE_URL))
-    # Batches 5 and 6 were planned and journaled by a run whose checkpoint is gone (orphans).
-    journal.write_state(JournalState(planned_batch=6, acked_batch=4))
+    # Spark logged batch 7 (4 -> 7) in a run that died before planning it.
+    journal.write_state(JournalState(planned_batch=7, acked_batch=4))
 
     def crash(method: str, key: str) -> None:
         if (method, key) == crash_at:
@@ -402,8 +403,6 @@ def test_two_orphan_adoptions_with_a_crash_between_deliver_each_entry_once(
 
     first = Coordinator(options, FakeSqs(), QUEUE_URL, journal_with(location, options, after=crash))
     try:
-        # The orphans need a batch: 7, which adopts them.
-        assert first.latest_offset({"batch": 4})["batch"] == 7
         with pytest.raises(Crash):
             first.plan({"batch": 4}, {"batch": 7})
     finally:
@@ -428,35 +427,54 @@ def test_two_orphan_adoptions_with_a_crash_between_deliver_each_entry_once(
     }
 
 
-def test_a_paused_driver_plans_a_batch_another_start_made_void_and_receives_nothing(
+class _Lease:
+    """``Lease.confirm`` as the coordinator sees it: raises from the ``fail_from``-th call on,
+    as once another query took the journal over."""
+
+    owner = "paused-driver"
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.fail_from: int | None = None
+
+    def confirm(self) -> None:
+        self.calls += 1
+        if self.fail_from is not None and self.calls >= self.fail_from:
+            raise JournalInUseError("another query took the journal over (injected)")
+
+    def renew(self) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
+
+
+def test_a_driver_paused_before_its_plan_s_create_hands_out_and_adopts_nothing(
     location: str,
 ) -> None:
-    """A driver numbers batch 1 (Spark logs it) and pauses before planning it; another start on
-    the journal (a restart, or a second query after the lease ran out) finds batch 1 numbered
-    without a plan and makes it void. The paused driver then plans batch 1: its create loses to
-    the void plan, so its receivers get nothing to receive, and a receiver it had already
-    handed to Spark with its own limits finds the batch removed and receives nothing either."""
+    """The driver confirms its lease, then pauses (GC, a frozen VM) until another query has
+    taken the journal over, then creates batch 7's plan, which adopts an orphan: it confirms
+    its lease again before it copies the orphan's entries or hands Spark any receiver."""
     options = options_for(location, numPartitions="2")
-    paused = Coordinator(options, FakeSqs(available=30), QUEUE_URL, Journal(location, options))
+    journal = Journal(location, options)
+    journal.write_plan(BatchPlan(5, (ReceiverPlan(0, 2),)))
+    journal.write_entry(5, 0, messages_to_table([sqs_message(n) for n in (0, 1)], QUEUE_URL))
+    journal.write_state(JournalState(planned_batch=5, acked_batch=4))
+    lease = _Lease()
+    paused = Coordinator(options, FakeSqs(available=10), QUEUE_URL, journal, lease)
     try:
-        end = paused.latest_offset({"batch": 0})
-        assert end["batch"] == 1
-        newcomer = Coordinator(options, FakeSqs(), QUEUE_URL, Journal(location, options))
-        newcomer.close()
-        journal = Journal(location, options)
-        void = journal.read_plan(1)
-        assert void is not None and void.void and void.receivers == ()
-        assert journal.live_receivers(1) == ()
-        assert journal.batch_status(1) == "removed"
-
-        assert paused.plan({"batch": 0}, end) == []
+        end = paused.latest_offset({"batch": 4})
+        assert end["batch"] == 6
+        # The confirm before planning passes; the one after the create finds the takeover.
+        lease.fail_from = lease.calls + 2
+        with pytest.raises(JournalInUseError):
+            paused.plan({"batch": 4}, end)
     finally:
         paused.close()
-    straggler = ReceiverPartition(1, 0, 15, QUEUE_URL, options)
-    sqs = FakeSqs(available=30)
-    assert rows(read_partition(straggler, client_factory=lambda: sqs)).num_rows == 0
-    assert sqs.receive_calls == []
-    assert journal.read_entry(1, 0) is None
+    assert journal.read_plan(6) is not None
+    assert journal.read_entry(6, 10000) is None, "nothing adopted"
+    orphan = journal.read_entry(5, 0)
+    assert orphan is not None and orphan.num_rows == 2, "the orphan's entry is where it was"
 
 
 # -- executors that cannot see the driver's journal ------------------------------------------------
@@ -514,20 +532,20 @@ def test_a_replay_after_a_restart_with_other_options_uses_the_stored_plan(locati
     the first run's receivers and limits: new receivers would receive fresh messages that a
     write-then-skip sink drops (and the acknowledgement then deletes)."""
     first = options_for(location, numPartitions="2", maxMessagesPerTrigger="10")
-    state = Coordinator(first, FakeSqs(available=50), QUEUE_URL, Journal(location, first))
+    # The first run's latestOffset numbered batches 1 and 2 (Spark logged both).
+    StateMarkers(Journal(location, first)).advance(planned=2)
+    state = Coordinator(first, FakeSqs(), QUEUE_URL, Journal(location, first))
     try:
-        end = state.latest_offset({"batch": 0})
-        assert end["batch"] == 1
-        planned_first = state.plan({"batch": 0}, end)
+        planned_first = state.plan({"batch": 0}, {"batch": 1})
     finally:
         state.close()
 
     later = options_for(location, numPartitions="4", maxMessagesPerTrigger="100")
-    restarted = Coordinator(later, FakeSqs(available=50), QUEUE_URL, Journal(location, later))
+    restarted = Coordinator(later, FakeSqs(), QUEUE_URL, Journal(location, later))
     try:
-        replayed = restarted.plan({"batch": 0}, end)
+        replayed = restarted.plan({"batch": 0}, {"batch": 1})
         # New options apply from the next new batch.
-        following = restarted.plan(end, restarted.latest_offset(end))
+        following = restarted.plan({"batch": 1}, {"batch": 2})
     finally:
         restarted.close()
     assert [(p.receiver, p.max_messages) for p in planned_first] == [(0, 5), (1, 5)]

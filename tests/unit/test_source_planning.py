@@ -54,15 +54,10 @@ def test_a_replay_drops_what_an_attempt_killed_mid_loop_journaled_in_parts(drive
     assert rows == []
 
 
-def test_a_batch_logged_before_a_restart_is_void_and_the_next_is_planned_within_max_in_flight(
-    tmp_path: Path,
-) -> None:
+def test_a_batch_logged_before_a_restart_is_planned_within_max_in_flight(tmp_path: Path) -> None:
     """Found by the simulation (docs/simulation.md, seed 170): Spark logged batch 2's end, the
     driver died before planning it, and the restart planned it with maxMessagesPerTrigger,
-    though batch 1's messages were still unacknowledged. Now (seed 801 --unkind all: the
-    numbering driver may only be paused, and plan after the restart decided what is pending)
-    the restart makes a numbered batch without a plan void: it delivers nothing, and the next
-    batch receives within maxInFlightMessages."""
+    though batch 1's messages were still unacknowledged."""
     options = make_options(
         str(tmp_path / "journal"),
         numPartitions="2",
@@ -70,20 +65,19 @@ def test_a_batch_logged_before_a_restart_is_void_and_the_next_is_planned_within_
         maxInFlightMessages="5",
     )
     journal = Journal(options.journal_location, options)
-    # A run's latestOffset numbered batches 1 and 2 (Spark logged both); it died, or stalled,
-    # before planning them.
+    # The run's latestOffset numbered batches 1 and 2; Spark logged both.
     StateMarkers(journal).advance(planned=2)
-    restarted = Coordinator(options, FakeSqs(available=20), QUEUE_URL, journal)
-    assert restarted.plan({"batch": 0}, {"batch": 1}) == []
-    assert restarted.plan({"batch": 1}, {"batch": 2}) == []
-    # The stalled driver wakes up and plans batch 2: the void plan wins the create.
-    stored = journal.write_plan(BatchPlan(2, (ReceiverPlan(0, 50), ReceiverPlan(1, 50))))
-    assert stored.void and stored.receivers == ()
-    end = restarted.latest_offset({"batch": 2})
-    assert end["batch"] == 3
-    restarted.plan({"batch": 2}, end)
+    died = Coordinator(options, FakeSqs(), QUEUE_URL, journal)
+    died.plan({"batch": 0}, {"batch": 1})
+    journal.write_entry(1, 0, messages_to_table([sqs_message(n) for n in range(3)], QUEUE_URL))
+    died.close()
+
+    restarted = Coordinator(options, FakeSqs(), QUEUE_URL, journal)
+    restarted.plan({"batch": 1}, {"batch": 2})
     restarted.close()
 
-    plan = journal.read_plan(3)
-    assert plan is not None and not plan.void
-    assert sum(r.limit for r in plan.receivers) == 5
+    plan = journal.read_plan(2)
+    assert plan is not None
+    # Batch 1's three messages stay in flight until batch 2's receivers delete them.
+    assert sum(r.limit for r in plan.receivers) == 5 - 3
+    assert list(plan.acknowledges) == [1]
