@@ -1,6 +1,8 @@
-"""``python -m sim.mutations``: revert each fix of the exactly-once issue (issue 13), and the
-in-flight cap of flow control, in memory, one at a time, and count the seeds the simulation
-needs to find it. Runs on: the simulator's process only.
+"""``python -m sim.mutations``: revert each fix of the exactly-once issue, the in-flight cap of
+flow control, and each fix for the unkind world (moved journals, lying and lagging stores,
+stalls, clocks), in memory, one at a time, and count the seeds the simulation needs to find it.
+A mutation of an unkind-world fix runs its seeds in the dimensions that can express the fault.
+Runs on: the simulator's process only.
 
 A mutation is *found* by a seed that fails with it and passes without it (the open faults of
 the unmutated code fail some seeds on their own; those do not count). Restarts keep
@@ -19,14 +21,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import spark_sqs.executor.receiver as receiver
-from sim.spark import Config, run_seed
+from sim.spark import run_seed
+from sim.sweep import Variant
 from spark_sqs.driver import offsets
 from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.driver.flow_control import FlowControl
 from spark_sqs.errors import JournalError, JournalOutcomeUnknown
 from spark_sqs.executor import duplicates
 from spark_sqs.journal import Journal
-from spark_sqs.journal.lease import Lease
+from spark_sqs.journal.entries import _PART
+from spark_sqs.journal.lease import Lease, LeaseRecord
 
 
 @contextlib.contextmanager
@@ -130,11 +134,71 @@ def _no_in_flight_cap() -> contextlib.AbstractContextManager[None]:
     return patched(FlowControl, "batch_limit", batch_limit)
 
 
+def _checkpoint_not_checked() -> contextlib.AbstractContextManager[None]:
+    """Moved journals: offsets Spark hands back are not checked against the journal (its
+    identity and the numbers it handed out), so a run on a deleted, moved or swapped journal
+    plans and receives."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(patched(offsets.CheckpointGuard, "_refuse", lambda self, *a: None))
+    stack.enter_context(patched(offsets.CheckpointGuard, "_check_identity", lambda self, *a: None))
+    stack.enter_context(patched(offsets.CheckpointGuard, "foreign", lambda self, offset: None))
+    return stack
+
+
+def _probe_creates_once() -> contextlib.AbstractContextManager[None]:
+    """Lying stores: the start-up probe creates one key once and never tries a second create,
+    so a store that ignores create-if-absent is accepted."""
+
+    def probe_writable(self: Journal) -> None:
+        self.store.create("_probe/once", b"first")
+        self.store.delete("_probe/once")
+
+    return patched(Journal, "probe_writable", probe_writable)
+
+
+def _parts_from_a_listing() -> contextlib.AbstractContextManager[None]:
+    """Lagging listings: deleteAfterJournal's seal finds a receiver's parts by a LIST instead of
+    reading part numbers by key until the first absent one."""
+
+    def read_parts(self: Journal, batch: int, receiver: int, columns: Any = None) -> Any:
+        found = []
+        for key in self.store.list(self.batch_dir(batch)):
+            m = _PART.match(key.rsplit("/", 1)[-1])
+            if m and int(m.group(1)) == receiver:
+                table = self.read_part(batch, receiver, int(m.group(2)), columns)
+                if table is not None:
+                    found.append((int(m.group(2)), table))
+        return sorted(found, key=lambda kt: kt[0])
+
+    return patched(Journal, "read_parts", read_parts)
+
+
+def _stale_handles_journaled() -> contextlib.AbstractContextManager[None]:
+    """Stalls: a receiver journals what it received however long ago, without asking SQS
+    whether its handles are still its own."""
+    return patched(receiver, "_still_held", lambda client, part, messages, *a: (messages, 0))
+
+
+def _liveness_by_the_owner_s_clock() -> contextlib.AbstractContextManager[None]:
+    """Clocks: a starting query judges the owner dead by comparing the record's writtenAt (the
+    owner's wall clock) with its own wall clock, instead of watching the record."""
+    original = Lease._wait_for_lapse
+
+    def wait_for_lapse(self: Lease, seen: LeaseRecord) -> LeaseRecord:
+        if self._wall() - seen.written_at > 2 * max(self._interval, seen.interval):
+            return seen
+        return original(self, seen)
+
+    return patched(Lease, "_wait_for_lapse", wait_for_lapse)
+
+
 @dataclass(frozen=True)
 class Mutation:
     name: str
     hole: str
     apply: Callable[[], contextlib.AbstractContextManager[None]]
+    # Dimensions of the unkind world its seeds run in (sim/spark.py UNKIND).
+    unkind: frozenset[str] = frozenset()
 
 
 MUTATIONS = [
@@ -147,21 +211,33 @@ MUTATIONS = [
     Mutation("no journal lease", "6", _no_lease),
     Mutation("no duplicate window", "7", _no_duplicate_window),
     Mutation("in-flight cap ignores what is unacknowledged", "-", _no_in_flight_cap),
+    Mutation(
+        "checkpoint not checked against the journal",
+        "moved journal",
+        _checkpoint_not_checked,
+        frozenset({"diverge"}),
+    ),
+    Mutation("probe creates once", "lying store", _probe_creates_once, frozenset({"lying"})),
+    Mutation("parts found by a LIST", "lagging list", _parts_from_a_listing, frozenset({"lag"})),
+    Mutation("stale handles journaled", "stall", _stale_handles_journaled, frozenset({"stalls"})),
+    Mutation(
+        "liveness by the owner's clock",
+        "clocks",
+        _liveness_by_the_owner_s_clock,
+        frozenset({"clocks"}),
+    ),
 ]
-
-
-def _fixed(config: Config) -> None:
-    config.change_delete_after_journal = False
 
 
 def hunt(mutation: Mutation, seeds: int, first: int = 0) -> tuple[int | None, int, str]:
     """(first seed that finds it, seeds run, its violation)."""
+    variant = Variant(fixed_delete_mode=True, unkind=mutation.unkind)
     for n, seed in enumerate(range(first, first + seeds), start=1):
         with mutation.apply():
-            mutated = run_seed(seed, configure=_fixed)
+            mutated = run_seed(seed, configure=variant)
         if mutated.ok:
             continue
-        if run_seed(seed, configure=_fixed).ok:
+        if run_seed(seed, configure=variant).ok:
             return seed, n, mutated.violations[0]
     return None, seeds, ""
 
@@ -171,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=400, help="give up after this many seeds")
     parser.add_argument("--only", help="run the mutations whose name contains this")
     args = parser.parse_args(argv)
-    print("| mutation | issue 13 hole | found | first seed | seeds run | first violation |")
+    print("| mutation | hole | found | first seed | seeds run | first violation |")
     print("| --- | --- | --- | --- | --- | --- |")
     missed = 0
     for mutation in MUTATIONS:

@@ -177,11 +177,20 @@ class Lease:
     def renew(self) -> None:
         """Create the next record; raises ``JournalInUseError`` if another run took over. The
         heartbeat renews, and so does ``confirm`` on the driver's thread: when both race for
-        one number, or one goes past the other, the newest record is still this run's."""
+        one number, or one goes past the other, the newest record is still this run's, and
+        this call renews past it. A renewal counts from the moment before its create (this
+        process's monotonic clock): a pause inside the call, after the create, is not
+        mistaken for a fresh renewal."""
         assert self.seq is not None
-        seq = self.seq + 1
-        listed = self._listing_if_newest(seq) if self._write(seq) else None
-        if listed is None:
+        for _ in range(_CLAIMS):
+            started = self._clock()
+            seq = self.seq + 1
+            listed = self._listing_if_newest(seq) if self._write(seq) else None
+            if listed is not None:
+                self.seq = seq
+                self._renewed_at = started
+                self._collect(seq, listed)
+                return
             # Not created, or a newer record exists: fine only if the newest is this run's (a
             # concurrent renewal of its own, or a retried create whose answer was lost). Else a
             # run that took over has renewed past seq (this query paused for longer than two
@@ -190,27 +199,33 @@ class Lease:
             if newest is None or newest.owner != self.owner or newest.released:
                 self._raise_in_use(newest, taken=True)
             assert newest is not None
+            # When this run's newest record was written is unknown here (the other thread may
+            # have paused after creating it): go past it, so that a renewal happens now.
             self.seq = max(seq, newest.seq)
-            self._renewed_at = self._clock()
-            return
-        self.seq = seq
-        self._renewed_at = self._clock()
-        self._collect(seq, listed)
+        # Every create met one of this run's own: the next tick or confirmation renews.
 
     def confirm(self) -> None:
         """Before an acknowledgement or a delete: make sure this query still holds the lease.
         A renewal within the last interval (this process's monotonic clock) leaves at least
         one more before anyone may take over; an older one is renewed now, which raises
-        ``JournalInUseError`` if another run took the journal over meanwhile."""
+        ``JournalInUseError`` if another run took the journal over meanwhile. A renewal that
+        itself stalled past an interval is not enough: it is renewed again."""
         if self.seq is None:
             return
-        if self._clock() - self._renewed_at > self._interval:
+        for _ in range(_CLAIMS):
+            if self._clock() - self._renewed_at <= self._interval:
+                return
             logger.info(
                 "journal %s: last lease renewal %.1fs ago; renewing before acknowledging",
                 self._location,
                 self._clock() - self._renewed_at,
             )
             self.renew()
+        raise JournalError(
+            f"journal {self._location}: the lease could not be renewed within "
+            f"{self._interval:.0f}s {_CLAIMS} times in a row (the driver is stalling)",
+            retriable=True,
+        )
 
     def _listing_if_newest(self, seq: int) -> list[int] | None:
         """The records listed now if none is newer than ``seq`` (the next number is also read

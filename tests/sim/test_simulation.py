@@ -8,8 +8,6 @@ and ``test_the_faults_it_found_stay_fixed`` replays their seeds. The sweep toler
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from sim.__main__ import replay_command
@@ -173,26 +171,6 @@ def test_the_faults_it_found_stay_fixed(
 UNKIND_SEEDS = 250
 UNKIND_ALL_SEEDS = 500
 
-# Dimensions whose sweeps find holes of the "world is not kind" issue in the code as it is:
-# their sweeps are skipped (SIM_UNKIND_PENDING=1 runs them anyway) until the fixes land; take a
-# dimension out once its sweep passes. The seeds that find each hole are pinned below
-# (test_the_unkind_world_finds_each_hole), as expected failures until then.
-UNKIND_PENDING = {
-    "clocks": "liveness judged across hosts' clocks: a newcomer ahead takes a live journal",
-    "stalls": "a receiver stalled past visibilityTimeout journals what a sibling journaled",
-    "lying": "probe_writable does not try a second create of one key",
-    "lag": "deleteAfterJournal seals, and acknowledgement assigns, from a LIST",
-    "query2": "two owners plan at once; an adopted entry that vanished wedges every replay",
-    "diverge": "offsets carry no journal identity; a diverged journal is accepted",
-}
-_RUN_PENDING = os.environ.get("SIM_UNKIND_PENDING") == "1"
-
-
-def _pending(dimensions: frozenset[str]) -> str | None:
-    reasons = [UNKIND_PENDING[d] for d in sorted(dimensions) if d in UNKIND_PENDING]
-    return "; ".join(reasons) if reasons and not _RUN_PENDING else None
-
-
 # What each dimension's sweep must have done somewhere (Result.stats), lest it turn kind.
 _UNKIND_SIGNS = {
     "clocks": ("skewed_clocks",),
@@ -213,9 +191,6 @@ def test_the_unkind_world(dimensions: list[str]) -> None:
     stalls, task waves, paused owners, lying and lagging stores, second queries that run
     batches, journals that diverge from their checkpoint (sim/spark.py UNKIND)."""
     chosen = frozenset(dimensions)
-    reason = _pending(chosen)
-    if reason is not None:
-        pytest.skip(f"pending the fixes of the world-is-not-kind issue: {reason}")
     seeds = UNKIND_ALL_SEEDS if len(chosen) > 1 else UNKIND_SEEDS
     results = list(sweep(range(seeds), unkind=chosen))
     failures = _failures(results, None, unkind=chosen)
@@ -225,54 +200,48 @@ def test_the_unkind_world(dimensions: list[str]) -> None:
         assert any(r.stats.get(sign) for r in results for sign in signs), dimension
 
 
-# Seeds of the unkind world that find each hole of the "world is not kind" issue in the code as
-# it is (docs/simulation.md, "What the unkind world finds"): expected failures until the fix of
-# their hole lands, then regression tests (drop the mark). A pinned seed may also stop failing
-# because a change reordered its history: the dimension's sweep above is the judge.
-_PENDING = pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="a hole of the world-is-not-kind issue"
-)
-
-
+# Seeds of the unkind world that found each hole before it was closed (docs/simulation.md, "What
+# the unkind world found"): regression tests. A pinned seed may stop reaching its hole because a
+# change reordered its history: the dimension's sweep above is the judge.
 @pytest.mark.parametrize(
     ("hole", "dimensions", "seed", "signature"),
     [
         # 1. The journal deleted, moved or swapped under a kept checkpoint: the run accepts
         # the checkpoint's offsets and receives; behind it, losses and duplicates.
-        pytest.param(1, "diverge", 2, "run6 ran on a journal deleted", marks=_PENDING),
-        pytest.param(1, "diverge", 40, "run3 ran on a journal moved", marks=_PENDING),
-        pytest.param(1, "diverge", 3, "run3 ran on a journal swapped", marks=_PENDING),
-        pytest.param(1, "diverge", 4, "LOST", marks=_PENDING),
-        pytest.param(1, "diverge", 6, "DUPLICATED", marks=_PENDING),
+        pytest.param(1, "diverge", 2, "run6 ran on a journal deleted"),
+        pytest.param(1, "diverge", 40, "run3 ran on a journal moved"),
+        pytest.param(1, "diverge", 3, "run3 ran on a journal swapped"),
+        pytest.param(1, "diverge", 4, "LOST"),
+        pytest.param(1, "diverge", 6, "DUPLICATED"),
         # 2. A store that ignores create-if-absent is accepted by the probe; what it costs.
-        pytest.param(2, "lying", 0, "run1: probe_writable accepted", marks=_PENDING),
-        pytest.param(2, "lying", 6, "LOST", marks=_PENDING),
-        pytest.param(2, "lying", 65, "the driver deleted", marks=_PENDING),
+        pytest.param(2, "lying", 0, "run1: probe_writable accepted"),
+        pytest.param(2, "lying", 6, "LOST"),
+        pytest.param(2, "lying", 65, "the driver deleted"),
         # 3. Listings that lag: the seal of deleteAfterJournal parts misses a part (its
         # messages were deleted: lost); entries the LIST misses are never acknowledged.
-        pytest.param(3, "lag", 152, "LOST", marks=_PENDING),
-        pytest.param(3, "lag", 17, "LOST", marks=_PENDING),
-        pytest.param(3, "lag", 0, "DUPLICATED across batches", marks=_PENDING),
+        pytest.param(3, "lag", 152, "LOST"),
+        pytest.param(3, "lag", 17, "LOST"),
+        pytest.param(3, "lag", 0, "DUPLICATED across batches"),
         # 4. A receiver stalled past visibilityTimeout between its receive and its entry: a
         # sibling receives and journals the same messages.
-        pytest.param(4, "stalls", 11, "DUPLICATED within one batch", marks=_PENDING),
-        pytest.param(4, "stalls", 118, "DUPLICATED within one batch", marks=_PENDING),
-        pytest.param(4, "stalls,waves", 131, "DUPLICATED within one batch", marks=_PENDING),
+        pytest.param(4, "stalls", 11, "DUPLICATED within one batch"),
+        pytest.param(4, "stalls", 118, "DUPLICATED within one batch"),
+        pytest.param(4, "stalls,waves", 131, "DUPLICATED within one batch"),
         # 5. Liveness judged across clocks: a newcomer whose clock runs ahead takes a live
         # journal. A paused owner does not find out: it plans and delivers after the takeover.
-        pytest.param(5, "clocks", 13, "a second query took the journal over", marks=_PENDING),
-        pytest.param(5, "clocks", 33, "a second query took the journal over", marks=_PENDING),
-        pytest.param(5, "pauses,query2", 70, "DUPLICATED across batches", marks=_PENDING),
-        pytest.param(5, "pauses,query2", 72, "DUPLICATED across batches", marks=_PENDING),
+        pytest.param(5, "clocks", 13, "a second query took the journal over"),
+        pytest.param(5, "clocks", 33, "a second query took the journal over"),
+        pytest.param(5, "pauses,query2", 70, "DUPLICATED across batches"),
+        pytest.param(5, "pauses,query2", 72, "DUPLICATED across batches"),
         # 6. A straggler of a dead driver: its part, written after a new run retired its batch,
         # makes a receiver drop (and delete) what nobody delivers; an adopted entry that
         # vanished fails every replay, for ever.
-        pytest.param(6, "stalls,waves", 36, "LOST 1 messages", marks=_PENDING),
-        pytest.param(6, "query2", 173, "the final drain failed", marks=_PENDING),
-        pytest.param(6, "pauses,query2", 97, "the final drain failed", marks=_PENDING),
+        pytest.param(6, "stalls,waves", 36, "LOST 1 messages"),
+        pytest.param(6, "query2", 173, "the final drain failed"),
+        pytest.param(6, "pauses,query2", 97, "the final drain failed"),
     ],
 )
-def test_the_unkind_world_finds_each_hole(
+def test_the_holes_the_unkind_world_found_stay_closed(
     hole: int, dimensions: str, seed: int, signature: str
 ) -> None:
     chosen = frozenset(dimensions.split(","))
@@ -301,3 +270,25 @@ def test_byte_limits_stop_receivers_and_replays_keep_them(
     assert not failures, failures
     stops = [r for r in caplog.records if r.getMessage().endswith("(stopped by byte limit)")]
     assert len(stops) > SEEDS // 40, "receivers that stopped at their byte limit"
+
+
+@pytest.mark.parametrize(
+    ("name", "seed"),
+    [
+        ("checkpoint not checked against the journal", 2),
+        ("probe creates once", 0),
+        ("parts found by a LIST", 35),
+        ("stale handles journaled", 13),
+        ("liveness by the owner's clock", 13),
+    ],
+)
+def test_the_unkind_world_finds_each_of_its_fixes_reverted(name: str, seed: int) -> None:
+    """Each fix for the unkind world, reverted in memory (sim/mutations.py), fails a seed of the
+    dimension that expresses its fault, which passes with the fix: the simulation can see each
+    hole (docs/simulation.md, "Mutation check")."""
+    mutation = next(m for m in MUTATIONS if m.name == name)
+    variant = Variant(fixed_delete_mode=True, unkind=mutation.unkind)
+    with mutation.apply():
+        mutated = run_seed(seed, configure=variant)
+    assert not mutated.ok, f"{name}: seed {seed} passes with the fix reverted"
+    assert run_seed(seed, configure=variant).ok

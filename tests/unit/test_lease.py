@@ -120,12 +120,67 @@ def test_concurrent_renewals_of_one_owner_keep_its_lease(store: LocalStore) -> N
     twin = lease(store, clock, "owner")
     twin.seq = owner.seq
     owner.renew()
-    twin.renew()  # its record 1 exists (the owner's): not taken over
-    assert twin.seq == 1
+    twin.renew()  # its record 1 exists (the owner's): not taken over, and it renews past it
+    assert twin.seq == 2
     owner.renew()
     owner.renew()
-    twin.renew()  # records 2 and 3 are newer: still its own
-    assert twin.seq >= 3
+    twin.renew()  # records 3 and 4 are newer: still its own
+    assert twin.seq >= 5
+
+
+def test_a_renewal_that_meets_its_own_older_record_renews_past_it(store: LocalStore) -> None:
+    """Found by the simulation (--unkind all --poison, seed 294): the driver's confirm created
+    record 1 and paused; the heartbeat's renewal found record 1 taken by its own run and took
+    that for a renewal, so nothing was renewed for two intervals while the heartbeat ran, and a
+    newcomer watching the record took over a live query."""
+    clock = Clock(NOW)
+    owner = lease(store, clock, "owner")
+    owner.acquire()
+    heartbeat = lease(store, clock, "owner")
+    heartbeat.seq = owner.seq
+    owner.renew()  # record 1, then the driver thread pauses
+    clock.now += 1.5 * INTERVAL
+    heartbeat.renew()
+    assert heartbeat.seq == 2
+    assert store.read("lease/000000000002.json") is not None, "a record written now"
+
+
+class _StallsOnce(LocalStore):
+    """A store whose next listing stalls the process for ``pause`` seconds first, during which
+    ``meanwhile`` runs (another query taking over)."""
+
+    def __init__(self, root: str, clock: Clock) -> None:
+        super().__init__(root)
+        self.clock = clock
+        self.pause = 0.0
+        self.meanwhile = lambda: None
+
+    def list(self, prefix: str) -> list[str]:
+        if self.pause:
+            self.clock.now += self.pause
+            self.pause = 0.0
+            self.meanwhile()
+        return super().list(prefix)
+
+
+def test_a_confirmation_whose_renewal_stalled_renews_again(tmp_path: Path) -> None:
+    clock = Clock(NOW)
+    store = _StallsOnce(str(tmp_path / "journal"), clock)
+    owner = lease(store, clock, "owner")
+    owner.acquire()
+    clock.now += 1.5 * INTERVAL
+    store.pause = 2.5 * INTERVAL  # after the renewal's create, before it returns
+    owner.confirm()
+    assert owner.seq == 2, "renewed again after the stalled renewal"
+
+    # The same stall, during which another query takes over (record 3 after 2): the second
+    # renewal finds it, and the confirmation stops the query before it acknowledges anything.
+    clock.now += 1.5 * INTERVAL
+    newcomer = lease(store, clock, "newcomer")
+    store.pause = 2.5 * INTERVAL
+    store.meanwhile = lambda: newcomer._write(4)
+    with pytest.raises(JournalInUseError, match="took over"):
+        owner.confirm()
 
 
 class Lagging(LocalStore):
