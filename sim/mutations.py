@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import spark_sqs.executor.receiver as receiver
-from sim.spark import run_seed
+from sim.spark import UNKIND, run_seed
 from sim.sweep import Variant
 from spark_sqs.driver import offsets
 from spark_sqs.driver.coordinator import Coordinator
@@ -31,6 +31,7 @@ from spark_sqs.executor import duplicates
 from spark_sqs.journal import Journal
 from spark_sqs.journal.entries import _PART
 from spark_sqs.journal.lease import Lease, LeaseRecord
+from spark_sqs.sqs.batching import BatchCaller
 
 
 @contextlib.contextmanager
@@ -134,6 +135,46 @@ def _no_in_flight_cap() -> contextlib.AbstractContextManager[None]:
     return patched(FlowControl, "batch_limit", batch_limit)
 
 
+def _not_held_elsewhere() -> contextlib.AbstractContextManager[None]:
+    """The defence that masks both hole-2 mutations: a receiver drops (and deletes) messages
+    that other entries and parts of the batch or pending batches hold."""
+    return patched(receiver, "_held_elsewhere", lambda *args, **kwargs: frozenset())
+
+
+def _both(*mutations: Callable[[], Any]) -> Callable[[], contextlib.AbstractContextManager[None]]:
+    def apply() -> contextlib.AbstractContextManager[None]:
+        stack = contextlib.ExitStack()
+        for mutation in mutations:
+            stack.enter_context(mutation())
+        return stack
+
+    return apply
+
+
+def _window_after_delete() -> contextlib.AbstractContextManager[None]:
+    """Hole 7's order: the duplicate window's segment is written after the delete it covers
+    (each segment is held back until the process's next DeleteMessageBatch has returned)."""
+    held: list[tuple[Journal, tuple[Any, ...], dict[str, Any]]] = []
+    write_window = Journal.write_window
+    delete = BatchCaller.delete
+
+    def deferred(self: Journal, *args: Any, **kwargs: Any) -> None:
+        held.append((self, args, kwargs))
+
+    def delete_then_write(self: BatchCaller, entries: Any) -> Any:
+        try:
+            return delete(self, entries)
+        finally:
+            while held:
+                journal, args, kwargs = held.pop(0)
+                write_window(journal, *args, **kwargs)
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(patched(Journal, "write_window", deferred))
+    stack.enter_context(patched(BatchCaller, "delete", delete_then_write))
+    return stack
+
+
 def _checkpoint_not_checked() -> contextlib.AbstractContextManager[None]:
     """Moved journals: offsets Spark hands back are not checked against the journal (its
     identity and the numbers it handed out), so a run on a deleted, moved or swapped journal
@@ -211,6 +252,19 @@ MUTATIONS = [
     Mutation("no journal lease", "6", _no_lease),
     Mutation("no duplicate window", "7", _no_duplicate_window),
     Mutation("in-flight cap ignores what is unacknowledged", "-", _no_in_flight_cap),
+    Mutation(
+        "entry loser releases everything, nothing dropped as held elsewhere",
+        "2",
+        _both(_loser_releases_everything, _not_held_elsewhere),
+        frozenset(UNKIND),
+    ),
+    Mutation(
+        "unknown-outcome write releases, nothing dropped as held elsewhere",
+        "2",
+        _both(_unknown_outcome_releases, _not_held_elsewhere),
+        frozenset(UNKIND),
+    ),
+    Mutation("window segment after the delete", "7", _window_after_delete, frozenset(UNKIND)),
     Mutation(
         "checkpoint not checked against the journal",
         "moved journal",

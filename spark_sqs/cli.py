@@ -46,11 +46,25 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     args = parser.parse_args(argv)
-    if args.command == "send":
-        return _send(args)
-    if args.command == "release":
-        return _release(args)
-    return _inspect(args)
+    run = {"send": _send, "release": _release, "inspect": _inspect}[args.command]
+    try:
+        return run(args)
+    except Exception as exc:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        from .errors import SqsSourceError
+        from .sqs.client import classify
+
+        if not isinstance(exc, (SqsSourceError, BotoCoreError, ClientError)):
+            raise
+        # What failed and what to do, not a traceback: a missing queue, wrong credentials.
+        action = _ACTIONS[args.command]
+        error = classify(exc, action, getattr(args, "queue_url", None) or args.journal)
+        say(f"spark-sqs {args.command}: {error}", stream=sys.stderr)
+        return 1
+
+
+_ACTIONS = {"send": "SendMessageBatch", "inspect": "GetQueueAttributes", "release": "release"}
 
 
 def _queue_args(parser: argparse.ArgumentParser) -> None:

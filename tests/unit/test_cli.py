@@ -38,3 +38,13 @@ def test_send_then_inspect_reports_backlog_and_journal(queue_url, tmp_path, caps
 def test_unknown_arguments_are_rejected(queue_url) -> None:
     with pytest.raises(SystemExit):
         main(["send", "--queue-url", queue_url, "--bogus"])
+
+
+def test_a_missing_queue_is_an_error_naming_it_not_a_traceback(mocked_sqs, capsys) -> None:
+    missing = mocked_sqs.create_queue(QueueName="gone")["QueueUrl"]
+    mocked_sqs.delete_queue(QueueUrl=missing)
+
+    assert main(["send", "--queue-url", missing, "--count", "3"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("spark-sqs send: ") and "does not exist" in err and missing in err
+    assert "Traceback" not in err
