@@ -785,8 +785,11 @@ class SparkSim:
             self.lease_previous[owner] = json.loads(previous)["owner"] if previous else None
         at = float(doc["writtenAt"])
         if self.config.clock_skew or self.config.clock_drift:
-            # The writer's wall clock is its own: judge on the true one, at the effect.
-            at = self.clock.time()
+            # The writer's wall clock is its own: judge on the true one, at the effect. A create
+            # that found the record there (its owner's other thread wrote it earlier) renews
+            # nothing: the record's true time is its own create's.
+            created = [t for t, method, k in store.writes if k == key and method == "create"]
+            at = self.clock.time() - (store.clock.elapsed - created[-1]) if created else at
         if at > self.lease_written.get(owner, -1.0):
             self.lease_written[owner] = at
         if doc.get("released"):

@@ -79,6 +79,8 @@ INITIAL = "state/initial.json"
 # How many of the newest planned markers are kept (write_state).
 PLANNED_MARKERS_KEPT = 16
 RETIRED = "_retired.json"
+# How often a listing whose markers all vanished is taken again (Journal.read_state).
+_RELISTS = 3
 # Journal.batch_status
 LIVE, RETIRED_STATUS, REMOVED = "live", "retired", "removed"
 
@@ -979,7 +981,9 @@ class Journal:
                 int(doc.get("ackedBatch", 0)),
                 None if initial is None else int(initial),
             )
-        planned = max(found["planned"], default=0)
+        # A listing may also lag a delete (a journal deleted and started anew): the newest
+        # listed marker counts only once read by key.
+        planned = self._newest_marker("planned", found["planned"])
         while self.store.read(f"state/planned-{planned + 1:012d}") is not None:
             planned += 1
         initial_doc = self.store.read(INITIAL)
@@ -990,10 +994,28 @@ class Journal:
         )
         return JournalState(
             planned,
-            max(found["acked"], default=0),
+            self._newest_marker("acked", found["acked"]),
             initial,
             frozenset(found["retired"]),
         )
+
+    def _newest_marker(self, kind: str, listed: list[int]) -> int:
+        """The newest of the listed ``kind`` markers that exists when read by key (0 if none):
+        a marker is removed only once a newer one exists, so the newest that exists is the
+        first one read. When every listed one is gone (removed after the listing, as newer ones
+        were written), the markers are listed again."""
+        for _ in range(_RELISTS):
+            for number in sorted(listed, reverse=True):
+                if self.store.read(f"state/{kind}-{number:012d}") is not None:
+                    return number
+            if not listed:
+                return 0
+            listed = [
+                int(m.group(2))
+                for key in self.store.list("state")
+                if (m := _MARKER.match(key)) and m.group(1) == kind
+            ]
+        return 0
 
     def write_state(
         self, state: JournalState, known: JournalState | None = None, owner: str = ""

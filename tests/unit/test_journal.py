@@ -1152,3 +1152,39 @@ def test_the_drop_set_cache_keeps_the_newest_sets_only(journal: Journal) -> None
     bounded.put("huge", frozenset(str(i) for i in range(500)))
     assert (len(bounded), bounded.ids) == (1, 500)  # the newest set is always kept
     assert bounded.get("huge") is not None and bounded.get("d9") is None
+
+
+class _GhostListingStore(HookedStore):
+    """A real store whose LIST still shows keys deleted within the lag (``ghosts``), as a
+    listing that lags a delete."""
+
+    def __init__(self, inner: Any, ghosts: list[str]) -> None:
+        super().__init__(inner)
+        self.ghosts = ghosts
+
+    def list(self, prefix: str) -> list[str]:
+        return sorted({*super().list(prefix), *(g for g in self.ghosts if g.startswith(prefix))})
+
+
+def test_state_markers_a_lagging_listing_still_shows_count_only_once_read(
+    journal_location: str,
+) -> None:
+    """Found by the simulation (seed 1134 --unkind all): the journal was deleted and a run
+    started anew while the listing still showed the old journal's markers; the new journal
+    took planned=6 from them, and Spark's replay of the checkpoint's batch 0..6 was answered
+    with an empty batch instead of being refused."""
+    options = make_options(journal_location, region="us-east-1")
+    old = Journal(journal_location, options)
+    old.write_state(JournalState(planned_batch=6, acked_batch=5))
+    ghosts = old.store.list("state")
+    old.store.delete_many(ghosts)
+
+    deleted = Journal(journal_location, options, store=_GhostListingStore(old.store, ghosts))
+    assert deleted.read_state().planned_batch == 0
+    assert deleted.read_state().acked_batch == 0
+
+    # A newer marker that exists beside a listed one that is gone: the newest that exists.
+    again = Journal(journal_location, options, store=_GhostListingStore(old.store, ghosts))
+    again.write_state(JournalState(planned_batch=2, acked_batch=1))
+    state = again.read_state()
+    assert (state.planned_batch, state.acked_batch) == (2, 1)
