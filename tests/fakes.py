@@ -337,7 +337,9 @@ class FakeJournal:
     def collect_window(self, now: float) -> int:
         return 0
 
-    def write_dedupe(self, batch: int, message_ids: list[str], expires_at: float) -> None:
+    def write_dedupe(
+        self, batch: int, message_ids: list[str], expires_at: float, now: float | None = None
+    ) -> None:
         self.dedupe[batch] = (list(message_ids), expires_at)
 
     def read_dedupe(self, now: float) -> dict[str, float]:

@@ -539,8 +539,9 @@ class Acknowledger:
     def _record_uncertain(self, batch: int, uncertain: set[str], stats: AckStats) -> None:
         if not uncertain:
             return
-        expires = self._wall() + self._window
-        self._journal.write_dedupe(batch, sorted(uncertain), expires)
+        now = self._wall()
+        expires = now + self._window
+        self._journal.write_dedupe(batch, sorted(uncertain), expires, now=now)
         for message_id in uncertain:
             self.dedupe[message_id] = expires
         stats.uncertain += len(uncertain)

@@ -372,6 +372,11 @@ class Journal:
         self._options = options
         self._store = store
         self._meta: dict[str, Any] | None = None
+        # Dedupe records this process knows to be live (read at start, written since): the
+        # newest acknowledged marker names them, so that a start reads them by key.
+        self._dedupe_keys: dict[str, float] = {}
+        # The dedupe records the newest acknowledged marker named when the state was read.
+        self._marker_dedupe: list[str] = []
 
     def __getstate__(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -897,28 +902,42 @@ class Journal:
 
     # -- redelivery dedupe ----------------------------------------------------------------------
 
-    def write_dedupe(self, batch: int, message_ids: list[str], expires_at: float) -> None:
-        """Remember ids whose acknowledgement may not have taken effect until ``expires_at``."""
+    def write_dedupe(
+        self, batch: int, message_ids: list[str], expires_at: float, now: float | None = None
+    ) -> None:
+        """Remember ids whose acknowledgement may not have taken effect until ``expires_at``.
+        ``now``: records that expired by then are no longer named by new markers."""
         table = pa.table({"messageId": pa.array(sorted(message_ids), pa.string())})
         table = table.replace_schema_metadata({EXPIRES_AT: repr(expires_at)})
         data = _ipc_bytes(table)
         digest = hashlib.sha256(data).hexdigest()[:16]
-        self.store.create(f"dedupe/{batch:012d}-{digest}.arrow", data)
+        key = f"dedupe/{batch:012d}-{digest}.arrow"
+        self.store.create(key, data)
+        # Before the batch's acknowledged marker, which names it.
+        self._dedupe_keys[key] = expires_at
+        if now is not None:
+            self._dedupe_keys = {k: e for k, e in self._dedupe_keys.items() if e > now}
 
     def read_dedupe(self, now: float) -> dict[str, float]:
-        """Unexpired dedupe ids with their expiry; expired records are removed."""
+        """Unexpired dedupe ids with their expiry; expired records are removed. The records
+        are those the newest acknowledged marker names (read by key: ``read_state`` must have
+        run), and those a LIST finds (an earlier version's, whose markers name none)."""
         out: dict[str, float] = {}
-        for key in self.store.list("dedupe"):
+        keys = {*self._marker_dedupe, *self._dedupe_keys, *self.store.list("dedupe")}
+        for key in sorted(keys):
             if not key.endswith(".arrow"):
                 continue
             data = self.store.read(key)
             if data is None:
+                self._dedupe_keys.pop(key, None)
                 continue
             reader = pa.ipc.open_file(pa.BufferReader(data))
             expires = float((reader.schema.metadata or {}).get(EXPIRES_AT, b"0"))
             if expires <= now:
                 self.store.delete(key)
+                self._dedupe_keys.pop(key, None)
                 continue
+            self._dedupe_keys[key] = expires
             for message_id in reader.read_all().column("messageId").to_pylist():
                 out[message_id] = max(expires, out.get(message_id, 0.0))
         return out
@@ -992,12 +1011,11 @@ class Journal:
             if initial_doc is not None
             else min(found["initial"], default=None)
         )
-        return JournalState(
-            planned,
-            self._newest_marker("acked", found["acked"]),
-            initial,
-            frozenset(found["retired"]),
-        )
+        acked = self._newest_marker("acked", found["acked"])
+        body = self.store.read(f"state/acked-{acked:012d}") if acked else None
+        # Markers of earlier versions are empty.
+        self._marker_dedupe = list(json.loads(body).get("dedupe", ())) if body else []
+        return JournalState(planned, acked, initial, frozenset(found["retired"]))
 
     def _newest_marker(self, kind: str, listed: list[int]) -> int:
         """The newest of the listed ``kind`` markers that exists when read by key (0 if none):
@@ -1048,7 +1066,10 @@ class Journal:
                 self.store.delete(f"state/planned-{gone:012d}")
         new, old = state.acked_batch, current.acked_batch
         if new > old:
-            self.store.create(f"state/acked-{new:012d}", b"")
+            # The dedupe records live now, read by key at the next start (read_dedupe): a
+            # listing that lags their write must not hide them.
+            body = json.dumps({"dedupe": sorted(self._dedupe_keys)}).encode()
+            self.store.create(f"state/acked-{new:012d}", body)
             if old:
                 self.store.delete(f"state/acked-{old:012d}")
         if current.initial_batch is None and state.initial_batch is not None:

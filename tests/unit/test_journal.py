@@ -1188,3 +1188,29 @@ def test_state_markers_a_lagging_listing_still_shows_count_only_once_read(
     again.write_state(JournalState(planned_batch=2, acked_batch=1))
     state = again.read_state()
     assert (state.planned_batch, state.acked_batch) == (2, 1)
+
+
+def test_dedupe_records_are_found_by_key_through_the_acknowledged_marker(
+    journal_location: str,
+) -> None:
+    """Found by the simulation (seed 374 --unkind all): a journal put back while the listing
+    still hid what it held; the next start found no dedupe record by its LIST, so redeliveries
+    of messages whose deletes may not have taken effect were journaled and delivered again.
+    The newest acknowledged marker names the live records, which a start reads by key."""
+    options = make_options(journal_location, region="us-east-1")
+    driver = Journal(journal_location, options)
+    driver.read_state()
+    driver.write_dedupe(3, ["m1", "m2"], expires_at=2000.0, now=1000.0)
+    driver.write_state(JournalState(planned_batch=3, acked_batch=3))
+
+    hidden = ListHidingStore(driver.store, lambda key: key.startswith("dedupe/"))
+    restarted = Journal(journal_location, options, store=hidden)
+    restarted.read_state()
+    assert restarted.read_dedupe(now=1500.0) == {"m1": 2000.0, "m2": 2000.0}
+
+    # Expired records are no longer named by later markers, and are removed when read.
+    restarted.write_dedupe(4, ["m3"], expires_at=3000.0, now=2500.0)
+    restarted.write_state(JournalState(planned_batch=4, acked_batch=4))
+    again = Journal(journal_location, options, store=hidden)
+    again.read_state()
+    assert again.read_dedupe(now=2600.0) == {"m3": 3000.0}

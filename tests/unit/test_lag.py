@@ -99,7 +99,9 @@ class _Journal:
     def read_dedupe(self, now: float) -> dict[str, float]:
         return {}
 
-    def write_dedupe(self, batch: int, message_ids: list[str], expires_at: float) -> None:
+    def write_dedupe(
+        self, batch: int, message_ids: list[str], expires_at: float, now: float | None = None
+    ) -> None:
         pass  # without a heartbeat nothing bounds the handles: every delete counts uncertain
 
 
