@@ -708,7 +708,14 @@ class Journal:
         """``"live"``, ``"retired"`` (adopted by a later batch: an attempt stops, deleting
         nothing and keeping what it journaled for the adoption) or ``"removed"`` (acknowledged
         and removed, or adopted and removed: its plan is gone, and every attempt of a planned
-        batch read its plan when it started). Two reads (four for a batch without a plan)."""
+        batch read its plan when it started). Two reads (four for a batch without a plan).
+
+        The retirement marker is read first: a batch goes live, retired (the marker), removed
+        (the plan first, the marker last), so a plan read after a marker that was absent means
+        the batch was not retired before the first read, and anything journaled before it is
+        seen by any adoption or acknowledgement after it. The other order could read the plan
+        before a removal and the marker after it, and answer "live" for a removed batch."""
+        retired = self.store.read(f"{self.batch_dir(batch)}/{RETIRED}") is not None
         if self.store.read(f"{self.batch_dir(batch)}/{PLAN}") is None:
             from .poison import CARRY, RELEASED
 
@@ -719,9 +726,7 @@ class Journal:
                 for name in (CARRY, RELEASED)
             ):
                 return REMOVED
-        if self.store.read(f"{self.batch_dir(batch)}/{RETIRED}") is not None:
-            return RETIRED_STATUS
-        return LIVE
+        return RETIRED_STATUS if retired else LIVE
 
     def is_finished(self, batch: int) -> bool:
         """True if no attempt of ``batch`` may journal, keep or delete anything any more."""

@@ -24,10 +24,12 @@ from spark_sqs.journal import (
     RETIRED_STATUS,
     AckedEntry,
     AckReport,
+    BatchPlan,
     EntryReceipts,
     Journal,
     JournalState,
     LocalStore,
+    ReceiverPlan,
     open_store,
     receipts_of,
     reports,
@@ -1214,3 +1216,30 @@ def test_dedupe_records_are_found_by_key_through_the_acknowledged_marker(
     again = Journal(journal_location, options, store=hidden)
     again.read_state()
     assert again.read_dedupe(now=2600.0) == {"m3": 3000.0}
+
+
+def test_a_batch_retired_and_removed_between_the_status_reads_is_never_live(
+    journal_location: str,
+) -> None:
+    """Found by the simulation (seed 2214 --unkind all): a deleteAfterJournal receiver checked
+    its batch's status after journaling a part, stalled inside the check while another query
+    retired, adopted (without that part) and removed the batch, and read "live" from a plan
+    read before the removal and a retirement marker read after it: it deleted a message
+    nobody delivered. A batch retired and removed right after the first status read is not
+    live (the retirement marker is read first)."""
+    options = make_options(journal_location, region="us-east-1")
+    journal = Journal(journal_location, options)
+    journal.write_plan(BatchPlan(2, (ReceiverPlan(0, 5),)))
+    done: list[bool] = []
+
+    def retire_and_remove(method: str, key: str) -> None:
+        if method == "read" and not done:
+            done.append(True)
+            journal.retire(2)
+            journal.remove_batch(2)
+
+    stalled = Journal(
+        journal_location, options, store=HookedStore(journal.store, after=retire_and_remove)
+    )
+    assert stalled.batch_status(2) != "live"
+    assert done, "the removal ran between the reads"
