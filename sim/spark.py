@@ -448,8 +448,7 @@ class SparkSim:
             "second_queries": 0, "driver_crashes": 0, "task_crashes": 0, "query_failures": 0,
             "lease_lapsed": 0,
         }  # fmt: skip
-        if not verbose_trace:
-            logging.getLogger("spark_sqs").setLevel(logging.CRITICAL)
+        self._verbose_trace = verbose_trace
 
     @property
     def offset_log(self) -> dict[int, tuple[str, str]]:
@@ -796,15 +795,13 @@ class SparkSim:
             self.lease_released.add(owner)
 
     def _narrowed_out_after_commit(self, message_id: str) -> bool:
-        """True if a sink-committed batch held ``message_id`` and a later (narrowed) replay of
-        the same batch left it out."""
+        """True if the sink took ``message_id`` with a batch (committed, or appended by a sink
+        that is not idempotent) and a later, narrowed, replay of the same batch left it out."""
         if self.poison_id is None:
             return False
-        for key, rows in self.sink_committed.items():
-            runs = self.executions.get(key, [])
-            if runs and any(m == message_id for m, _ in rows) and message_id not in runs[-1]:
-                return True
-        return False
+        taken = [key for key, rows in self.sink_committed.items() if _holds(rows, message_id)]
+        taken += [key for key, rows in self.sink_appended if _holds(rows, message_id)]
+        return any(message_id not in self.executions.get(key, [()])[-1] for key in taken)
 
     def _carried_ids(self) -> set[str]:
         """Ids journaled by carry batches (``batches/<X>/_carry.json``, Config.poison)."""
@@ -840,10 +837,17 @@ class SparkSim:
         ids = random.Random(f"uuid:{self.config.seed}")
         original = uuid.uuid4
         uuid.uuid4 = lambda: uuid.UUID(int=ids.getrandbits(128), version=4)
+        # The library's logs are silenced for speed while the seed runs, and given back after
+        # (a test that runs a seed in its process must not silence the tests after it).
+        library = logging.getLogger("spark_sqs")
+        level = library.level
+        if not self._verbose_trace:
+            library.setLevel(logging.CRITICAL)
         try:
             return self._run()
         finally:
             uuid.uuid4 = original
+            library.setLevel(level)
 
     def _run(self) -> Result:
         c = self.config
@@ -1840,6 +1844,10 @@ def run_seed(
         return SparkSim(config, trace=trace).run()
     finally:
         library.setLevel(level)
+
+
+def _holds(rows: list[tuple[str, str]], message_id: str) -> bool:
+    return any(m == message_id for m, _ in rows)
 
 
 __all__ = ["Config", "Crash", "Result", "SparkSim", "run_seed"]
