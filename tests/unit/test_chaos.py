@@ -847,7 +847,10 @@ def test_slowed_tasks_are_one_receiver_in_a_stable_share_of_stages():
 def _in_task(monkeypatch, stage: int, partition: int, attempt: int, attempt_id: int) -> None:
     from pyspark import TaskContext
 
-    context = TaskContext()
+    # Not TaskContext(): its __new__ stores the instance in the class attribute before
+    # monkeypatch could record the original, which would then outlive the test (and make the
+    # next SparkSession refuse to start, "CONTEXT_ONLY_VALID_ON_DRIVER", on PySpark 4.0).
+    context = object.__new__(TaskContext)
     context._stageId, context._partitionId = stage, partition
     context._attemptNumber, context._taskAttemptId = attempt, attempt_id
     monkeypatch.setattr(TaskContext, "_taskContext", context)
