@@ -1,0 +1,1 @@
+"""Tests of the development tools (benchmarks, fault harness), not of the library."""
