@@ -166,7 +166,7 @@ def test_the_faults_it_found_stay_fixed(
 
 # -- the unkind world (docs/simulation.md, "The unkind world") ------------------------------------
 
-# Seeds per dimension, each alone, and with every dimension at once: 1,500 seeds in CI, about
+# Seeds per dimension, each alone, and with every dimension at once: 1,650 seeds in CI, about
 # 10-15 seeds/s over two processes on the 2-core machine (python -m sim --seeds N --unkind all
 # runs more: docs/simulation.md).
 UNKIND_SEEDS = 150
@@ -191,7 +191,8 @@ _UNKIND_SIGNS = {
 def test_the_unkind_world(dimensions: list[str]) -> None:
     """Every seed delivers each message exactly once in the unkind world: skewed clocks,
     stalls, task waves, paused owners, lying and lagging stores, second queries that run
-    batches, journals that diverge from their checkpoint (sim/spark.py UNKIND)."""
+    batches, journals that diverge from their checkpoint, copies of deleted messages handed out
+    at once while their deleter waits (sim/spark.py UNKIND)."""
     chosen = frozenset(dimensions)
     seeds = UNKIND_ALL_SEEDS if len(chosen) > 1 else UNKIND_SEEDS
     results = list(sweep(range(seeds), unkind=chosen))
