@@ -1,6 +1,7 @@
 """``python -m sim.mutations``: revert each fix of the exactly-once issue, the in-flight cap of
-flow control, and each fix for the unkind world (moved journals, lying and lagging stores,
-stalls, clocks), in memory, one at a time, and count the seeds the simulation needs to find it.
+flow control, the duplicate window's two rules, and each fix for the unkind world (moved
+journals, lying and lagging stores, stalls, clocks), in memory, one at a time, and count the
+seeds the simulation needs to find it.
 A mutation of an unkind-world fix runs its seeds in the dimensions that can express the fault.
 Runs on: the simulator's process only.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,11 +28,13 @@ from sim.sweep import Variant
 from spark_sqs.driver import offsets
 from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.driver.flow_control import FlowControl
+from spark_sqs.driver.poison import Quarantine
 from spark_sqs.errors import JournalError, JournalOutcomeUnknown
 from spark_sqs.executor import duplicates
 from spark_sqs.journal import Journal
 from spark_sqs.journal.entries import _PART
 from spark_sqs.journal.lease import Lease, LeaseRecord
+from spark_sqs.sqs.batching import BatchCaller
 
 
 @contextlib.contextmanager
@@ -134,9 +138,73 @@ def _no_in_flight_cap() -> contextlib.AbstractContextManager[None]:
     return patched(FlowControl, "batch_limit", batch_limit)
 
 
+def _segment_after_delete() -> contextlib.AbstractContextManager[None]:
+    """Hole 7, the window's other rule: a deleter writes its window segment only after its
+    delete returned, at every delete site (the driver's and the receivers' acknowledgements,
+    deleteAfterJournal's parts, dropped redeliveries, the quarantine): a copy received and
+    looked up in between, or after a deleter died between the two, is not in the window."""
+    held = threading.local()  # per actor: each is a thread of its own (sim/sched.py)
+    write_window = Journal.write_window
+
+    def hold_back(self: Journal, *args: Any, **kwargs: Any) -> None:
+        held.segments = [*getattr(held, "segments", []), (self, args, kwargs)]
+
+    def write_held() -> None:
+        segments, held.segments = getattr(held, "segments", []), []
+        for journal, args, kwargs in segments:
+            write_window(journal, *args, **kwargs)
+
+    delete = BatchCaller.delete
+
+    def delete_then_write(self: BatchCaller, entries: Any) -> Any:
+        # Written once the delete returned or raised (an Exception; a crash writes nothing).
+        try:
+            result = delete(self, entries)
+        except Exception:
+            write_held()
+            raise
+        write_held()
+        return result
+
+    class _Client:
+        """The quarantine's SQS client, writing the held segment after ``delete_message``."""
+
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._inner, name)
+
+        def delete_message(self, **kwargs: Any) -> Any:
+            try:
+                result = self._inner.delete_message(**kwargs)
+            except Exception:
+                write_held()
+                raise
+            write_held()
+            return result
+
+    quarantine = Quarantine._quarantine
+
+    def quarantine_then_write(self: Quarantine, *args: Any, **kwargs: Any) -> None:
+        client = self.client
+        self.client = _Client(client)
+        try:
+            quarantine(self, *args, **kwargs)
+        finally:
+            self.client = client
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(patched(Journal, "write_window", hold_back))
+    stack.enter_context(patched(BatchCaller, "delete", delete_then_write))
+    stack.enter_context(patched(Quarantine, "_quarantine", quarantine_then_write))
+    return stack
+
+
 def _not_held_elsewhere() -> contextlib.AbstractContextManager[None]:
-    """The defence that masks both hole-2 mutations: a receiver drops (and deletes) messages
-    that other entries and parts of the batch or pending batches hold."""
+    """The defence that masks both hole-2 mutations and the window's segment written after its
+    delete: a receiver drops (and deletes) messages that other entries and parts of the batch
+    or pending batches hold."""
     return patched(receiver, "_held_elsewhere", lambda *args, **kwargs: frozenset())
 
 
@@ -259,6 +327,14 @@ MUTATIONS = [
         "clocks",
         _liveness_by_the_owner_s_clock,
         frozenset({"clocks"}),
+    ),
+    Mutation("window segment after its delete", "7", _segment_after_delete, frozenset({"races"})),
+    Mutation(
+        "window segment after its delete, nothing dropped as held elsewhere",
+        "7",
+        _both(_segment_after_delete, _not_held_elsewhere),
+        frozenset({"races"}),
+        _not_held_elsewhere,
     ),
 ]
 

@@ -33,8 +33,9 @@ What Spark does, as modelled here (PLATFORM.md has the measurements behind it):
 The unkind world (``UNKIND``, ``Config.draw_unkind``; off unless a sweep asks for it): per-process
 clocks with skew and drift, tasks stalled past the visibility timeout, fewer task slots than
 receivers, owners paused past two heartbeats, stores that ignore create-if-absent or whose
-listings lag, second queries that take over and run batches, and journals deleted, moved or
-swapped under a kept checkpoint (docs/simulation.md, "The unkind world").
+listings lag, second queries that take over and run batches, journals deleted, moved or
+swapped under a kept checkpoint, and copies of deleted messages handed out at once while their
+deleter is slow to go on (docs/simulation.md, "The unkind world").
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ UNKIND = (
     "lag",  # a store whose listings lag writes and deletes
     "query2",  # a second query that takes over (when it may) and runs batches
     "diverge",  # the journal deleted, moved or swapped under a kept checkpoint, then restored
+    "races",  # a copy of a deleted message ready at once, while its deleter is slow to go on
 )
 # Second queries that run batches get checkpoints (sink epochs) of their own, numbered apart.
 QUERY2_EPOCHS = 1000
@@ -147,6 +149,10 @@ class Config:
     list_lag: float = 0.0  # listings lag writes and deletes by up to this many seconds
     query2_runs: bool = False  # a second query that takes over runs batches of its own
     diverge: float = 0.0  # probability per restart that the journal diverges from the checkpoint
+    # Standard queues: the chance per deleted message (not ghosted otherwise) that a copy is
+    # ready for the very next receive (sim/sqs.py ``ghost_at_once``), and the deleter is held
+    # for a few seconds after that delete returned, so that other receivers go first.
+    races: float = 0.0
     # Byte limits that bind (not drawn either): each run draws maxBytesPerReceiver and
     # maxBytesPerTrigger of a few messages' bytes from a stream of its own, so receivers stop
     # at their byte limit, and replays must keep the limits their plan recorded.
@@ -216,6 +222,8 @@ class Config:
             self.second_query = stream("query2").choice([0.3, 0.6])
         if "diverge" in dimensions:
             self.diverge = stream("diverge").choice([0.3, 0.6])
+        if "races" in dimensions:
+            self.races = stream("races").choice([0.05, 0.2])
 
 
 @dataclass
@@ -347,6 +355,7 @@ class SparkSim:
             c.seed,
             clock=self.clock,
             ghost_probability=c.ghosts,
+            ghost_at_once=c.races,
             inflight_limit=c.sqs_inflight_limit or DEFAULT_INFLIGHT_LIMIT,
             fault_rates=FaultRates(
                 throttle=c.sqs_faults / 2,
@@ -381,6 +390,8 @@ class SparkSim:
         self._waves_rng = random.Random(f"unkind-slots:{c.seed}")
         self._query2_rng = random.Random(f"unkind-query2-runs:{c.seed}")
         self._diverge_rng = random.Random(f"unkind-diverge-draws:{c.seed}")
+        self._race_rng = random.Random(f"unkind-race-holds:{c.seed}")
+        self._ghosts_at_once_seen = 0
         name = "orders.fifo" if c.fifo else "orders"
         attrs = {"FifoQueue": "true", "ContentBasedDeduplication": "true"} if c.fifo else {}
         self.url = self.sqs.create_queue(QueueName=name, Attributes=attrs)["QueueUrl"]
@@ -568,6 +579,23 @@ class SparkSim:
             return True
         return False
 
+    def _race(self) -> None:
+        """``races``: the delete that just returned left a copy ready for the next receive;
+        its caller is slow to take its next step (a thread descheduled, a slow network), so
+        that receivers beside it receive and look the copy up first. Held for less than a
+        visibility timeout: a slow step, not a stall."""
+        if self.draining:
+            return
+        actor = self.sched.current() or next(
+            (a for a in self.sched.actors if a.status == "running"), None
+        )
+        if actor is None:
+            return
+        seconds = self._race_rng.uniform(0.5, 5.0)
+        self.stats["race_holds"] = self.stats.get("race_holds", 0) + 1
+        self.log(f"{actor.name:<22} == RACE: a copy is out; held for {seconds:.1f}s")
+        self.sched.hold(actor, self.clock.elapsed + seconds)
+
     def _kill_run(self, group: str, except_actor: Actor | None = None) -> None:
         """The driver process dies: its heartbeat with it; its running tasks die or go on."""
         self.log(f"{'spark':<22} == CRASH of the driver of {group}")
@@ -592,6 +620,9 @@ class SparkSim:
             return
         if name not in ("delete_message_batch", "delete_message"):
             return
+        if self.sqs.ghosts_at_once > self._ghosts_at_once_seen:
+            self._ghosts_at_once_seen = self.sqs.ghosts_at_once
+            self._race()
         new = []
         for url in self.urls:
             deletions = self.sqs.deletions(url)

@@ -27,8 +27,10 @@ Modelled (docs/simulation.md has the full list and the conformance table):
 - Standard queues: approximate order (a seeded shuffle within a window of twice the batch),
   rare duplicate deliveries (``duplicate_probability``: a message in flight is handed out again,
   with a new handle; ``ghost_probability``: a deleted message is handed out once more within
-  ``ghost_delay`` seconds of its delete, which the source's ``duplicateWindow`` must drop), and
-  optionally short polls that miss messages (``short_poll_miss``).
+  ``ghost_delay`` seconds of its delete, which the source's ``duplicateWindow`` must drop;
+  ``ghost_at_once``: of the deleted messages not ghosted so, a copy ready for the very next
+  receive, as when a receive served beside the delete returns it), and optionally short polls
+  that miss messages (``short_poll_miss``).
 - Long polling reduced to "what is visible now": when nothing is, a receive with
   ``WaitTimeSeconds > 0`` advances the simulated clock to the moment something becomes visible
   (or by the whole wait) and tries once more, unless ``long_poll_advances_clock=False``, when it
@@ -339,6 +341,7 @@ class SimSqs:
         duplicate_probability: float = 0.0,
         ghost_probability: float = 0.0,
         ghost_delay: float = 60.0,
+        ghost_at_once: float = 0.0,
         short_poll_miss: float = 0.0,
         long_poll_advances_clock: bool = True,
         fault_rates: FaultRates | None = None,
@@ -353,6 +356,10 @@ class SimSqs:
         self.ghost_probability = ghost_probability
         self.ghost_delay = ghost_delay
         self._ghost_rng = random.Random(f"sqs-ghosts:{seed}")
+        # A stream of its own: the ghosts drawn above stay what they were.
+        self.ghost_at_once = ghost_at_once
+        self._at_once_rng = random.Random(f"sqs-ghosts-at-once:{seed}")
+        self.ghosts_at_once = 0  # copies made ready at their delete (``ghost_at_once``)
         self.short_poll_miss = short_poll_miss
         self.long_poll_advances_clock = long_poll_advances_clock
         self.fault_rates = fault_rates or FaultRates()
@@ -1241,6 +1248,17 @@ class SimSqs:
             if self._ghost_rng.random() < 0.5:
                 delay = self._ghost_rng.uniform(0, self.ghost_delay)
             queue.ghosts.append((now + delay, message))
+        elif (
+            not queue.fifo
+            and self.ghost_at_once
+            and message.message_id not in queue.ghosted
+            and self._at_once_rng.random() < self.ghost_at_once
+        ):
+            # A receive served beside the delete returns a copy the delete has not reached yet:
+            # the copy is there for the very next receive, once.
+            queue.ghosted.add(message.message_id)
+            queue.ghosts.append((now, message))
+            self.ghosts_at_once += 1
         return f"del={_label(message)}"
 
     def _change(self, queue: _Queue, handle: str, timeout: int) -> str:

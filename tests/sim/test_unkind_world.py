@@ -290,6 +290,66 @@ def test_the_journal_is_deleted_moved_or_swapped_under_the_checkpoint_then_resto
     assert set(kinds) == {"deleted", "moved", "swapped"}, kinds
 
 
+# -- races ---------------------------------------------------------------------------------------
+
+
+def _deleted_then_received(ghost_at_once: float, fifo: bool = False) -> list[dict[str, Any]]:
+    sqs = SimSqs(seed=5, ghost_at_once=ghost_at_once)
+    name, attrs = (
+        ("q.fifo", {"FifoQueue": "true", "ContentBasedDeduplication": "true"})
+        if fifo
+        else ("q", {})
+    )
+    url = sqs.create_queue(QueueName=name, Attributes=attrs)["QueueUrl"]
+    for i in range(3):
+        sqs.send_message(
+            QueueUrl=url, MessageBody=f"m{i}", **({"MessageGroupId": "g"} if fifo else {})
+        )
+    for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]:
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    # No time passes: only a copy ready at its delete can come back now.
+    again = sqs.receive_message(
+        QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"]
+    ).get("Messages", [])
+    assert not sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages")
+    return again
+
+
+def test_a_copy_of_a_deleted_message_is_ready_for_the_very_next_receive_once() -> None:
+    copies = _deleted_then_received(1.0)
+    assert sorted(m["Body"] for m in copies) == ["m0", "m1", "m2"]
+    assert {m["Attributes"]["ApproximateReceiveCount"] for m in copies} == {"2"}
+    assert _deleted_then_received(0.0) == []
+    assert _deleted_then_received(1.0, fifo=True) == []  # FIFO queues never hand out a copy
+
+
+def test_a_deleter_that_left_a_copy_out_is_held_while_other_receivers_go_first() -> None:
+    """``races``: after a delete that left a copy ready, its caller's next step waits for as
+    long as drawn (under a visibility timeout), and other receivers receive meanwhile."""
+    results = [run_seed(s, trace=True, configure=_unkind("races")) for s in range(20)]
+    assert sum(r.stats.get("race_holds", 0) for r in results) > 10
+    others_received = 0
+    for result in results:
+        lines = _lines(result.trace)
+        for i, (at, actor, line) in enumerate(lines):
+            race = re.search(r"RACE: a copy is out; held for ([0-9.]+)s", line)
+            if race is None:
+                continue
+            seconds = float(race.group(1))
+            assert 0.5 <= seconds <= 5.0 < VISIBILITY
+            after = next(
+                (t for t, a, text in lines[i + 1 :] if a == actor and "KILLED" not in text), None
+            )
+            assert after is None or after >= at + seconds - 0.05  # printed to 0.1 s
+            end = at + seconds if after is None else after
+            others_received += any(
+                a != actor and "sqs.receive_message" in text
+                for t, a, text in lines[i + 1 :]
+                if t < end
+            )
+    assert others_received > 5
+
+
 # -- configuration -------------------------------------------------------------------------------
 
 
@@ -305,14 +365,13 @@ def test_each_dimension_draws_from_a_stream_of_its_own() -> None:
         together = _drawn(seed, *UNKIND)
         for d, config in alone.items():
             for name in ("clock_skew", "clock_drift", "stall", "owner_pause", "list_lag",
-                         "diverge", "lying_store", "waves", "query2_runs"):  # fmt: skip
+                         "diverge", "lying_store", "waves", "query2_runs", "races"):  # fmt: skip
                 if getattr(config, name) != getattr(Config.from_seed(seed), name):
                     assert getattr(together, name) == getattr(config, name), (seed, d, name)
         kind = Config.from_seed(seed)
         assert kind.unkind == frozenset()
-        assert (kind.clock_skew, kind.stall, kind.owner_pause, kind.list_lag, kind.diverge) == (
-            0.0, 0.0, 0.0, 0.0, 0.0,
-        )  # fmt: skip
+        assert (kind.clock_skew, kind.stall, kind.owner_pause, kind.list_lag, kind.diverge,
+                kind.races) == (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)  # fmt: skip
         assert not (kind.waves or kind.lying_store or kind.query2_runs)
 
 
