@@ -507,11 +507,17 @@ class Coordinator:
         # uncommitted batch before it plans a new one): their journaled messages never reached
         # this query's sink, so this batch delivers them.
         orphans = [b for b in self.acknowledger.pending if b > first and b != batch]
+        # A narrowed orphan's carry batch goes with it, even one whose carry record or entries
+        # do not exist yet (the run that narrowed it died first): the adoption finishes the
+        # step (``_adopt``), and a carry batch it created outside this plan would be adopted by
+        # nobody, its number below this batch's, and acknowledged with this batch undelivered.
+        carries = self._unadopted_carries(orphans)
+        orphans += sorted(set(carries) - set(orphans))
         for orphan in orphans:
             # Before their entries are listed: a task of a dead driver still running one of
             # them must stop before it deletes messages this plan would not deliver.
             self.journal.retire(orphan)
-        adopted = self._adoptable(orphans)
+        adopted = self._adoptable(orphans, carries)
         limit = self._limits.pop(batch, None)
         if limit is None:
             # Spark logged this batch's end in a run that died before planning it: the limit
@@ -521,7 +527,7 @@ class Coordinator:
         # The receivers of this batch receive for up to receive_budget_seconds (plus a last
         # long poll): any pending message whose handle may expire by then is dropped.
         drop_ids = self.acknowledger.drop_ids(batch, receive_window=self._receive_window())
-        if poison.carry_batches(self.journal, orphans):
+        if carries or poison.carry_batches(self.journal, orphans):
             # Messages carried out of a narrowed batch are delivered alone, so that the batch
             # that adopts them narrows them further without mixing in new ones (poison.py).
             limit = 0
@@ -577,11 +583,33 @@ class Coordinator:
         by then must be dropped by them."""
         return self.options.receive_budget_seconds + self.options.wait_time_seconds
 
-    def _adoptable(self, orphans: list[int]) -> list[tuple[int, int]]:
+    def _unadopted_carries(self, orphans: list[int]) -> dict[int, tuple[int, ...]]:
+        """The carry batch of each narrowed orphan's latest step that no plan adopted yet, with
+        the receivers it holds, from the step's record (read by key). Earlier steps' carry
+        batches exist whole: a step is decided only once the one before it was finished."""
+        if self.quarantine is None:
+            # Under another policy a narrowed orphan is refused when adopted (``_adopt``).
+            return {}
+        carries: dict[int, tuple[int, ...]] = {}
+        for orphan in orphans:
+            step = latest_narrowing(self.journal, orphan)
+            if step is None or step.carry_batch is None:
+                continue
+            if self.journal.store.read(poison.carried_key(orphan, step.step)) is not None:
+                continue
+            carries[step.carry_batch] = tuple(sorted(step.carried))
+        return carries
+
+    def _adoptable(
+        self, orphans: list[int], carries: Mapping[int, tuple[int, ...]] | None = None
+    ) -> list[tuple[int, int]]:
         """One location per journaled entry among the orphans, read by key from the receivers
         each orphan's plan (or carry record) names. An orphan whose own plan adopted entries
         of an earlier orphan (a run that died while adopting) holds copies of them: each origin
-        is delivered once, from the original when it still exists."""
+        is delivered once, from the original when it still exists. The receivers ``carries``
+        names for a carry batch are adopted whether or not their entries exist yet: the
+        adoption creates them first, from the narrowed batch."""
+        carries = carries or {}
         origin_of: dict[tuple[int, int], tuple[int, int]] = {}
         chosen: dict[tuple[int, int], tuple[int, int]] = {}
         for orphan in sorted(orphans):
@@ -589,8 +617,9 @@ class Coordinator:
             receivers = self.acknowledger.receivers_of(orphan) or (
                 self.journal.live_receivers(orphan) or ()
             )
-            for receiver in sorted(receivers):
-                if not self.journal.has_journaled(orphan, receiver):
+            expected = carries.get(orphan, ())
+            for receiver in sorted(set(receivers) | set(expected)):
+                if receiver not in expected and not self.journal.has_journaled(orphan, receiver):
                     continue
                 here = (orphan, receiver)
                 planned = plan.receiver(receiver) if plan is not None else None

@@ -537,3 +537,73 @@ def test_a_carry_batch_once_adopted_is_never_created_again(tmp_path: Any, sqs: A
 
     assert journal.live_receivers(5) is None
     assert journal.read_entry(5, 1) is None
+
+
+@pytest.mark.parametrize("died", ["before the carry record", "before the carry's entries"])
+def test_a_plan_adopting_a_narrowed_batch_adopts_the_carry_its_narrowing_left_unfinished(
+    journal_location: str, died: str
+) -> None:
+    """Found by the simulation (seed 226 with --poison --unkind all): the run that narrowed
+    batch 2 died before its carry batch 3 was whole; another query adopted batch 2 into its new
+    batch 4, whose adoption finished the step and so created carry batch 3 outside batch 4's
+    plan. Nobody adopted batch 3, its number was below batch 4's, and the acknowledgement of
+    batch 4 deleted its messages undelivered. Local and s3 journals."""
+    from spark_sqs.driver.coordinator import Coordinator
+    from tests.fakes import FakeSqs
+
+    options = make_options(
+        journal_location,
+        region="us-east-1",
+        poisonMessagePolicy="deadLetter",
+        maxBatchAttempts="2",
+        deadLetterQueueUrl=DLQ_URL,
+    )
+    journal = Journal(journal_location, options)
+    journal.write_plan(BatchPlan(2, (ReceiverPlan(0, 2), ReceiverPlan(1, 2))))
+    for receiver, numbers in enumerate([[1, 2], [3, 4]]):
+        journal.write_entry(
+            2, receiver, messages_to_table([sqs_message(n) for n in numbers], QUEUE_URL)
+        )
+    for run in ("r1", "r2"):
+        _fail_once_more(journal, 2, run, [0, 1])
+    # The narrowing run's step: the first half stays in batch 2, the rest goes to batch 3 (its
+    # number reserved from the planned marker), and the run dies before finishing the carry.
+    step = records.Narrowing(
+        step=1,
+        keep={0: [_mid(1), _mid(2)], 1: []},
+        carried={1: [_mid(3), _mid(4)]},
+        carry_batch=3,
+        attempts=2,
+    )
+    assert journal.store.create(records.narrowing_key(2, 1), step.to_json())
+    if died == "before the carry's entries":
+        marker = {"from": 2, "step": 1, "receivers": [1]}
+        assert journal.store.create(
+            f"{records.batch_dir(3)}/{records.CARRY}", json.dumps(marker).encode()
+        )
+    journal.write_state(JournalState(planned_batch=3, acked_batch=1, initial_batch=0))
+
+    # Another query (a checkpoint that never logged batch 2) plans its next batch.
+    state = Coordinator(options, FakeSqs(available=10), QUEUE_URL, journal)
+    try:
+        state.start_poison_policy()
+        end = state.latest_offset({"batch": 1})
+        batch = end["batch"]
+        assert batch == 4
+        plan = state.plan({"batch": 1}, end)
+    finally:
+        state.close()
+
+    stored = journal.read_plan(batch)
+    assert stored is not None
+    adopted = [r.receiver for r in stored.receivers if r.adopt_from is not None]
+    delivered = [
+        i for r in adopted if (t := journal.read_entry(batch, r)) is not None for i in _ids(t)
+    ]
+    assert sorted(delivered) == sorted(_mid(n) for n in (1, 2, 3, 4)), "each message once"
+    assert {r.adopt_from[0] for r in stored.receivers if r.adopt_from} == {2, 3}
+    assert sum(r.limit for r in stored.receivers) == 0, "carried messages are delivered alone"
+    assert len(plan) == len(stored.receivers)
+    assert journal.live_receivers(3) is None, "the carry batch was adopted and removed"
+    assert journal.live_receivers(2) is None
+    assert journal.store.read(f"{records.batch_dir(batch)}/{records.SUSPECT}") is not None
