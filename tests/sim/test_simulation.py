@@ -278,6 +278,7 @@ def test_byte_limits_stop_receivers_and_replays_keep_them(
 @pytest.mark.parametrize(
     ("name", "seed"),
     [
+        ("adoption renumbers", 180),
         ("checkpoint not checked against the journal", 2),
         ("probe creates once", 0),
         ("parts found by a LIST", 35),
@@ -287,11 +288,12 @@ def test_byte_limits_stop_receivers_and_replays_keep_them(
     ],
 )
 def test_the_unkind_world_finds_each_of_its_fixes_reverted(name: str, seed: int) -> None:
-    """Each fix for the unkind world, and the duplicate window's segment before its delete,
-    reverted in memory (sim/mutations.py), fails a seed of the dimension that expresses its
-    fault, which passes with the fix: the simulation can see each hole (docs/simulation.md,
-    "Mutation check"). A mutation masked by another defence fails only with that defence off
-    too, and the seed passes with the defence alone off: the find is the mutation's."""
+    """Each fix for the unkind world, adoption without renumbering, and the duplicate window's
+    segment before its delete, reverted in memory (sim/mutations.py), fails a seed of the
+    dimension that expresses its fault, which passes with the fix: the simulation can see each
+    hole (docs/simulation.md, "Mutation check"). A mutation masked by another defence fails only
+    with that defence off too, and the seed passes with the defence alone off: the find is the
+    mutation's."""
     mutation = next(m for m in MUTATIONS if m.name == name)
     variant = Variant(fixed_delete_mode=True, unkind=mutation.unkind)
     with mutation.apply():
