@@ -73,10 +73,10 @@ def runs(caps: list[int], baseline: bool) -> list[Run]:
 
 
 def byte_size(text: str) -> int:
-    from spark_sqs.options import OPTIONS, _convert
+    from spark_sqs.option_table import convert
+    from spark_sqs.options import SOURCE
 
-    spec = next(s for s in OPTIONS if s.name == "maxBytesPerReceiver")
-    return int(_convert(spec, text))
+    return int(convert(SOURCE.spec("maxBytesPerReceiver"), text, side="source"))
 
 
 def bound(cap: int, overhead: int) -> int:

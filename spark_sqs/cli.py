@@ -13,6 +13,7 @@ import json
 import sys
 from typing import Any
 
+from .connection import Connection
 from .console import say
 from .options import SqsOptions
 from .producer import numbered_entries
@@ -73,21 +74,27 @@ def _queue_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--region", default=None)
 
 
-def _client(args: argparse.Namespace) -> tuple[SqsClient, SqsOptions]:
-    from .sqs.client import make_client
-
-    raw = {"queueUrl": args.queue_url, "journalLocation": getattr(args, "journal", None) or "-"}
+def _connection_options(args: argparse.Namespace, queue_url: str) -> dict[str, str]:
+    raw = {"queueUrl": queue_url}
     if args.endpoint_url:
         raw["endpointUrl"] = args.endpoint_url
     if args.region:
         raw["region"] = args.region
-    options = SqsOptions.parse(raw)
-    return make_client(options), options
+    return raw
+
+
+def _client(args: argparse.Namespace) -> tuple[SqsClient, Connection]:
+    import os
+
+    from .sqs.client import make_client
+
+    connection = Connection.parse(_connection_options(args, args.queue_url), os.environ)
+    return make_client(connection), connection
 
 
 def _send(args: argparse.Namespace) -> int:
-    client, options = _client(args)
-    group = (args.group or "spark-sqs") if options.is_fifo else None
+    client, connection = _client(args)
+    group = (args.group or "spark-sqs") if connection.is_fifo else None
     for start in range(0, args.count, 10):
         entries = numbered_entries(start, min(start + 10, args.count), fifo_group=group)
         response = client.send_message_batch(QueueUrl=args.queue_url, Entries=entries)
@@ -102,7 +109,11 @@ def _inspect(args: argparse.Namespace) -> int:
     from .journal import Journal
     from .sqs.client import queue_attributes
 
-    client, options = _client(args)
+    journal = None
+    if args.journal:
+        raw = {**_connection_options(args, args.queue_url), "journalLocation": args.journal}
+        journal = Journal(args.journal, SqsOptions.parse(raw))
+    client, _ = _client(args)
     attrs = queue_attributes(client, args.queue_url, ["All"])
     report: dict[str, Any] = {
         "queue": args.queue_url,
@@ -112,8 +123,7 @@ def _inspect(args: argparse.Namespace) -> int:
         "visibilityTimeout": int(attrs.get("VisibilityTimeout", 0)),
         "deadLetterQueue": json.loads(attrs["RedrivePolicy"]) if "RedrivePolicy" in attrs else None,
     }
-    if args.journal:
-        journal = Journal(args.journal, options)
+    if journal is not None:
         state = journal.read_state()
         live = {
             b: receivers
@@ -163,11 +173,7 @@ def _release(args: argparse.Namespace) -> int:
     if not queue_url:
         say(f"{args.journal} is not a spark-sqs journal (no _meta.json)", stream=sys.stderr)
         return 2
-    raw = {"queueUrl": queue_url, "journalLocation": args.journal}
-    if args.endpoint_url:
-        raw["endpointUrl"] = args.endpoint_url
-    if args.region:
-        raw["region"] = args.region
+    raw = {**_connection_options(args, queue_url), "journalLocation": args.journal}
     options = SqsOptions.parse(raw)
     journal = Journal(args.journal, options)
     if args.batch <= journal.read_state().acked_batch:
@@ -190,7 +196,12 @@ def _release(args: argparse.Namespace) -> int:
     lease = Lease(journal.store, args.journal, owner=f"release-{uuid.uuid4().hex}", interval=30.0)
     lease.acquire()
     try:
-        result = poison.release_batch(journal, make_client(options), queue_url, args.batch)
+        result = poison.release_batch(
+            journal,
+            make_client(options.connection, wait_time_seconds=options.wait_time_seconds),
+            queue_url,
+            args.batch,
+        )
     finally:
         lease.release()
     say(json.dumps(result, indent=2))

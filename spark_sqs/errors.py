@@ -40,9 +40,12 @@ class InvalidOptionError(SqsSourceError, ValueError):
     """An option is unknown, malformed, out of range or conflicts with another option."""
 
     @classmethod
-    def for_option(cls, key: str, value: object, problem: str, fix: str) -> InvalidOptionError:
+    def for_option(
+        cls, key: str, value: object, problem: str, fix: str, *, side: str = "source"
+    ) -> InvalidOptionError:
+        """The error for option ``key`` of the source or the sink (``side``) = ``value``."""
         shown = "<redacted>" if _is_secret(key) else repr(value)
-        return cls(f"Invalid SQS source option '{key}' = {shown}: {problem}. Fix: {fix}")
+        return cls(f"Invalid SQS {side} option '{key}' = {shown}: {problem}. Fix: {fix}")
 
 
 class QueueNotFoundError(SqsSourceError):

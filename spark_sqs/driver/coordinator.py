@@ -188,8 +188,12 @@ class Coordinator:
         """Connect and check everything a person might have to fix, at query start."""
         # One connection per concurrent batch call, plus the queue poll and GetQueueUrl.
         pool = driver_parallelism(options.num_partitions) + 4
-        client = make_client(options, max_pool_connections=max(32, pool))
-        queue_urls = resolve_queue_urls(client, options)
+        client = make_client(
+            options.connection,
+            wait_time_seconds=options.wait_time_seconds,
+            max_pool_connections=max(32, pool),
+        )
+        queue_urls = resolve_queue_urls(client, options.connection)
         queue_url = queue_urls[0]
         for url in queue_urls:
             # Proves the queue exists and the credentials may read it before any batch runs.

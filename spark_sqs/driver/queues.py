@@ -1,10 +1,11 @@
-"""Several queues in one stream. Runs on: driver (option parsing also at ``load()``).
+"""Several queues in one stream. Runs on: driver.
 
-``queueUrl`` (or ``queueName``) may name a comma-separated list of queues. Everything
-per-queue that the rest of the source needs lives here, as small pure functions:
+``queueUrl`` (or ``queueName``) may name a comma-separated list of queues, checked with the
+other connection options (``spark_sqs.connection``: no empty entries or duplicates, one kind,
+one region). Everything per-queue that the rest of the source needs lives here, as small pure
+functions:
 
-- ``split_queue_option``: the list, with errors for empty entries, duplicates, and a mix of
-  FIFO and standard queues (their delivery guarantees differ, so one stream holds one kind).
+- ``resolve_queue_urls``: every queue of the connection as a URL.
 - ``receivers_per_queue`` / ``assign_queues``: a batch's receivers spread over the queues in
   proportion to their backlog; a queue with visible messages keeps at least one receiver while
   there are as many receivers as such queues.
@@ -24,12 +25,12 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidOptionError, SqsSourceError
+from ..errors import SqsSourceError
+from ..sqs.client import SqsClient, classify, queue_attributes
 
 if TYPE_CHECKING:
+    from ..connection import Connection
     from ..journal import BatchPlan
-    from ..options import SqsOptions
-    from ..sqs.client import SqsClient
 
 logger = logging.getLogger(__name__)
 
@@ -38,62 +39,6 @@ BACKLOG_ATTRIBUTES = [
     "ApproximateNumberOfMessagesNotVisible",
     "ApproximateNumberOfMessagesDelayed",
 ]
-
-
-def _queue_name(entry: str) -> str:
-    return entry.rstrip("/").rsplit("/", 1)[-1]
-
-
-def split_queue_option(key: str, value: str | None) -> tuple[str, ...]:
-    """The entries of a ``queueUrl``/``queueName`` value (empty tuple for None).
-
-    Raises ``InvalidOptionError`` for an empty entry, a queue named twice, or a mix of FIFO and
-    standard queues, naming the offending queues."""
-    if value is None:
-        return ()
-    entries = tuple(part.strip() for part in value.split(","))
-    if any(not part for part in entries):
-        raise InvalidOptionError.for_option(
-            key,
-            value,
-            "has an empty entry in its comma-separated list of queues",
-            f"remove the extra comma: '{','.join(p for p in entries if p)}'",
-        )
-    seen: set[str] = set()
-    for entry in entries:
-        normal = entry.rstrip("/")
-        if normal in seen:
-            raise InvalidOptionError.for_option(
-                key,
-                value,
-                f"names the queue '{entry}' twice",
-                "name each queue once",
-            )
-        seen.add(normal)
-    fifo = [e for e in entries if _queue_name(e).endswith(".fifo")]
-    standard = [e for e in entries if not _queue_name(e).endswith(".fifo")]
-    if fifo and standard:
-        raise InvalidOptionError.for_option(
-            key,
-            value,
-            f"mixes FIFO queues ({', '.join(fifo)}) with standard queues "
-            f"({', '.join(standard)}); one stream reads queues of one kind",
-            "read the FIFO queues and the standard queues with two queries",
-        )
-    return entries
-
-
-def check_one_region(key: str, regions: Mapping[str, str | None]) -> None:
-    """All queues of a stream share one client: refuse URLs of different regions."""
-    known = {r for r in regions.values() if r}
-    if len(known) > 1:
-        listed = ", ".join(f"{url} ({region})" for url, region in regions.items() if region)
-        raise InvalidOptionError.for_option(
-            key,
-            ",".join(regions),
-            f"names queues in different regions: {listed}",
-            "read the queues of each region with their own query",
-        )
 
 
 def receivers_per_queue(
@@ -160,8 +105,6 @@ def assign_queues(
 def poll_backlog(client: SqsClient, queue_urls: Sequence[str]) -> dict[str, dict[str, int]]:
     """Each queue's ``BACKLOG_ATTRIBUTES``. A queue whose poll fails transiently is left out
     (logged); a failure a person must fix raises."""
-    from ..sqs.client import queue_attributes  # options.py imports this module; client imports it
-
     out: dict[str, dict[str, int]] = {}
     for url in queue_urls:
         try:
@@ -184,19 +127,17 @@ def summed(per_queue: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
     return total
 
 
-def resolve_queue_urls(client: SqsClient, options: SqsOptions) -> list[str]:
-    """Every queue of the options as a URL (``GetQueueUrl`` for names)."""
-    from ..sqs.client import classify
-
-    if options.queue_urls:
-        return list(options.queue_urls)
-    if options.queue_url:
-        return [options.queue_url]
+def resolve_queue_urls(client: SqsClient, connection: Connection) -> list[str]:
+    """Every queue of the connection as a URL (``GetQueueUrl`` for names)."""
+    if connection.queue_urls:
+        return list(connection.queue_urls)
+    if connection.queue_url:
+        return [connection.queue_url]
     kwargs: dict[str, Any] = {}
-    if options.queue_owner_account_id:
-        kwargs["QueueOwnerAWSAccountId"] = options.queue_owner_account_id
+    if connection.queue_owner_account_id:
+        kwargs["QueueOwnerAWSAccountId"] = connection.queue_owner_account_id
     urls = []
-    for name in options.queue_names or (options.queue_name,):
+    for name in connection.queue_names or (connection.queue_name,):
         try:
             urls.append(client.get_queue_url(QueueName=name, **kwargs)["QueueUrl"])
         except Exception as exc:

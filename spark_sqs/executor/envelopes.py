@@ -329,19 +329,20 @@ _S3_LOCK = threading.Lock()
 
 
 def s3_client(options: SqsOptions) -> S3Client:
-    """One S3 client per options per process, with the source's credentials."""
+    """One S3 client per options per process, with the source's connection (its credentials
+    and region) and the payloads' endpoint."""
     with _S3_LOCK:
         client = _S3_CACHE.get(options)
         if client is None:
             config = Config(
-                region_name=options.region,
+                region_name=options.connection.region,
                 retries={"mode": "standard", "max_attempts": 5},
                 connect_timeout=10,
                 read_timeout=60,
                 max_pool_connections=FETCH_THREADS,
                 user_agent_extra="spark-sqs",
             )
-            client = _S3_CACHE[options] = make_session(options).client(
+            client = _S3_CACHE[options] = make_session(options.connection).client(
                 "s3", config=config, endpoint_url=options.s3_endpoint_url
             )
         return client

@@ -368,7 +368,11 @@ def read_partition(
                 partition.batch, (r.receiver for r in plan.receivers), but=partition.receiver
             )
         )
-    client = client_factory() if client_factory else cached_client(options)
+    client = (
+        client_factory()
+        if client_factory
+        else cached_client(options.connection, wait_time_seconds=options.wait_time_seconds)
+    )
     assigned = plan.acks_by(partition.receiver)
     if assigned:
         # Committed batches' messages, deleted here rather than by the driver, before this

@@ -21,7 +21,6 @@ from .entries import (
     REMOVED,
     RETIRED_STATUS,
     SEAL,
-    STOPPED_BY,
     WINDOW_DROPPED,
     WINDOW_KEYS,
     AckAssignment,
@@ -34,6 +33,7 @@ from .entries import (
     ReceiverPlan,
     receipts_of,
 )
+from .reports import STOPPED_BY
 from .stores import JournalStore, LocalStore, S3Store, check_location, open_store
 
 __all__ = [

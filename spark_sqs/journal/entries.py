@@ -47,7 +47,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
@@ -58,7 +58,7 @@ from .reports import AckedEntry, AckReport
 from .stores import JournalStore, ObjectVanished, open_store
 
 if TYPE_CHECKING:
-    from ..options import SqsOptions
+    from ..connection import Connection
 
 logger = logging.getLogger(__name__)
 
@@ -101,8 +101,7 @@ EXPIRED_DROPPED = b"spark_sqs.expiredDropped"
 WINDOW_KEYS = b"spark_sqs.windowKeys"
 # With deleteAfterJournal: marks the empty part that closes a receiver's parts (see receiver).
 SEAL = b"spark_sqs.seal"
-# Why the receiver stopped receiving (``ReceiveStats.stopped_by``), for the batch's counters.
-STOPPED_BY = b"spark_sqs.stoppedBy"
+# Why the receiver stopped receiving: ``reports.STOPPED_BY``, where the counters read it.
 # With deleteAfterJournal: the bytes of a part's messages as its receiver counted them
 # (executor/envelopes.py ``message_bytes``); a retried attempt counts them towards its byte
 # limit. Absent from parts written before byte limits (whose plans have none).
@@ -359,13 +358,24 @@ class _DropsCache:
 _DROPS_CACHE = _DropsCache()
 
 
+class JournalOptions(Protocol):
+    """What the journal reads of the source's options (``spark_sqs.options.SqsOptions``)."""
+
+    @property
+    def connection(self) -> Connection: ...
+    @property
+    def journal_sse_kms_key_id(self) -> str | None: ...
+    @property
+    def sns(self) -> bool: ...
+
+
 class Journal:
     """Reads and writes journal records; cheap to pickle (the store opens lazily)."""
 
     def __init__(
         self,
         location: str,
-        options: SqsOptions | None = None,
+        options: JournalOptions | None = None,
         store: JournalStore | None = None,
     ) -> None:
         self.location = location
@@ -385,7 +395,12 @@ class Journal:
     def store(self) -> JournalStore:
         if self._store is None:
             try:
-                self._store = open_store(self.location, self._options)
+                options = self._options
+                self._store = open_store(
+                    self.location,
+                    options.connection if options else None,
+                    kms_key_id=options.journal_sse_kms_key_id if options else None,
+                )
             except JournalError:
                 raise
             except Exception as exc:
@@ -1222,7 +1237,7 @@ class Journal:
             logger.debug("journal %s: could not remove old probe objects", self.location)
 
 
-def _empty_entry(options: SqsOptions | None) -> pa.Table:
+def _empty_entry(options: JournalOptions | None) -> pa.Table:
     from ..schema import messages_to_table
 
     return messages_to_table([], "", sns=bool(options is not None and options.sns))

@@ -24,6 +24,8 @@ _SEGMENT = re.compile(
     r"^b(\d+)e(\d+)r(\d+)p(\d+)d(\d+)f(\d+)(?:w(\d+))?(?:l(\d+)-(\d+)-(\d+))?"
     r"(?:x((?:[a-z]\d+)+))?$"
 )
+# The key of an entry's metadata that holds its receiver's stop reason (below).
+STOPPED_BY = b"spark_sqs.stoppedBy"
 # Why a receiver stopped receiving (executor/receiver.py ``receive_messages``): logged,
 # recorded in its entry (``STOPPED_BY``) and counted in its batch's metrics (``receiveStops``).
 STOP_LIMIT = "limit"  # its share of the batch's limit
@@ -110,8 +112,6 @@ class AckedEntry:
 
 def stops_of(metadata: Mapping[bytes, bytes] | None) -> tuple[tuple[str, int], ...]:
     """An entry's stop reason (its ``STOPPED_BY`` metadata) as ``AckedEntry.stops``."""
-    from .entries import STOPPED_BY  # entries.py imports this module
-
     reason = (metadata or {}).get(STOPPED_BY, b"").decode()
     return ((reason, 1),) if reason else ()
 

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     import boto3.session
     from botocore.paginate import Paginator
 
-    from ..options import SqsOptions
+    from ..connection import Connection
 
 logger = logging.getLogger(__name__)
 
@@ -103,11 +103,15 @@ def check_location(location: str) -> None:
     )
 
 
-def open_store(location: str, options: SqsOptions | None = None) -> JournalStore:
-    """The store for ``location`` (already checked by ``check_location``)."""
+def open_store(
+    location: str, connection: Connection | None = None, *, kms_key_id: str | None = None
+) -> JournalStore:
+    """The store for ``location`` (already checked by ``check_location``); an S3 one reaches
+    S3 with ``connection``'s credentials and region (the default chain without one) and
+    encrypts with ``kms_key_id``."""
     parsed = urlparse(location)
     if parsed.scheme in ("s3", "s3a"):
-        return S3Store.from_location(location, options)
+        return S3Store.from_location(location, connection, kms_key_id=kms_key_id)
     path = parsed.path if parsed.scheme == "file" else location
     return LocalStore(os.path.abspath(os.path.expanduser(path)))
 
@@ -321,7 +325,9 @@ class S3Store:
         return {**self.__dict__, "_client": None}
 
     @classmethod
-    def from_location(cls, location: str, options: SqsOptions | None) -> S3Store:
+    def from_location(
+        cls, location: str, connection: Connection | None, *, kms_key_id: str | None = None
+    ) -> S3Store:
         parsed = urlparse(location)
         query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
         unknown = sorted(set(query) - set(_S3_PARAMETERS))
@@ -333,12 +339,12 @@ class S3Store:
         endpoint = query.get("endpoint_override")
         if endpoint and "://" not in endpoint:
             endpoint = f"{query.get('scheme', 'https')}://{endpoint}"
-        region = query.get("region") or getattr(options, "region", None)
+        region = query.get("region") or (connection.region if connection else None)
         return cls(
             parsed.netloc,
             parsed.path,
-            client_factory=_S3ClientFactory(options, endpoint, region),
-            kms_key_id=getattr(options, "journal_sse_kms_key_id", None),
+            client_factory=_S3ClientFactory(connection, endpoint, region),
+            kms_key_id=kms_key_id,
         )
 
     @property
@@ -602,9 +608,9 @@ class _S3ClientFactory:
     """Builds the S3 client in each process (clients do not pickle)."""
 
     def __init__(
-        self, options: SqsOptions | None, endpoint: str | None, region: str | None
+        self, connection: Connection | None, endpoint: str | None, region: str | None
     ) -> None:
-        self.options = options
+        self.connection = connection
         self.endpoint = endpoint
         self.region = region
 
@@ -622,7 +628,7 @@ class _S3ClientFactory:
             max_pool_connections=32,
             user_agent_extra="spark-sqs",
         )
-        session = make_session(self.options) if self.options is not None else boto3.Session()
+        session = make_session(self.connection) if self.connection is not None else boto3.Session()
         _skip_timestamps(session)
         return session.client("s3", endpoint_url=self.endpoint, config=config)
 

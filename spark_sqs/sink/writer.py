@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from ..options import SqsOptions
+from ..connection import Connection
 from ..sqs.client import SqsClient, classify, make_client, queue_attributes, resolve_queue_url
 from .errors import OversizeRowError, SinkInputError
 from .options import SinkOptions
@@ -294,11 +294,11 @@ def report(
     return summary
 
 
-_CLIENTS: dict[tuple[SqsOptions, int], SqsClient] = {}
+_CLIENTS: dict[tuple[Connection, int], SqsClient] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
-def _client(connection: SqsOptions, in_flight: int) -> SqsClient:
+def _client(connection: Connection, in_flight: int) -> SqsClient:
     """One client per connection and pool size per process (Python workers are reused across
     tasks, and a client per task is slow); a pool connection per call in flight."""
     key = (connection, in_flight)

@@ -26,8 +26,8 @@ from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
 
+from ..connection import Connection
 from ..errors import QueueNotFoundError, SqsAccessError, SqsSourceError, TransientSqsError
-from ..options import SqsOptions
 from . import credentials
 
 logger = logging.getLogger(__name__)
@@ -81,51 +81,56 @@ class SqsClient(Protocol):
 
 
 def make_client(
-    options: SqsOptions, *, max_pool_connections: int = 16, parameter_validation: bool = True
+    connection: Connection,
+    *,
+    wait_time_seconds: int = 0,
+    max_pool_connections: int = 16,
+    parameter_validation: bool = True,
 ) -> SqsClient:
-    """A new SQS client for this process. ``parameter_validation=False`` skips botocore's
-    check of every request against the API model: for callers whose requests are built and
-    checked by this package (the sink's send loop, where it is about a tenth of botocore's CPU
-    per call)."""
+    """A new SQS client for this process, for long polls of up to ``wait_time_seconds`` (none
+    by default: the sink and the command line never receive). ``parameter_validation=False``
+    skips botocore's check of every request against the API model: for callers whose requests
+    are built and checked by this package (the sink's send loop, where it is about a tenth of
+    botocore's CPU per call)."""
     config = Config(
         parameter_validation=parameter_validation,
-        region_name=options.region,
+        region_name=connection.region,
         retries={"mode": "standard", "max_attempts": 5},
         connect_timeout=10,
         # A long poll holds the connection for waitTimeSeconds; leave room for the response.
-        read_timeout=options.wait_time_seconds + 20,
+        read_timeout=wait_time_seconds + 20,
         max_pool_connections=max_pool_connections,
         user_agent_extra="spark-sqs",
     )
     kwargs: dict[str, Any] = {"config": config}
-    if options.endpoint_url:
-        kwargs["endpoint_url"] = options.endpoint_url
-    return make_session(options).client("sqs", **kwargs)
+    if connection.endpoint_url:
+        kwargs["endpoint_url"] = connection.endpoint_url
+    return make_session(connection).client("sqs", **kwargs)
 
 
-def make_session(options: SqsOptions) -> boto3.session.Session:
-    """A boto3 session with the options' credentials (``spark_sqs.sqs.credentials`` says where
-    they come from): a service credential, explicit keys, a profile, or the default chain, then
-    (with ``roleArn``) an assumed role that botocore refreshes before it expires."""
-    region = options.region
-    if options.service_credential:
+def make_session(connection: Connection) -> boto3.session.Session:
+    """A boto3 session with the connection's credentials (``spark_sqs.sqs.credentials`` says
+    where they come from): a service credential, explicit keys, a profile, or the default chain,
+    then (with ``roleArn``) an assumed role that botocore refreshes before it expires."""
+    region = connection.region
+    if connection.service_credential:
         base = credentials.session_with(
-            credentials.service_credentials(options.service_credential), region
+            credentials.service_credentials(connection.service_credential), region
         )
     else:
-        base = botocore.session.Session(profile=options.profile)
-        if options.profile and options.profile not in base.available_profiles:
+        base = botocore.session.Session(profile=connection.profile)
+        if connection.profile and connection.profile not in base.available_profiles:
             raise SqsAccessError(
-                f"AWS profile {options.profile!r} is not defined. Fix: define it in the AWS "
+                f"AWS profile {connection.profile!r} is not defined. Fix: define it in the AWS "
                 "config files on the driver and on every executor, or remove the 'profile' "
                 "option"
             )
-        keys = options.credentials
+        keys = connection.credentials
         if keys is not None:
             base.set_credentials(keys.access_key_id, keys.secret_access_key, keys.session_token)
         if region:
             base.set_config_variable("region", region)
-    role = options.assume_role
+    role = connection.assume_role
     if role is None:
         return boto3.session.Session(botocore_session=base, region_name=region)
     assumed = credentials.assumed_role_credentials(
@@ -140,17 +145,18 @@ def make_session(options: SqsOptions) -> boto3.session.Session:
     )
 
 
-_CACHE: dict[SqsOptions, SqsClient] = {}
+_CACHE: dict[tuple[Connection, int], SqsClient] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def cached_client(options: SqsOptions) -> SqsClient:
-    """One client per options per process: Python workers are reused across tasks, and a new
-    client (and, with roleArn, a new AssumeRole call) per task is slow."""
+def cached_client(connection: Connection, *, wait_time_seconds: int) -> SqsClient:
+    """One client per connection and long poll per process: Python workers are reused across
+    tasks, and a new client (and, with roleArn, a new AssumeRole call) per task is slow."""
+    key = (connection, wait_time_seconds)
     with _CACHE_LOCK:
-        client = _CACHE.get(options)
+        client = _CACHE.get(key)
         if client is None:
-            client = _CACHE[options] = make_client(options)
+            client = _CACHE[key] = make_client(connection, wait_time_seconds=wait_time_seconds)
         return client
 
 
@@ -215,18 +221,18 @@ def _message(exc: ClientError) -> str:
     return _LONG_TOKEN.sub("<redacted>", text)[:300]
 
 
-def resolve_queue_url(client: SqsClient, options: SqsOptions) -> str:
+def resolve_queue_url(client: SqsClient, connection: Connection) -> str:
     """The queue URL, checked to exist and to be readable with these credentials."""
-    if options.queue_url:
-        url = options.queue_url
+    if connection.queue_url:
+        url = connection.queue_url
     else:
-        kwargs: dict[str, Any] = {"QueueName": options.queue_name}
-        if options.queue_owner_account_id:
-            kwargs["QueueOwnerAWSAccountId"] = options.queue_owner_account_id
+        kwargs: dict[str, Any] = {"QueueName": connection.queue_name}
+        if connection.queue_owner_account_id:
+            kwargs["QueueOwnerAWSAccountId"] = connection.queue_owner_account_id
         try:
             url = client.get_queue_url(**kwargs)["QueueUrl"]
         except Exception as exc:
-            raise classify(exc, "GetQueueUrl", repr(options.queue_name)) from None
+            raise classify(exc, "GetQueueUrl", repr(connection.queue_name)) from None
     return url
 
 

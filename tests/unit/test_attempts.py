@@ -43,7 +43,9 @@ def options_for(location: str, **extra: Any) -> SqsOptions:
 
 
 def journal_with(location: str, options: SqsOptions, **hooks: Any) -> Journal:
-    return Journal(location, options, store=HookedStore(open_store(location, options), **hooks))
+    return Journal(
+        location, options, store=HookedStore(open_store(location, options.connection), **hooks)
+    )
 
 
 def planned(
@@ -497,7 +499,7 @@ def test_a_local_journal_the_executor_cannot_see_fails_with_the_fix(tmp_path: Pa
 
 
 def test_racing_creates_of_one_key_have_exactly_one_winner(location: str) -> None:
-    store = open_store(location, options_for(location))
+    store = open_store(location, options_for(location).connection)
     barrier = threading.Barrier(8)
     results: list[bool] = []
 

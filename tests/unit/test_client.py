@@ -78,12 +78,12 @@ def test_assumed_role_credentials_are_used_and_refreshable(monkeypatch) -> None:
             roleExternalId="ext-1",
             roleSessionName="job-7",
         )
-        session = make_session(options)
+        session = make_session(options.connection)
         credentials = session.get_credentials()
         assert credentials.method == "assume-role"
         assert credentials.refresh_needed() is False  # refreshable, and fresh now
         assert credentials.access_key != "testing", "the role's keys, not the base keys"
-        client = make_client(options)
+        client = make_client(options.connection)
         assert client.get_queue_url(QueueName="orders")["QueueUrl"].endswith("/orders")
 
 
@@ -96,7 +96,7 @@ def test_unknown_profile_says_where_to_define_it(monkeypatch, tmp_path) -> None:
     import pytest
 
     with pytest.raises(SqsAccessError, match="profile 'nightly' is not defined"):
-        make_client(make_options(profile="nightly"))
+        make_client(make_options(profile="nightly").connection)
 
 
 class _ProbeClient:

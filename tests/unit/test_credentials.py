@@ -97,13 +97,13 @@ def test_service_credential_signs_sqs_extended_client_s3_and_the_s3_journal(
         "s3://journal/q1", serviceCredential="sqs-orders", extendedPayloads="true"
     )
 
-    sqs = make_client(options)
+    sqs = make_client(options.connection)
     sqs_keys = signing_key(sqs)
     sqs.get_queue_url(QueueName="orders")
     payloads = s3_client(options)
     payload_keys = signing_key(payloads)
     payloads.list_objects_v2(Bucket="journal")
-    journal = S3Store.from_location("s3://journal/q1", options)
+    journal = S3Store.from_location("s3://journal/q1", options.connection)
     journal_keys = signing_key(journal.client)
     assert journal.create("probe", b"x") is True
 
@@ -128,7 +128,7 @@ def test_service_credential_from_a_notebook_dbutils(aws, monkeypatch: pytest.Mon
     )
     monkeypatch.setattr(sys.modules["__main__"], "dbutils", dbutils, raising=False)
     boto3.client("sqs", region_name="us-east-1").create_queue(QueueName="orders")
-    client = make_client(make_options(serviceCredential="sqs-orders"))
+    client = make_client(make_options(serviceCredential="sqs-orders").connection)
     keys = signing_key(client)
     client.get_queue_url(QueueName="orders")
     assert keys == [SERVICE_KEY] and asked == ["sqs-orders"]
@@ -143,7 +143,7 @@ def test_without_a_provider_the_error_names_the_runtime_and_the_alternatives(
     monkeypatch.delattr(sys.modules["__main__"], "dbutils", raising=False)
     monkeypatch.setenv("DATABRICKS_RUNTIME_VERSION", "15.4")
     with pytest.raises(SqsAccessError) as raised:
-        make_client(make_options(serviceCredential="sqs-orders"))
+        make_client(make_options(serviceCredential="sqs-orders").connection)
     text = str(raised.value)
     assert "Databricks Runtime 15.4" in text
     assert "databricks.service_credentials.getServiceCredentialsProvider" in text
@@ -158,14 +158,14 @@ def test_outside_databricks_the_error_says_so(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delattr(sys.modules["__main__"], "dbutils", raising=False)
     monkeypatch.delenv("DATABRICKS_RUNTIME_VERSION", raising=False)
     with pytest.raises(SqsAccessError, match="not a Databricks runtime"):
-        make_session(make_options(serviceCredential="sqs-orders"))
+        make_session(make_options(serviceCredential="sqs-orders").connection)
 
 
 def test_a_credential_the_provider_refuses_names_it_and_the_privilege(aws, udf_module) -> None:
     from spark_sqs.sqs.client import make_client
 
     with pytest.raises(SqsAccessError) as raised:
-        make_client(make_options(serviceCredential="nope"))
+        make_client(make_options(serviceCredential="nope").connection)
     assert "'nope'" in str(raised.value) and "ACCESS privilege" in str(raised.value)
 
 
@@ -183,7 +183,9 @@ def test_a_role_is_assumed_with_the_service_credential(aws, udf_module) -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(botocore.session.Session, "create_client", spy)
         session = make_session(
-            make_options(serviceCredential="sqs-orders", roleArn="arn:aws:iam::123456789012:role/r")
+            make_options(
+                serviceCredential="sqs-orders", roleArn="arn:aws:iam::123456789012:role/r"
+            ).connection
         )
     credentials = session.get_credentials()
     assert sts_keys == [SERVICE_KEY], "AssumeRole is called with the service credential's keys"
@@ -201,7 +203,7 @@ def test_assumed_role_credentials_refresh_through_botocore(
 
     from spark_sqs.sqs.client import make_session
 
-    session = make_session(make_options(roleArn="arn:aws:iam::123456789012:role/r"))
+    session = make_session(make_options(roleArn="arn:aws:iam::123456789012:role/r").connection)
     credentials = session.get_credentials()
     assert isinstance(credentials, RefreshableCredentials)
     first = credentials.access_key

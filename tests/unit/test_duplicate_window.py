@@ -36,7 +36,7 @@ def location(journal_location: str) -> str:
 
 def journal_at(location: str, **options: Any) -> tuple[Journal, HookedStore]:
     opts = make_options(location, region="us-east-1", **options)
-    store = HookedStore(open_store(location, opts))
+    store = HookedStore(open_store(location, opts.connection))
     return Journal(location, opts, store=store), store
 
 

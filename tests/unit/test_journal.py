@@ -568,11 +568,9 @@ def test_s3_journal_objects_are_written_with_the_given_kms_key() -> None:
 
 
 def test_journal_sse_kms_key_reaches_the_s3_store() -> None:
-    from spark_sqs.journal import open_store
-
     location = "s3://bucket/j"
     options = make_options(location, journalSseKmsKeyId="alias/journal", region="us-east-1")
-    store = open_store(location, options)
+    store = Journal(location, options).store
     assert store._kms == "alias/journal"
 
 
@@ -988,7 +986,7 @@ def test_probe_writable_refuses_a_store_whose_second_create_of_one_key_succeeds(
     options = make_options(journal_location, region="us-east-1")
     Journal(journal_location, options).probe_writable()  # the store itself honours it
 
-    unsafe = CreateIgnoresExistenceStore(open_store(journal_location, options))
+    unsafe = CreateIgnoresExistenceStore(open_store(journal_location, options.connection))
     journal = Journal(journal_location, options, store=unsafe)
     with pytest.raises(UnsafeStoreError) as info:
         journal.probe_writable()

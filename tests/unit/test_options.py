@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from spark_sqs.connection import AwsCredentials, Connection
 from spark_sqs.errors import InvalidOptionError
-from spark_sqs.options import OPTIONS, AwsCredentials, OptionSpec, SqsOptions
+from spark_sqs.options import OPTIONS, OptionSpec, SqsOptions
 from tests.unit.factories import QUEUE_URL
 
 URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders"
@@ -922,8 +923,8 @@ def test_every_choice_is_accepted_in_any_case_and_others_are_refused(spec: Any) 
 
 
 def test_every_option_reaches_the_options_object() -> None:
-    # An option added to the table must land in a SqsOptions field of its name, or be one a
-    # validator turns into another field.
+    # An option added to the table must land in a field of its name of SqsOptions or of its
+    # connection part, or be one a validator turns into another field.
     built_by_validators = {
         "invalidEnvelope",
         "awsAccessKeyId",
@@ -933,7 +934,7 @@ def test_every_option_reaches_the_options_object() -> None:
         "roleExternalId",
         "roleSessionName",
     }
-    fields = set(SqsOptions.__dataclass_fields__)
+    fields = set(SqsOptions.__dataclass_fields__) | set(Connection.__dataclass_fields__)
     for spec in OPTIONS:
         field = "".join(f"_{c.lower()}" if c.isupper() else c for c in spec.name)
         assert field in fields or spec.name in built_by_validators, spec.name
@@ -942,6 +943,16 @@ def test_every_option_reaches_the_options_object() -> None:
 def test_an_unknown_kind_in_the_table_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="unknown kind 'number'"):
         OptionSpec("x", None, "x", kind="number")
+
+
+def test_a_rule_naming_an_option_of_no_table_is_a_programming_error() -> None:
+    from spark_sqs.option_table import OptionTable
+
+    needs_role = OptionSpec("roleSessionName", None, "x", requires=("roleArn",))
+    with pytest.raises(ValueError, match="'roleArn' names no sink option"):
+        OptionTable("sink", (needs_role,))
+    with pytest.raises(ValueError, match="listed twice"):
+        OptionTable("sink", (needs_role, OptionSpec("roleArn", None, "x"), needs_role))
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from pyspark.sql.types import (
 )
 
 from spark_sqs.errors import InvalidOptionError
+from spark_sqs.options import SqsOptions
 from spark_sqs.schema import SCHEMA
 from spark_sqs.sink.errors import OversizeRowError, SinkInputError
 from spark_sqs.sink.options import ALL_SINK_OPTIONS, SinkOptions
@@ -255,6 +256,49 @@ def test_bad_options_name_the_option_and_fix(options, expected):
     with pytest.raises(InvalidOptionError) as failure:
         SinkOptions.parse(options, env={})
     assert expected in str(failure.value) and "Fix:" in str(failure.value)
+
+
+@pytest.mark.parametrize(
+    "connection",
+    [
+        {},
+        {"queueUrl": "nope"},
+        {"queueUrl": URL + ",,"},
+        {"queueName": "bad name!"},
+        {"queueName": "target", "awsAccessKeyId": "AKIA"},
+        {"queueUrl": URL, "region": "Europe"},
+        {"queueName": "target"},
+        {"queueUrl": URL, "awsSessionToken": "token"},
+        {"queueUrl": URL, "profile": "p", "awsAccessKeyId": "AKIA", "awsSecretAccessKey": "s"},
+        {"queueUrl": URL, "roleSessionName": "nightly"},
+        {"queueUrl": URL, "endpointUrl": "localhost:4566"},
+    ],
+)
+def test_the_sink_rejects_a_connection_as_the_source_does_naming_the_sink(connection):
+    with pytest.raises(InvalidOptionError) as source:
+        SqsOptions.parse({**connection, "journalLocation": "/j"}, env={})
+    with pytest.raises(InvalidOptionError) as sink:
+        SinkOptions.parse(connection, env={})
+    assert "SQS source option" in str(source.value)
+    assert str(sink.value) == str(source.value).replace("the source", "the sink").replace(
+        "to read", "to write to"
+    ).replace("SQS source option", "SQS sink option")
+
+
+def test_the_sink_and_the_source_parse_one_connection_alike():
+    connection = {
+        "queueName": "target",
+        "region": "eu-west-1",
+        "endpointUrl": "http://127.0.0.1:4566",
+        "awsAccessKey": "AKIAEXAMPLE",
+        "awsSecretAccessKey": "secret",
+        "roleArn": "arn:aws:iam::123456789012:role/writer",
+    }
+    source = SqsOptions.parse({**connection, "journalLocation": "/j"}, env={})
+    sink = SinkOptions.parse(connection, env={})
+    assert sink.connection == source.connection
+    assert sink.connection.assume_role is not None and sink.connection.credentials is not None
+    assert "secret" not in repr(sink) and "AKIAEXAMPLE" not in repr(sink)
 
 
 def test_sink_option_table_is_documented(tmp_path):
