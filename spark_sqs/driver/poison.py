@@ -38,7 +38,6 @@ from ..journal.poison import (
     narrowing_key,
     read_attempts,
 )
-from ..journal.poison import released_plan as recorded_release
 from ..schema import RECEIPT_HANDLE
 from ..sqs.client import SqsClient
 from .planning import ADOPTED_FROM
@@ -542,7 +541,7 @@ def release_batch(
 def released_plan(journal: Journal, batch: int) -> BatchPlan | None:
     """The zero plan of a released batch whose plan a crashed release left missing, written
     back (None if the batch was not released)."""
-    plan = recorded_release(journal, batch)
+    plan = journal.released_plan(batch)
     return None if plan is None else journal.write_plan(plan)
 
 

@@ -53,7 +53,7 @@ import pyarrow as pa
 
 from ..errors import JournalError, JournalInUseError, UnsafeStoreError
 from ..schema import RECEIPT_HANDLE as RECEIPT
-from . import reports, window
+from . import poison, reports, window
 from .reports import AckedEntry, AckReport
 from .stores import JournalStore, ObjectVanished, open_store
 
@@ -732,13 +732,11 @@ class Journal:
         before a removal and the marker after it, and answer "live" for a removed batch."""
         retired = self.store.read(f"{self.batch_dir(batch)}/{RETIRED}") is not None
         if self.store.read(f"{self.batch_dir(batch)}/{PLAN}") is None:
-            from .poison import CARRY, RELEASED
-
             # A batch of carried messages has no plan, nor has a released batch whose plan a
             # crashed release left missing: both are live (``live_receivers``).
             if all(
                 self.store.read(f"{self.batch_dir(batch)}/{name}") is None
-                for name in (CARRY, RELEASED)
+                for name in (poison.CARRY, poison.RELEASED)
             ):
                 return REMOVED
         return RETIRED_STATUS if retired else LIVE
@@ -759,9 +757,7 @@ class Journal:
         of messages carried out of a narrowed batch (no plan), those its carry record names;
         for a released batch whose plan a crashed release left missing, its zero plan's. None
         if the batch is not live (never planned, or acknowledged or adopted and removed)."""
-        from . import poison
-
-        plan = self.read_plan(batch) or poison.released_plan(self, batch)
+        plan = self.read_plan(batch) or self.released_plan(batch)
         if plan is not None:
             return tuple(r.receiver for r in plan.receivers)
         return poison.carry_receivers(self, batch)
@@ -770,9 +766,7 @@ class Journal:
         """Remove every file of ``batch``: first what makes it live (plan, carry and release
         records), by key, then the rest (one LIST; what it misses is garbage that the next
         start removes)."""
-        from .poison import CARRY, RELEASED
-
-        for name in (PLAN, CARRY, RELEASED):
+        for name in (PLAN, poison.CARRY, poison.RELEASED):
             self.store.delete(f"{self.batch_dir(batch)}/{name}")
         names = self._batch_files(batch)
         self.store.delete_many([f"{self.batch_dir(batch)}/{n}" for n in names])
@@ -782,6 +776,13 @@ class Journal:
     def read_plan(self, batch: int) -> BatchPlan | None:
         data = self.store.read(f"{self.batch_dir(batch)}/{PLAN}")
         return None if data is None else BatchPlan.from_json(data)
+
+    def released_plan(self, batch: int) -> BatchPlan | None:
+        """The zero plan that ``spark-sqs release`` recorded for ``batch`` (None if it did not)."""
+        data = self.store.read(f"{self.batch_dir(batch)}/{poison.RELEASED}")
+        if data is None or "plan" not in json.loads(data):
+            return None
+        return BatchPlan.from_json(json.dumps(json.loads(data)["plan"]).encode())
 
     def write_plan(self, plan: BatchPlan) -> BatchPlan:
         """Create the batch's plan; if another call created one first, that one is the plan."""

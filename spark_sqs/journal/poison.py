@@ -38,12 +38,21 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
 
 if TYPE_CHECKING:
-    from .entries import BatchPlan, Journal
+    from .stores import JournalStore
+
+
+class Journal(Protocol):
+    """What these records need of ``entries.Journal``: its store. A protocol, not an import:
+    the journal reads the carry and release records below to tell which batches are live."""
+
+    @property
+    def store(self) -> JournalStore: ...
+
 
 FAIL = "fail"
 DEAD_LETTER = "deadLetter"
@@ -165,16 +174,6 @@ def carry_receivers(journal: Journal, batch: int) -> tuple[int, ...] | None:
     entry = re.compile(r"^(\d{5,})\.arrow$")
     names = batch_names(journal, batch)
     return tuple(sorted(int(m.group(1)) for n in names if (m := entry.match(n))))
-
-
-def released_plan(journal: Journal, batch: int) -> BatchPlan | None:
-    """The zero plan that ``spark-sqs release`` recorded for ``batch`` (None if it did not)."""
-    data = journal.store.read(f"{batch_dir(batch)}/{RELEASED}")
-    if data is None or "plan" not in json.loads(data):
-        return None
-    from .entries import BatchPlan
-
-    return BatchPlan.from_json(json.dumps(json.loads(data)["plan"]).encode())
 
 
 def first_attempt(table: pa.Table) -> str | None:

@@ -19,14 +19,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "spark_sqs"
 
-# Cycles that remain, each as its sorted modules. The test fails when one is added or removed:
-# fix a cycle, then delete its line. journal.entries and journal.poison need each other: a batch
-# is live by its plan or its poison records (carry, release), and the poison records are read
-# and written through the Journal and its BatchPlan.
-KNOWN_CYCLES: set[tuple[str, ...]] = {
-    ("spark_sqs.journal.entries", "spark_sqs.journal.poison"),
-}
-
 
 def modules(root: Path = ROOT, package: str = PACKAGE) -> dict[str, tuple[Path, bool]]:
     """Module name -> (file, is a package's ``__init__``)."""
@@ -123,11 +115,8 @@ def describe(component: tuple[str, ...], graph: Mapping[str, set[str]]) -> str:
 def test_spark_sqs_modules_import_each_other_without_cycles() -> None:
     graph = import_graph()
     assert "spark_sqs.options" in graph and "spark_sqs.journal.stores" in graph
-    found = cycles(graph)
-    new = sorted(found - KNOWN_CYCLES)
-    assert not new, "import cycles: " + " | ".join(describe(c, graph) for c in new)
-    fixed = sorted(KNOWN_CYCLES - found)
-    assert not fixed, f"no longer cycles, remove them from KNOWN_CYCLES: {fixed}"
+    found = sorted(cycles(graph))
+    assert not found, "import cycles: " + " | ".join(describe(c, graph) for c in found)
 
 
 def test_the_connection_and_the_option_engine_import_no_consumer() -> None:
