@@ -234,6 +234,10 @@ class RunOptions:
     # Config.max_bytes: maxBytesPerReceiver and maxBytesPerTrigger (None: the defaults).
     max_bytes_per_receiver: int | None = None
     max_bytes_per_trigger: int | None = None
+    # Visible messages per planned receiver (planning.receivers_needed); None: the library's.
+    # Lowered in most runs, so that a few simulated messages still make batches of several
+    # receivers (acknowledgement spread over them, adoption of several entries).
+    messages_per_receiver: int | None = None
 
     def parse(self, queue_url: str) -> SqsOptions:
         poison = (
@@ -380,6 +384,8 @@ class SparkSim:
         self._stall_rng = random.Random(f"unkind-stall-draws:{c.seed}")
         self._waves_rng = random.Random(f"unkind-slots:{c.seed}")
         self._query2_rng = random.Random(f"unkind-query2-runs:{c.seed}")
+        # Its own stream: the other draws of a seed stay what they were.
+        self._receivers_rng = random.Random(f"receivers-per-message:{c.seed}")
         self._diverge_rng = random.Random(f"unkind-diverge-draws:{c.seed}")
         name = "orders.fifo" if c.fifo else "orders"
         attrs = {"FifoQueue": "true", "ContentBasedDeduplication": "true"} if c.fifo else {}
@@ -906,6 +912,7 @@ class SparkSim:
             max_in_flight=self.config.max_in_flight,
             wait_time=self.config.wait_time,
             duplicate_window=self.config.duplicate_window,
+            messages_per_receiver=self._receivers_rng.choice([1, 1, 10, None]),
             **self._byte_limits(),
         )
 
@@ -1019,6 +1026,11 @@ class SparkSim:
             sleep=clocks.sleep,
         )
         lease.acquire()
+        per_receiver = (
+            {"messages_per_receiver": opts.messages_per_receiver}
+            if opts.messages_per_receiver is not None
+            else {}
+        )
         driver = Coordinator(
             options,
             self.client,
@@ -1032,6 +1044,7 @@ class SparkSim:
             sleep=clocks.sleep,
             run_heartbeat=False,
             parallelism=1,
+            **per_receiver,
         )
         driver.start_poison_policy()
         self._drivers[group] = driver
