@@ -151,6 +151,9 @@ class Config:
     # maxBytesPerTrigger of a few messages' bytes from a stream of its own, so receivers stop
     # at their byte limit, and replays must keep the limits their plan recorded.
     max_bytes: bool = False
+    # False: every batch plans numPartitions receivers, as before batches were planned by their
+    # backlog (seeds found then replay as they were).
+    receivers_by_backlog: bool = True
 
     @classmethod
     def from_seed(cls, seed: int, fifo: bool | None = None) -> Config:
@@ -1031,6 +1034,8 @@ class SparkSim:
             if opts.messages_per_receiver is not None
             else {}
         )
+        if not self.config.receivers_by_backlog:
+            per_receiver = {"messages_per_receiver": 0}
         driver = Coordinator(
             options,
             self.client,

@@ -80,10 +80,11 @@ def receivers_needed(
     every queue with a backlog can have one), at least 1 and at most ``num_partitions``. All
     ``num_partitions`` when a queue's count is unknown (its last poll failed, or none yet):
     without a count, the batch is planned as for a backlog. ``visible``: per queue, only the
-    queues whose poll answered."""
-    if not queues or any(q not in visible for q in queues):
+    queues whose poll answered. ``per_receiver`` 0: always ``num_partitions`` (the simulation
+    replays seeds found before batches were planned by their backlog)."""
+    if per_receiver <= 0 or not queues or any(q not in visible for q in queues):
         return max(1, num_partitions)
-    wanted = sum(-(-max(0, visible[q]) // max(1, per_receiver)) for q in queues)
+    wanted = sum(-(-max(0, visible[q]) // per_receiver) for q in queues)
     return max(1, min(num_partitions, wanted))
 
 
