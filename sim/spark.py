@@ -157,6 +157,9 @@ class Config:
     # maxBytesPerTrigger of a few messages' bytes from a stream of its own, so receivers stop
     # at their byte limit, and replays must keep the limits their plan recorded.
     max_bytes: bool = False
+    # False: every batch plans numPartitions receivers, as before batches were planned by their
+    # backlog (seeds found then replay as they were).
+    receivers_by_backlog: bool = True
 
     @classmethod
     def from_seed(cls, seed: int, fifo: bool | None = None) -> Config:
@@ -242,6 +245,10 @@ class RunOptions:
     # Config.max_bytes: maxBytesPerReceiver and maxBytesPerTrigger (None: the defaults).
     max_bytes_per_receiver: int | None = None
     max_bytes_per_trigger: int | None = None
+    # Visible messages per planned receiver (planning.receivers_needed); None: the library's.
+    # Lowered in most runs, so that a few simulated messages still make batches of several
+    # receivers (acknowledgement spread over them, adoption of several entries).
+    messages_per_receiver: int | None = None
 
     def parse(self, queue_url: str) -> SqsOptions:
         poison = (
@@ -389,6 +396,8 @@ class SparkSim:
         self._stall_rng = random.Random(f"unkind-stall-draws:{c.seed}")
         self._waves_rng = random.Random(f"unkind-slots:{c.seed}")
         self._query2_rng = random.Random(f"unkind-query2-runs:{c.seed}")
+        # Its own stream: the other draws of a seed stay what they were.
+        self._receivers_rng = random.Random(f"receivers-per-message:{c.seed}")
         self._diverge_rng = random.Random(f"unkind-diverge-draws:{c.seed}")
         self._race_rng = random.Random(f"unkind-race-holds:{c.seed}")
         self._ghosts_at_once_seen = 0
@@ -937,6 +946,7 @@ class SparkSim:
             max_in_flight=self.config.max_in_flight,
             wait_time=self.config.wait_time,
             duplicate_window=self.config.duplicate_window,
+            messages_per_receiver=self._receivers_rng.choice([1, 1, 10, None]),
             **self._byte_limits(),
         )
 
@@ -1050,6 +1060,13 @@ class SparkSim:
             sleep=clocks.sleep,
         )
         lease.acquire()
+        per_receiver = (
+            {"messages_per_receiver": opts.messages_per_receiver}
+            if opts.messages_per_receiver is not None
+            else {}
+        )
+        if not self.config.receivers_by_backlog:
+            per_receiver = {"messages_per_receiver": 0}
         driver = Coordinator(
             options,
             self.client,
@@ -1063,6 +1080,7 @@ class SparkSim:
             sleep=clocks.sleep,
             run_heartbeat=False,
             parallelism=1,
+            **per_receiver,
         )
         driver.start_poison_policy()
         self._drivers[group] = driver

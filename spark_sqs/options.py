@@ -48,7 +48,18 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "With an `s3://` journal: KMS key to encrypt journal objects with (SSE-KMS). Default: "
         "the bucket's default encryption.",
     ),
-    OptionSpec("numPartitions", "4", "Receivers (Spark tasks) per micro-batch.", "int", 1, 1000),
+    OptionSpec(
+        "numPartitions",
+        "4",
+        "Most receivers (Spark tasks) per micro-batch. A new batch plans as many as its "
+        "backlog needs: one per 100 messages visible in each queue when it is planned, at "
+        "least 1 and at most `numPartitions` (all of them when a queue's count is unknown), so "
+        "a trickle of messages costs one receiver's requests per batch. A replayed batch keeps "
+        "the receivers it was first planned with.",
+        "int",
+        1,
+        1000,
+    ),
     OptionSpec(
         "maxMessagesPerTrigger",
         "10000",

@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# Expired duplicate-window segments are collected (one LIST of window/) at start and then every
+# this many acknowledged batches: readers skip expired segments, so they cost storage only.
+WINDOW_COLLECT_EVERY = 10
+
 
 def driver_parallelism(receivers: int) -> int:
     """Concurrent batch calls the driver makes to delete (and extend) a micro-batch.
@@ -145,6 +149,7 @@ class Acknowledger:
         # its deletes were assigned: the bound the settlement checks against its own clock.
         self._valid_until: dict[tuple[int, int], float] = {}
         self._acked = 0
+        self._collections = 0
         self._not_before = 0.0
         self.dedupe: dict[str, float] = {}
         self.totals = AckStats()
@@ -180,12 +185,16 @@ class Acknowledger:
 
     def _collect(self) -> None:
         """Every batch before the oldest pending one is done: its drop sets can go, and the
-        acknowledgement reports no pending batch's acknowledgement reads (best effort)."""
+        acknowledgement reports no pending batch's acknowledgement reads (best effort).
+        Expired window segments go at start and then every ``WINDOW_COLLECT_EVERY``-th time:
+        readers skip expired ones, so until then they cost storage only, not a LIST a batch."""
         oldest = min([*self._pending, self._acked + 1])
         self._journal.collect_drops(oldest)
         reading = {by for b, by in self._assigned.items() if b in self._pending}
         self._journal.collect_ack_reports(oldest, reading)
-        self._journal.collect_window(self._wall())
+        if self._collections % WINDOW_COLLECT_EVERY == 0:
+            self._journal.collect_window(self._wall())
+        self._collections += 1
 
     def track(
         self,

@@ -31,7 +31,14 @@ from .acknowledger import Acknowledger, driver_parallelism
 from .flow_control import AvailableNow, FlowControl, ReadLimit, batch_size_warning
 from .heartbeat import EXTENSION_FLOOR_SECONDS, Heartbeat
 from .metrics import BatchReporter
-from .planning import ReceiverPartition, new_plan, partitions_of, with_visible
+from .planning import (
+    MESSAGES_PER_RECEIVER,
+    ReceiverPartition,
+    new_plan,
+    partitions_of,
+    receivers_needed,
+    with_visible,
+)
 from .queues import BacklogPoller, resolve_queue_urls, with_queues
 from .state import StateMarkers
 
@@ -62,9 +69,13 @@ class Coordinator:
         parallelism: int | None = None,
         queue_urls: Sequence[str] | None = None,
         default_queue: str | None = None,
+        messages_per_receiver: int = MESSAGES_PER_RECEIVER,
     ) -> None:
         # clock, wall_clock, sleep, run_heartbeat (False: the owner calls heartbeat.tick_safely)
-        # and parallelism (of batch calls) are seams for the deterministic simulation (sim/).
+        # and parallelism (of batch calls) are seams for the deterministic simulation (sim/);
+        # so is messages_per_receiver (planning.receivers_needed), which the simulation and
+        # tests lower so that a few messages make batches of several receivers.
+        self.messages_per_receiver = messages_per_receiver
         self.options = options
         self._clock = clock
         self._wall = wall_clock
@@ -535,6 +546,9 @@ class Coordinator:
             # Messages carried out of a narrowed batch are delivered alone, so that the batch
             # that adopts them narrows them further without mixing in new ones (poison.py).
             limit = 0
+        # What the queues held as last polled (in latestOffset): it decides how many receivers
+        # this batch needs, and bounds what each of them takes (with_visible).
+        visible = self.poller.polled_visible()
         plan = new_plan(
             batch,
             limit,
@@ -546,6 +560,9 @@ class Coordinator:
             acknowledging=bool(self.acknowledger.unassigned(first)),
             max_bytes_per_receiver=self.options.max_bytes_per_receiver,
             max_bytes_per_trigger=self.options.max_bytes_per_trigger,
+            receiving=receivers_needed(
+                visible, self.queue_urls, self.options.num_partitions, self.messages_per_receiver
+            ),
         )
         plan = replace(plan, extend_by=self._executor_extension())
         plan = with_queues(plan, self.poller.visible_by_queue(), rotate=batch)
@@ -553,8 +570,7 @@ class Coordinator:
         # batches' messages first: acknowledgement runs on the executors, spread over them.
         fresh = [r.receiver for r in plan.receivers if r.adopt_from is None]
         return replace(
-            # What the queues held as last polled (in latestOffset) bounds what receivers take.
-            with_visible(plan, self.poller.polled_visible(), self.default_queue),
+            with_visible(plan, visible, self.default_queue),
             acks=self.acknowledger.assignments(first, fresh),
             pending=tuple(b for b in self.acknowledger.pending if b <= batch),
             retires=tuple(sorted(orphans)),

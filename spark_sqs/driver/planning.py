@@ -12,7 +12,7 @@ size does not grow with the drop set, which receivers read from the journal by d
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from pyspark.sql.datasource import InputPartition
@@ -25,6 +25,11 @@ ADOPTED_FROM = 10000
 # SQS's most messages per ReceiveMessage call: a receiver's part of the visible messages comes
 # in units of it, since a call costs the same for 1 message as for 10.
 RECEIVE_UNIT = 10
+# A new batch plans one receiver per this many visible messages of a queue (ten receive calls,
+# a fraction of a second): every receiver costs journal writes (an entry, a report, a window
+# segment) and a Spark task whatever it receives, so a trickle is received by one, and only a
+# backlog is spread over numPartitions.
+MESSAGES_PER_RECEIVER = 10 * RECEIVE_UNIT
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,25 @@ def split(max_messages: int, receivers: int) -> dict[int, int]:
     return {i: share + (1 if i < extra else 0) for i in range(count)}
 
 
+def receivers_needed(
+    visible: Mapping[str, int],
+    queues: Sequence[str],
+    num_partitions: int,
+    per_receiver: int = MESSAGES_PER_RECEIVER,
+) -> int:
+    """How many receivers a new batch plans for new messages: one per ``per_receiver``
+    (``MESSAGES_PER_RECEIVER``) messages visible in each queue, rounded up per queue (so that
+    every queue with a backlog can have one), at least 1 and at most ``num_partitions``. All
+    ``num_partitions`` when a queue's count is unknown (its last poll failed, or none yet):
+    without a count, the batch is planned as for a backlog. ``visible``: per queue, only the
+    queues whose poll answered. ``per_receiver`` 0: always ``num_partitions`` (the simulation
+    replays seeds found before batches were planned by their backlog)."""
+    if per_receiver <= 0 or not queues or any(q not in visible for q in queues):
+        return max(1, num_partitions)
+    wanted = sum(-(-max(0, visible[q]) // per_receiver) for q in queues)
+    return max(1, min(num_partitions, wanted))
+
+
 def new_plan(
     batch: int,
     max_messages: int,
@@ -78,6 +102,7 @@ def new_plan(
     acknowledging: bool = False,
     max_bytes_per_receiver: int | None = None,
     max_bytes_per_trigger: int | None = None,
+    receiving: int | None = None,
 ) -> BatchPlan:
     """The plan of a batch planned for the first time.
 
@@ -89,12 +114,13 @@ def new_plan(
     receivers delete committed batches first; with nothing to receive (an acknowledge-only
     batch) it still has ``numPartitions`` receivers, which share those deletes. Each
     receiver's byte limit (``byte_limits``) is ``max_bytes_per_receiver``, or its share of
-    ``max_bytes_per_trigger`` split like the messages, whichever is lower.
+    ``max_bytes_per_trigger`` split like the messages, whichever is lower. ``receiving``: how
+    many receivers share the new messages (``receivers_needed``; default ``num_partitions``).
     """
     if max_messages == 0 and acknowledging:
         limits = dict.fromkeys(range(max(1, num_partitions)), 0)
     else:
-        limits = split(max_messages, num_partitions)
+        limits = split(max_messages, num_partitions if receiving is None else receiving)
     for receiver in (*journaled, *resuming):
         limits.setdefault(receiver, 0)
     max_bytes = byte_limits(limits, max_bytes_per_receiver, max_bytes_per_trigger)

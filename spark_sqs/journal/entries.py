@@ -983,10 +983,15 @@ class Journal:
 
     # -- metrics ---------------------------------------------------------------------------------
 
-    def write_metrics(self, batch: int, metrics: dict[str, Any], keep: int = 100) -> None:
+    def write_metrics(
+        self, batch: int, metrics: dict[str, Any], keep: int = 100, prune_every: int = 10
+    ) -> None:
         """Counters of an acknowledged batch, as ``metrics/<batch>.json``; the newest ``keep``
-        batches are kept."""
+        batches are kept, pruned on every ``prune_every``-th batch (the LIST it takes is not
+        worth paying every batch: until then, a few more files stay)."""
         self.store.put(f"metrics/{batch:012d}.json", json.dumps(metrics, sort_keys=True).encode())
+        if batch % max(1, prune_every):
+            return
         old = [k for k in self.store.list("metrics") if k.endswith(".json")]
         for stale in old[:-keep]:
             self.store.delete(stale)

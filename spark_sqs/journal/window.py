@@ -142,9 +142,11 @@ def merge_batch(store: JournalStore, batch: int) -> SegmentKey | None:
     """Merge the receivers' segments of ``batch`` into one (runs on the receiver its plan names):
     readers then fetch one object per batch instead of one per receiver. Idempotent: the merged
     segment is created if absent, then the parts are removed; a crash between leaves both, and
-    readers prefer the merged one."""
+    readers prefer the merged one. A batch with one part (one receiver acknowledged) is left
+    as it is: readers fetch one object for it already, and merging would cost a read, a write
+    and a removal for nothing."""
     parts = [n for n in list_segments(store) if n.batch == batch and n.who.startswith("r")]
-    if not parts:
+    if len(parts) < 2:
         return None
     tables = [t for n in parts if (t := read_segment(store, n)) is not None]
     if not tables:

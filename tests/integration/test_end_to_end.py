@@ -100,3 +100,35 @@ def test_journal_on_s3(spark, moto_endpoint, sqs, s3, queue_url, tmp_path, sourc
     assert "queries/q1/_meta.json" in keys
     assert [k for k in keys if k.startswith("queries/q1/state/acked-")]
     assert not [k for k in keys if k.startswith("queries/q1/batches/")]
+
+
+def test_a_backlog_plans_every_receiver_and_a_trickle_one(spark, sqs, queue_url, tmp_path, source):
+    """A batch plans the receivers its backlog needs: the first batch of a backlog of four
+    receivers' worth plans all four (numPartitions), a batch of a few messages one."""
+    from spark_sqs.driver.planning import MESSAGES_PER_RECEIVER
+    from spark_sqs.journal import Journal
+
+    backlog = 4 * MESSAGES_PER_RECEIVER
+    helpers.send_numbered(sqs, queue_url, backlog)
+    journal = tmp_path / "journal"
+
+    def journaled() -> int:
+        return sum(m["journaled"] for m in Journal(str(journal)).read_metrics())
+
+    query = helpers.start_query(
+        source(journal=journal, numPartitions=4, waitTimeSeconds=1), "noop", tmp_path / "ckpt"
+    )
+    try:
+        helpers.wait_until(lambda: journaled() == backlog, 240, "the backlog acknowledged")
+        helpers.send_numbered(sqs, queue_url, 5, start=backlog)
+        helpers.wait_until(lambda: journaled() == backlog + 5, 120, "the trickle acknowledged")
+    finally:
+        query.stop()
+    metrics = sorted(
+        (m for m in Journal(str(journal)).read_metrics() if m["journaled"]),
+        key=lambda m: m["batch"],
+    )
+    # Each receiver that received wrote one entry; a batch's count is its receivers'.
+    assert metrics[0]["receivers"] == 4, metrics
+    trickle = [m for m in metrics if m["batch"] > metrics[0]["batch"] and m["journaled"] <= 5]
+    assert sum(m["journaled"] for m in trickle) >= 5 and trickle[-1]["receivers"] == 1, metrics

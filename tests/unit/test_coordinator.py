@@ -27,6 +27,7 @@ from sim import SimClock, SimSqs
 from sim.store import SimJournalStore
 from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.driver.flow_control import ReadMaxRows
+from spark_sqs.driver.planning import MESSAGES_PER_RECEIVER
 from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import Journal
 from spark_sqs.options import SqsOptions
@@ -70,9 +71,11 @@ class World:
     def journal(self, options: SqsOptions) -> Journal:
         return Journal(JOURNAL, options, store=self.store)
 
-    def reader(self, **extra: Any) -> SqsStreamReader:
+    def reader(self, per_receiver: int = 1, **extra: Any) -> SqsStreamReader:
         """The reader Spark creates at query start, its coordinator on the simulated services
-        (``Coordinator.start`` would connect to AWS)."""
+        (``Coordinator.start`` would connect to AWS). ``per_receiver``: visible messages per
+        planned receiver (``planning.receivers_needed``); these tests use a few messages, and
+        1 plans a receiver for each, up to numPartitions."""
         options = self.options(**extra)
         reader = SqsStreamReader(options)
         reader._driver = Coordinator(
@@ -85,6 +88,7 @@ class World:
             sleep=self.clock.sleep,
             run_heartbeat=False,
             parallelism=1,
+            messages_per_receiver=per_receiver,
         )
         return reader
 
@@ -501,3 +505,34 @@ def test_a_long_run_keeps_no_state_that_grows_with_the_batches(world: World, spa
     assert seen[59] == seen[19]
     assert max(seen[59].values()) <= 8, seen[59]
     assert_each_once(query.delivered, world.sent)
+
+
+# -- how many receivers a new batch plans -------------------------------------------------------
+
+
+@pytest.mark.parametrize("spark", SPARK_VERSIONS)
+def test_a_trickle_plans_one_receiver_which_deletes_every_entry_of_a_backlog_batch(
+    world: World, spark: str
+) -> None:
+    """A backlog is planned over numPartitions receivers; the trickle after it over one, which
+    is still given every entry of the committed backlog batch to delete."""
+    world.send(3 * MESSAGES_PER_RECEIVER)
+    query = Query(world, spark, per_receiver=MESSAGES_PER_RECEIVER, numPartitions=3)
+    backlog = query.trigger()
+    assert backlog is not None and len(backlog) == 3 * MESSAGES_PER_RECEIVER
+    assert [r for r, _ in query.planned] == [0, 1, 2]
+    world.send(5)
+    trickle = query.trigger()
+    assert trickle is not None and len(trickle) == 5
+    assert [r for r, _ in query.planned] == [0]
+    # Journal batches count from 1: the trickle's plan is batch 2's.
+    plan = world.journal(query.reader.options).read_plan(2)
+    assert plan is not None
+    assert sorted((a.batch, a.receiver, a.by) for a in plan.acks) == [
+        (1, 0, 0),
+        (1, 1, 0),
+        (1, 2, 0),
+    ]
+    query.run_until_idle()
+    assert_each_once(query.delivered, world.sent)
+    assert world.live() == 0

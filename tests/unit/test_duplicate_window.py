@@ -87,6 +87,18 @@ def test_a_merged_segment_replaces_the_parts_of_its_batch(location: str) -> None
     assert cache.seen(ids(1, 2, 3, 4)) == set(ids(1, 2, 3))
 
 
+def test_a_batch_with_one_part_is_left_as_it_is(location: str) -> None:
+    """One receiver acknowledged: readers fetch one object for the batch already, and a merge
+    would cost a read, a write and a removal for nothing."""
+    journal, store = journal_at(location)
+    journal.write_window(ids(1), batch=7, who="r000000-ack", expires_at=NOW + 60)
+    assert window.merge_batch(store, 7) is None
+    assert [(n.batch, n.who) for n in window.list_segments(store)] == [(7, "r000000-ack")]
+    cache = duplicates.DuplicateWindow(600)
+    cache.refresh(store, NOW)
+    assert cache.seen(ids(1, 2)) == set(ids(1))
+
+
 def test_a_merge_that_died_before_removing_the_parts_leaves_readers_one_copy(location: str):
     journal, store = journal_at(location)
     journal.write_window(ids(1), batch=7, who="r000000-ack", expires_at=NOW + 60)

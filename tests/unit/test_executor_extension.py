@@ -66,6 +66,8 @@ class World:
             clock=self.mono,
             wall_clock=self.wall,
             run_heartbeat=False,
+            # Three receivers for these few messages: what one receiver does, the others too.
+            messages_per_receiver=1,
         )
 
     def advance(self, seconds: float) -> None:

@@ -1241,3 +1241,10 @@ def test_a_batch_retired_and_removed_between_the_status_reads_is_never_live(
     )
     assert stalled.batch_status(2) != "live"
     assert done, "the removal ran between the reads"
+
+
+def test_metrics_are_pruned_to_the_newest_every_few_batches(journal: Journal) -> None:
+    for batch in range(1, 26):
+        journal.write_metrics(batch, {"batch": batch}, keep=5, prune_every=10)
+    # Pruned at batch 20 to 16-20; 21-25 are written since.
+    assert [m["batch"] for m in journal.read_metrics()] == list(range(16, 26))

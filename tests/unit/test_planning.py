@@ -9,9 +9,11 @@ from pyspark.sql.datasource import InputPartition
 
 from spark_sqs.driver.planning import (
     ADOPTED_FROM,
+    MESSAGES_PER_RECEIVER,
     ReceiverPartition,
     new_plan,
     partitions_of,
+    receivers_needed,
     visible_parts,
     with_visible,
 )
@@ -202,6 +204,49 @@ def test_each_receiving_receiver_gets_its_part_of_its_queue_s_count() -> None:
     assert {r.receiver: r.visible for r in unanswered.receivers}[1] is None
 
 
+@pytest.mark.parametrize(
+    ("visible", "num_partitions", "receivers"),
+    [
+        (0, 4, 1),  # a batch started on a stale count or to deliver journaled entries
+        (1, 4, 1),
+        (MESSAGES_PER_RECEIVER, 4, 1),
+        (MESSAGES_PER_RECEIVER + 1, 4, 2),
+        (3 * MESSAGES_PER_RECEIVER, 4, 3),
+        (100 * MESSAGES_PER_RECEIVER, 4, 4),
+        (100 * MESSAGES_PER_RECEIVER, 1, 1),
+        (5 * MESSAGES_PER_RECEIVER, 1000, 5),
+    ],
+)
+def test_a_new_batch_plans_a_receiver_per_unit_of_visible_messages(
+    visible: int, num_partitions: int, receivers: int
+) -> None:
+    assert receivers_needed({URL: visible}, [URL], num_partitions) == receivers
+    stored = new_plan(
+        0, 10000, num_partitions, receiving=receivers_needed({URL: visible}, [URL], num_partitions)
+    )
+    assert [r.receiver for r in stored.receivers] == list(range(receivers))
+    assert sum(r.limit for r in stored.receivers) == 10000
+
+
+def test_every_queue_with_a_backlog_counts_for_a_receiver() -> None:
+    other = URL + "-eu"
+    assert receivers_needed({URL: 3, other: 2}, [URL, other], 4) == 2
+    assert receivers_needed({URL: 3, other: 0}, [URL, other], 4) == 1
+    assert receivers_needed({URL: 3, other: 2}, [URL, other], 1) == 1
+
+
+def test_an_unknown_count_plans_every_receiver() -> None:
+    other = URL + "-eu"
+    # No poll answered yet, or one queue's last poll failed: planned as for a backlog.
+    assert receivers_needed({}, [URL], 4) == 4
+    assert receivers_needed({URL: 3}, [URL, other], 4) == 4
+
+
+def test_an_acknowledge_only_batch_keeps_every_receiver_to_share_the_deletes() -> None:
+    stored = new_plan(0, 0, 4, acknowledging=True, receiving=1)
+    assert [(r.receiver, r.limit) for r in stored.receivers] == [(0, 0), (1, 0), (2, 0), (3, 0)]
+
+
 def test_a_plan_written_before_counts_were_recorded_has_no_bound() -> None:
     legacy = b'{"batch": 3, "receivers": [{"receiver": 0, "limit": 5, "adoptFrom": null}]}'
     plan = BatchPlan.from_json(legacy)
@@ -242,3 +287,10 @@ def test_plans_and_partitions_carry_the_byte_limits_and_old_plans_have_none() ->
     legacy = new_plan(3, 10, 2)
     assert b"maxBytes" not in legacy.to_json()
     assert all(r.max_bytes is None for r in BatchPlan.from_json(legacy.to_json()).receivers)
+
+
+def test_the_documentation_of_num_partitions_names_the_unit() -> None:
+    from spark_sqs.options import OPTIONS
+
+    doc = next(o.doc for o in OPTIONS if o.name == "numPartitions")
+    assert f"one per {MESSAGES_PER_RECEIVER} messages visible" in doc

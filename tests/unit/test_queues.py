@@ -356,6 +356,8 @@ def test_the_driver_plans_receivers_by_backlog_and_reports_each_queue(tmp_path: 
         Journal(location, options),
         queue_urls=list(options.queue_urls),
         run_heartbeat=False,
+        # A receiver per visible message: the four receivers are spread by backlog.
+        messages_per_receiver=1,
     )
     try:
         end = state.latest_offset({"batch": 0})

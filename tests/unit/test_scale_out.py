@@ -51,7 +51,13 @@ def world(tmp_path: Path) -> Any:
     options = fast_options(location, numPartitions="3", maxMessagesPerTrigger="9")
     store = HookedStore(LocalStore(location))
     sqs = FakeSqs(available=18)
-    state = Coordinator(options, sqs, QUEUE_URL, Journal(location, options, store=store))
+    state = Coordinator(
+        options,
+        sqs,
+        QUEUE_URL,
+        Journal(location, options, store=store),
+        messages_per_receiver=1,
+    )
     yield state, sqs, store, Journal(location, options)
     state.close()
 
@@ -229,7 +235,7 @@ def test_a_committed_batch_that_fills_the_in_flight_limit_is_deleted_by_an_ackno
     the batch after it receives again."""
     options, journal = at_in_flight_limit(tmp_path)
     sqs = FakeSqs(available=12)
-    state = Coordinator(options, sqs, QUEUE_URL, journal)
+    state = Coordinator(options, sqs, QUEUE_URL, journal, messages_per_receiver=1)
     try:
         first = run(state.plan({"batch": 0}, state.latest_offset({"batch": 0})), sqs, journal)
         assert len(first) == 6
@@ -265,7 +271,7 @@ def test_a_committed_delete_after_journal_batch_does_not_count_against_the_in_fl
     being acknowledge-only; a batch not yet committed still counts."""
     options, journal = at_in_flight_limit(tmp_path, deleteAfterJournal="true")
     sqs = FakeSqs(available=12)
-    state = Coordinator(options, sqs, QUEUE_URL, journal)
+    state = Coordinator(options, sqs, QUEUE_URL, journal, messages_per_receiver=1)
     try:
         assert state.latest_offset({"batch": 0}) == {"batch": 1}
         first = run(state.plan({"batch": 0}, {"batch": 1}), sqs, journal)
@@ -292,7 +298,7 @@ def test_a_committed_batch_that_fills_the_in_flight_limit_of_an_idle_queue_is_de
     """No next batch comes to an idle queue, acknowledge-only or not: the driver deletes."""
     options, journal = at_in_flight_limit(tmp_path)
     sqs = FakeSqs(available=6)
-    state = Coordinator(options, sqs, QUEUE_URL, journal)
+    state = Coordinator(options, sqs, QUEUE_URL, journal, messages_per_receiver=1)
     try:
         run(state.plan({"batch": 0}, state.latest_offset({"batch": 0})), sqs, journal)
         calls = len(sqs.batch_calls)
@@ -314,7 +320,7 @@ def test_an_entry_less_orphan_does_not_hold_back_acknowledgement_at_the_in_fligh
     journal.write_plan(new_plan(1, 6, 2))
     StateMarkers(journal).advance(planned=1)
     sqs = FakeSqs(available=12)
-    state = Coordinator(options, sqs, QUEUE_URL, journal)
+    state = Coordinator(options, sqs, QUEUE_URL, journal, messages_per_receiver=1)
     try:
         assert state.acknowledger.pending == [1]
         end = state.latest_offset({"batch": 0})
@@ -363,7 +369,13 @@ def test_a_report_is_read_by_key_and_only_a_missing_one_makes_the_driver_delete(
     )
     store = HidingStore(LocalStore(location), lambda k: k.startswith("acks/000000000002/00001."))
     sqs = FakeSqs(available=27)
-    state = Coordinator(options, sqs, QUEUE_URL, Journal(location, options, store=store))
+    state = Coordinator(
+        options,
+        sqs,
+        QUEUE_URL,
+        Journal(location, options, store=store),
+        messages_per_receiver=1,
+    )
     journal = Journal(location, options)
     try:
         run(state.plan({"batch": 0}, state.latest_offset({"batch": 0})), sqs, journal)

@@ -1,0 +1,155 @@
+"""What the journal costs per micro-batch: S3 requests by kind, counted on moto's S3 server
+while the real driver (``Coordinator``) and receivers (``read_partition``) run steady-state
+batches where nothing goes wrong. Start-up (the probe, the lease, the first batches) and
+work on timers (the heartbeat, lease renewals) are not counted: they do not grow per batch."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from spark_sqs.driver.coordinator import Coordinator
+from spark_sqs.executor.receiver import read_partition
+from spark_sqs.journal import Journal
+from spark_sqs.journal.stores import S3Store
+from tests.fakes import FakeSqs
+from tests.unit.factories import QUEUE_URL, make_options, sqs_message
+
+# Each S3 operation as the kind of request it is billed as.
+KINDS = {
+    "GetObject": "GET",
+    "HeadObject": "HEAD",
+    "PutObject": "PUT",
+    "CreateMultipartUpload": "PUT",
+    "UploadPart": "PUT",
+    "CompleteMultipartUpload": "PUT",
+    "CopyObject": "PUT",
+    "ListObjectsV2": "LIST",
+    "ListObjects": "LIST",
+    "DeleteObjects": "POST",
+    "DeleteObject": "DELETE",
+}
+MESSAGES_PER_BATCH = 5
+WARM_UP = 3  # batches before counting: the first plans, acknowledgements and markers
+
+
+class CountingS3:
+    """Makes S3 clients on moto's server that count every request they send, by kind and by
+    the kind of key (its first path segment under the journal's prefix)."""
+
+    def __init__(self, endpoint: str, prefix: str) -> None:
+        self.endpoint = endpoint
+        self.prefix = prefix
+        self.requests: Counter[str] = Counter()
+        self.keys: Counter[tuple[str, str]] = Counter()
+
+    def __call__(self) -> Any:
+        import boto3
+
+        client = boto3.client("s3", region_name="us-east-1", endpoint_url=self.endpoint)
+        client.meta.events.register("before-call.s3", self._count)
+        return client
+
+    def _count(self, model: Any, params: dict[str, Any], **_: Any) -> None:
+        kind = KINDS.get(model.name, model.name)
+        self.requests[kind] += 1
+        url = params.get("url_path", "")
+        key = url.split(f"/{self.prefix}/", 1)[-1] if f"/{self.prefix}/" in url else ""
+        if model.name in ("ListObjectsV2", "ListObjects"):
+            key = str(params.get("query_string", {}).get("prefix", "")).split("/", 1)[-1]
+        self.keys[(kind, key.split("/", 1)[0])] += 1
+
+    def clear(self) -> None:
+        self.requests.clear()
+        self.keys.clear()
+
+
+def steady_batch_requests(
+    moto_endpoint: str, s3: Any, num_partitions: int, per_receiver: int
+) -> tuple[Counter[str], Counter[tuple[str, str]], int]:
+    """The S3 requests of one steady-state batch, from the driver's latestOffset through its
+    receivers' reads, and the number of receivers it planned."""
+    try:
+        s3.create_bucket(Bucket="journals")
+    except s3.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    prefix = uuid.uuid4().hex
+    location = f"s3://journals/{prefix}"
+    options = make_options(location, numPartitions=str(num_partitions), waitTimeSeconds="0")
+    counting = CountingS3(moto_endpoint, prefix)
+
+    def journal() -> Journal:
+        store = S3Store("journals", prefix, client_factory=counting)
+        return Journal(location, options, store=store)
+
+    sqs = FakeSqs()
+    driver = Coordinator(
+        options,
+        sqs,
+        QUEUE_URL,
+        journal(),
+        run_heartbeat=False,
+        messages_per_receiver=per_receiver,
+    )
+    receivers_journal = journal()
+    sent = 0
+    receivers = 0
+    try:
+        for batch in range(WARM_UP + 1):
+            if batch == WARM_UP:
+                counting.clear()
+            sqs.queue += [sqs_message(n) for n in range(sent, sent + MESSAGES_PER_BATCH)]
+            sent += MESSAGES_PER_BATCH
+            end = driver.latest_offset({"batch": batch})
+            assert end == {"batch": batch + 1}
+            parts = driver.plan({"batch": batch}, end)
+            receivers = len(parts)
+            rows = 0
+            for part in parts:
+                outs = read_partition(part, client_factory=lambda: sqs, journal=receivers_journal)
+                rows += sum(pa.Table.from_batches([out]).num_rows for out in outs)
+            assert rows == MESSAGES_PER_BATCH
+    finally:
+        driver.close()
+    return Counter(counting.requests), Counter(counting.keys), receivers
+
+
+# Requests of one steady-state batch (driver and receivers) by kind, for 1, 2 and 4 receivers:
+# upper bounds, so that a change that adds requests fails here. What they are, per key kind
+# (1 receiver). The driver settles the committed batch: GET its receiver's acknowledgement
+# report; PUT the acked marker, DELETE the one before; DELETE the batch's plan, carry and
+# release records, LIST and POST-delete the rest of its files; POST-delete the reports read;
+# LIST drops/ and acks/ for what earlier batches left; PUT metrics/. It marks and plans the
+# next: PUT the planned marker; GET plan and release record, PUT plan. Each receiver reads its
+# plan and liveness (GET entry, plan, retired record, twice), reads the entry it acknowledges
+# (GET), writes its window segment and acknowledgement report (PUT), loads the duplicate
+# window (LIST window/, GET new segments), writes its entry (PUT); one receiver lists window/
+# to merge the previous batch's segments (a batch of one segment is left as it is). Expired
+# window segments and old metrics are swept by LIST every tenth batch, not the counted one.
+BOUNDS = {
+    1: {"GET": 11, "PUT": 7, "LIST": 5, "POST": 2, "DELETE": 4},
+    2: {"GET": 19, "PUT": 9, "LIST": 5, "POST": 2, "DELETE": 4},
+    4: {"GET": 35, "PUT": 13, "LIST": 5, "POST": 2, "DELETE": 4},
+}
+
+
+@pytest.mark.parametrize(("num_partitions", "per_receiver"), [(4, 100), (2, 1), (4, 1)])
+def test_a_steady_state_batch_costs_a_bounded_number_of_requests(
+    moto_endpoint: str, s3: Any, num_partitions: int, per_receiver: int
+) -> None:
+    """A trickle on numPartitions=4 plans one receiver; a receiver per message plans 2 and 4.
+    Requests grow per receiver by its own reads and writes only (GET, PUT), never by LISTs."""
+    requests, keys, receivers = steady_batch_requests(
+        moto_endpoint, s3, num_partitions, per_receiver
+    )
+    assert receivers == (1 if per_receiver == 100 else num_partitions)
+    bound = BOUNDS[receivers]
+    assert set(requests) <= set(bound), (requests, sorted(keys.items()))
+    over = {k: (n, bound[k]) for k, n in requests.items() if n > bound[k]}
+    assert not over, (over, sorted(keys.items()))
+    # No HEAD: every existence check is a GET that reads the object too.
+    assert requests["HEAD"] == 0
