@@ -311,7 +311,9 @@ MUTATIONS = [
         "unknown-outcome write releases, nothing dropped as held elsewhere",
         "2",
         _both(_unknown_outcome_releases, _not_held_elsewhere),
-        frozenset(UNKIND),
+        # The kind world: with every dimension, the unknown outcomes it needs come too rarely
+        # beside the rest to be found within 400 seeds.
+        frozenset(),
         _not_held_elsewhere,
     ),
     Mutation(
