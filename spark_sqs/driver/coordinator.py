@@ -526,7 +526,7 @@ class Coordinator:
         # do not exist yet (the run that narrowed it died first): the adoption finishes the
         # step (``_adopt``), and a carry batch it created outside this plan would be adopted by
         # nobody, its number below this batch's, and acknowledged with this batch undelivered.
-        carries = self._unadopted_carries(orphans)
+        carries = {} if self.quarantine is None else self.quarantine.unadopted_carries(orphans)
         orphans += sorted(set(carries) - set(orphans))
         for orphan in orphans:
             # Before their entries are listed: a task of a dead driver still running one of
@@ -602,23 +602,6 @@ class Coordinator:
         """How long a batch's receivers receive: a pending message whose handle may expire
         by then must be dropped by them."""
         return self.options.receive_budget_seconds + self.options.wait_time_seconds
-
-    def _unadopted_carries(self, orphans: list[int]) -> dict[int, tuple[int, ...]]:
-        """The carry batch of each narrowed orphan's latest step that no plan adopted yet, with
-        the receivers it holds, from the step's record (read by key). Earlier steps' carry
-        batches exist whole: a step is decided only once the one before it was finished."""
-        if self.quarantine is None:
-            # Under another policy a narrowed orphan is refused when adopted (``_adopt``).
-            return {}
-        carries: dict[int, tuple[int, ...]] = {}
-        for orphan in orphans:
-            step = latest_narrowing(self.journal, orphan)
-            if step is None or step.carry_batch is None:
-                continue
-            if self.journal.store.read(poison.carried_key(orphan, step.step)) is not None:
-                continue
-            carries[step.carry_batch] = tuple(sorted(step.carried))
-        return carries
 
     def _adoptable(
         self, orphans: list[int], carries: Mapping[int, tuple[int, ...]] | None = None

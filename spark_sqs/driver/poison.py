@@ -222,11 +222,29 @@ class Quarantine:
         for message_id in narrowing.quarantined:
             self._quarantine(batch, narrowing, message_id, tables or {})
 
+    def unadopted_carries(self, orphans: list[int]) -> dict[int, tuple[int, ...]]:
+        """The carry batch of each narrowed orphan's latest step that no plan adopted yet, with
+        the receivers it holds, from the step's record (read by key), whether or not the carry
+        batch's files exist yet (the run that narrowed the orphan may have died first). Earlier
+        steps' carry batches exist whole: a step is decided only once the one before it was
+        finished. Under another policy a narrowed orphan is refused when adopted."""
+        carries: dict[int, tuple[int, ...]] = {}
+        for orphan in orphans:
+            step = latest_narrowing(self.journal, orphan)
+            if step is None or step.carry_batch is None or self._adopted(orphan, step):
+                continue
+            carries[step.carry_batch] = tuple(sorted(step.carried))
+        return carries
+
+    def _adopted(self, batch: int, narrowing: Narrowing) -> bool:
+        """True once a plan adopted the carry batch of ``batch``'s step ``narrowing``."""
+        return self.journal.store.read(carried_key(batch, narrowing.step)) is not None
+
     def _carry(self, batch: int, narrowing: Narrowing, tables: Mapping[int, pa.Table]) -> None:
         carry = narrowing.carry_batch
         assert carry is not None
         store = self.journal.store
-        if store.read(carried_key(batch, narrowing.step)) is not None:
+        if self._adopted(batch, narrowing):
             # A later batch adopted the carry batch and removed it: creating it again would
             # deliver its messages a second time.
             return

@@ -780,9 +780,8 @@ class Journal:
     def released_plan(self, batch: int) -> BatchPlan | None:
         """The zero plan that ``spark-sqs release`` recorded for ``batch`` (None if it did not)."""
         data = self.store.read(f"{self.batch_dir(batch)}/{poison.RELEASED}")
-        if data is None or "plan" not in json.loads(data):
-            return None
-        return BatchPlan.from_json(json.dumps(json.loads(data)["plan"]).encode())
+        plan = None if data is None else json.loads(data).get("plan")
+        return None if plan is None else BatchPlan.from_json(json.dumps(plan).encode())
 
     def write_plan(self, plan: BatchPlan) -> BatchPlan:
         """Create the batch's plan; if another call created one first, that one is the plan."""
