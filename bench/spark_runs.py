@@ -378,7 +378,7 @@ def _receive_stops(journal: Path) -> dict[str, int]:
 
     out: dict[str, int] = {}
     try:
-        for metrics in Journal(str(journal)).read_metrics():
+        for metrics in Journal(str(journal)).metrics.read():
             for reason, count in (metrics.get("receiveStops") or {}).items():
                 out[reason] = out.get(reason, 0) + count
     except Exception:  # noqa: BLE001 - a version without the counters, or no journal

@@ -31,9 +31,11 @@ from spark_sqs.driver.flow_control import FlowControl
 from spark_sqs.driver.poison import Quarantine
 from spark_sqs.errors import JournalError, JournalOutcomeUnknown
 from spark_sqs.executor import duplicates
-from spark_sqs.journal import Journal
-from spark_sqs.journal.entries import _PART
+from spark_sqs.journal.batches import Batches, batch_dir
+from spark_sqs.journal.entries import _PART, Entries
 from spark_sqs.journal.lease import Lease, LeaseRecord
+from spark_sqs.journal.meta import Meta
+from spark_sqs.journal.window import Window
 from spark_sqs.sqs.batching import BatchCaller
 
 
@@ -53,7 +55,7 @@ def _replan_every_time() -> contextlib.AbstractContextManager[None]:
 
     def plan(self: Coordinator, start: Any, end: Any) -> Any:
         batch = offsets.batch_of(end)
-        self.journal.store.delete(f"{Journal.batch_dir(batch)}/_plan.json")
+        self.journal.store.delete(f"{batch_dir(batch)}/_plan.json")
         return original(self, start, end)
 
     return patched(Coordinator, "plan", plan)
@@ -66,21 +68,21 @@ def _loser_releases_everything() -> contextlib.AbstractContextManager[None]:
 
 def _unknown_outcome_releases() -> contextlib.AbstractContextManager[None]:
     """Hole 2: a journal write with an unknown outcome releases its messages."""
-    original = Journal.write_entry
+    original = Entries.write
 
-    def write_entry(self: Journal, batch: int, receiver_: int, table: Any) -> bool:
+    def write_entry(self: Entries, batch: int, receiver_: int, table: Any) -> bool:
         try:
             return original(self, batch, receiver_, table)
         except JournalOutcomeUnknown as exc:
             raise JournalError(str(exc), retriable=True) from None
 
-    return patched(Journal, "write_entry", write_entry)
+    return patched(Entries, "write", write_entry)
 
 
 def _no_straggler_check() -> contextlib.AbstractContextManager[None]:
     """Hole 3: an attempt never checks whether its batch was acknowledged (or retired)
     meanwhile."""
-    return patched(Journal, "batch_status", lambda self, batch: "live")
+    return patched(Batches, "status", lambda self, batch: "live")
 
 
 def _parts_not_filtered() -> contextlib.AbstractContextManager[None]:
@@ -98,17 +100,17 @@ def _parts_not_filtered() -> contextlib.AbstractContextManager[None]:
 def _adoption_renumbers() -> contextlib.AbstractContextManager[None]:
     """Hole 5: each adoption copies an orphan to the next free receiver number."""
 
-    original = Journal.adopt_entry
+    original = Entries.adopt
 
     def adopt_entry(
-        self: Journal, orphan: int, source: int, batch: int, target: int, keep: Any = None
+        self: Entries, orphan: int, source: int, batch: int, target: int, keep: Any = None
     ) -> bool:
         fresh = target
-        while self.read_entry(batch, fresh) is not None:
+        while self.read(batch, fresh) is not None:
             fresh += 1
         return original(self, orphan, source, batch, fresh, keep)
 
-    return patched(Journal, "adopt_entry", adopt_entry)
+    return patched(Entries, "adopt", adopt_entry)
 
 
 def _no_lease() -> contextlib.AbstractContextManager[None]:
@@ -144,9 +146,9 @@ def _segment_after_delete() -> contextlib.AbstractContextManager[None]:
     deleteAfterJournal's parts, dropped redeliveries, the quarantine): a copy received and
     looked up in between, or after a deleter died between the two, is not in the window."""
     held = threading.local()  # per actor: each is a thread of its own (sim/sched.py)
-    write_window = Journal.write_window
+    write_window = Window.write
 
-    def hold_back(self: Journal, *args: Any, **kwargs: Any) -> None:
+    def hold_back(self: Window, *args: Any, **kwargs: Any) -> None:
         held.segments = [*getattr(held, "segments", []), (self, args, kwargs)]
 
     def write_held() -> None:
@@ -195,7 +197,7 @@ def _segment_after_delete() -> contextlib.AbstractContextManager[None]:
             self.client = client
 
     stack = contextlib.ExitStack()
-    stack.enter_context(patched(Journal, "write_window", hold_back))
+    stack.enter_context(patched(Window, "write", hold_back))
     stack.enter_context(patched(BatchCaller, "delete", delete_then_write))
     stack.enter_context(patched(Quarantine, "_quarantine", quarantine_then_write))
     return stack
@@ -233,20 +235,20 @@ def _probe_creates_once() -> contextlib.AbstractContextManager[None]:
     """Lying stores: the start-up probe creates one key once and never tries a second create,
     so a store that ignores create-if-absent is accepted."""
 
-    def probe_writable(self: Journal) -> None:
+    def probe_writable(self: Meta) -> None:
         self.store.create("_probe/once", b"first")
         self.store.delete("_probe/once")
 
-    return patched(Journal, "probe_writable", probe_writable)
+    return patched(Meta, "probe_writable", probe_writable)
 
 
 def _parts_from_a_listing() -> contextlib.AbstractContextManager[None]:
     """Lagging listings: deleteAfterJournal's seal finds a receiver's parts by a LIST instead of
     reading part numbers by key until the first absent one."""
 
-    def read_parts(self: Journal, batch: int, receiver: int, columns: Any = None) -> Any:
+    def read_parts(self: Entries, batch: int, receiver: int, columns: Any = None) -> Any:
         found = []
-        for key in self.store.list(self.batch_dir(batch)):
+        for key in self.store.list(batch_dir(batch)):
             m = _PART.match(key.rsplit("/", 1)[-1])
             if m and int(m.group(1)) == receiver:
                 table = self.read_part(batch, receiver, int(m.group(2)), columns)
@@ -254,7 +256,7 @@ def _parts_from_a_listing() -> contextlib.AbstractContextManager[None]:
                     found.append((int(m.group(2)), table))
         return sorted(found, key=lambda kt: kt[0])
 
-    return patched(Journal, "read_parts", read_parts)
+    return patched(Entries, "read_parts", read_parts)
 
 
 def _stale_handles_journaled() -> contextlib.AbstractContextManager[None]:

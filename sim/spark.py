@@ -63,9 +63,11 @@ from spark_sqs.errors import JournalError, JournalInUseError
 from spark_sqs.executor import duplicates
 from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import Journal, JournalState
-from spark_sqs.journal import entries as journal_entries
-from spark_sqs.journal.entries import PLANNED_MARKERS_KEPT
+from spark_sqs.journal import drops as journal_drops
+from spark_sqs.journal.batches import batch_dir
 from spark_sqs.journal.lease import RECORDS_KEPT, Lease
+from spark_sqs.journal.plans import BatchPlan
+from spark_sqs.journal.state import PLANNED_MARKERS_KEPT
 from spark_sqs.options import SqsOptions
 
 try:  # Spark 4.2+ read limits
@@ -788,8 +790,8 @@ class SparkSim:
             if logged is None:
                 continue
             batch = offsets.batch_of(json.loads(logged[1]))
-            data = self.store.peek(f"{Journal.batch_dir(batch)}/_plan.json")
-            if data is not None and journal_entries.BatchPlan.from_json(data).delete_after_journal:
+            data = self.store.peek(f"{batch_dir(batch)}/_plan.json")
+            if data is not None and BatchPlan.from_json(data).delete_after_journal:
                 out.add(batch)
         return out
 
@@ -892,7 +894,7 @@ class SparkSim:
     def _run(self) -> Result:
         c = self.config
         random.seed(f"global:{c.seed}")  # BatchCaller's backoff jitter
-        journal_entries._DROPS_CACHE.clear()
+        journal_drops._DROPS_CACHE.clear()
         self.log(f"{'spark':<22} == {c}")
         self._produce(c.messages // 2)
         self.sched.spawn("producer", "producer", "producer", self._producer)
@@ -1049,7 +1051,7 @@ class SparkSim:
         clocks = self._clocks(f"{group}/driver")
         journal = Journal(JOURNAL, options, store=hstore)
         self._probe(group, journal, hstore.inner)
-        default_queue = journal.check_owner(*urls)
+        default_queue = journal.meta.check_owner(*urls)
         lease = Lease(
             hstore,
             JOURNAL,
@@ -1096,13 +1098,13 @@ class SparkSim:
         return driver
 
     def _probe(self, group: str, journal: Journal, store: SimJournalStore) -> None:
-        """``Journal.probe_writable`` at start, as ``Coordinator.start`` calls it. On a store
+        """``Meta.probe_writable`` at start, as ``Coordinator.start`` calls it. On a store
         that ignores create-if-absent (``lying_store``) it must refuse: the seed then goes on
         with an honest store (the user moved to one); if it does not, the run goes on, on the
         lying store, and the seed shows what that costs."""
         lying = not store.honest_create
         try:
-            journal.probe_writable()
+            journal.meta.probe_writable()
         except JournalError as exc:
             if lying:
                 self.stats["lying_store_refused"] = self.stats.get("lying_store_refused", 0) + 1
@@ -1389,7 +1391,7 @@ class SparkSim:
             self.sched.sleep(self.rng.choice([0.5, 3.0, 8.0]))
             clocks = self._clocks(f"{group}/query2")
             journal = Journal(JOURNAL, options, store=hstore)
-            journal.check_owner(*self.urls)
+            journal.meta.check_owner(*self.urls)
             lease = Lease(
                 hstore, JOURNAL, owner=f"{group}-other", interval=options.heartbeat_interval,
                 wall_clock=clocks.time, clock=clocks.monotonic, sleep=clocks.sleep,
@@ -1535,9 +1537,9 @@ class SparkSim:
             f"{self.config.seed}-foreign", clock=self.clock, list_lag=self.config.list_lag
         )
         journal = Journal(JOURNAL, RunOptions(1, 10, False, 0).parse(self.url), store=store)
-        journal.check_owner(*self.urls)
+        journal.meta.check_owner(*self.urls)
         at = max(1, checkpoint_batch + self._diverge_rng.randint(-2, 4))
-        journal.write_state(JournalState(planned_batch=at, acked_batch=at, initial_batch=0))
+        journal.state.write(JournalState(planned_batch=at, acked_batch=at, initial_batch=0))
         self.log(f"{'spark':<22} == the other journal has planned and acknowledged batch {at}")
         return store
 

@@ -2,8 +2,8 @@
 process only.
 
 ``SimJournalStore`` implements the journal store interface the protocol code is written
-against (``JournalStore`` below; the real stores, local filesystem and S3, have the same
-methods). Keys are '/'-separated paths relative to the journal root.
+against (``spark_sqs.journal.stores.JournalStore``, which the real stores, local filesystem and
+S3, implement too). Keys are '/'-separated paths relative to the journal root.
 
 Faults, drawn from a seeded stream at ``StoreFaultRates`` or scripted with ``StoreFault``:
 
@@ -32,35 +32,13 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from sim.clock import SimClock
 from spark_sqs.errors import JournalError, JournalOutcomeUnknown
 
 METHODS = ("create", "put", "read", "list", "delete")
 WRITES = frozenset({"create", "put", "delete"})
-
-
-@runtime_checkable
-class JournalStore(Protocol):
-    """The journal store interface of the protocol code (keys relative to the journal root).
-
-    ``create`` is create-if-absent and atomic: True if this call created the key. ``put``
-    creates or overwrites (state and metrics files only). ``read`` returns None if absent.
-    ``list`` returns the sorted keys under a directory, recursively. ``delete`` is idempotent.
-    """
-
-    def create(self, key: str, data: bytes) -> bool: ...
-
-    def put(self, key: str, data: bytes) -> None: ...
-
-    def read(self, key: str) -> bytes | None: ...
-
-    def list(self, prefix: str) -> list[str]: ...
-
-    def delete(self, key: str) -> None: ...
-
-    def delete_many(self, keys: list[str]) -> None: ...
 
 
 @dataclass

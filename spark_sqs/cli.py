@@ -124,14 +124,14 @@ def _inspect(args: argparse.Namespace) -> int:
         "deadLetterQueue": json.loads(attrs["RedrivePolicy"]) if "RedrivePolicy" in attrs else None,
     }
     if journal is not None:
-        state = journal.read_state()
+        state = journal.state.read()
         live = {
             b: receivers
-            for b in journal.list_batches()
-            if (receivers := journal.live_receivers(b)) is not None
+            for b in journal.batches.list()
+            if (receivers := journal.batches.live_receivers(b)) is not None
         }
         pending = {
-            b: sum(len(r.message_ids) for r in journal.batch_receipts(b, receivers))
+            b: sum(len(r.message_ids) for r in journal.entries.batch_receipts(b, receivers))
             for b, receivers in live.items()
         }
         report["journal"] = {
@@ -140,7 +140,7 @@ def _inspect(args: argparse.Namespace) -> int:
             # batch -> messages journaled and not yet deleted
             "unacknowledgedBatches": {str(b): n for b, n in pending.items()},
             "unacknowledgedMessages": sum(pending.values()),
-            "recentBatches": journal.read_metrics()[-5:],
+            "recentBatches": journal.metrics.read()[-5:],
         }
         # Poison batches (driver/poison.py): batches read by attempts that did not complete, their
         # narrowing, and every message quarantined to the dead-letter queue.
@@ -155,7 +155,7 @@ def _inspect(args: argparse.Namespace) -> int:
             or r["suspect"]
             or r["carriedFrom"] is not None
         }
-        report["journal"]["quarantinedMessages"] = poison.quarantined(journal)
+        report["journal"]["quarantinedMessages"] = journal.poison.quarantined()
     say(json.dumps(report, indent=2))
     return 0
 
@@ -176,11 +176,11 @@ def _release(args: argparse.Namespace) -> int:
     raw = {**_connection_options(args, queue_url), "journalLocation": args.journal}
     options = SqsOptions.parse(raw)
     journal = Journal(args.journal, options)
-    if args.batch <= journal.read_state().acked_batch:
+    if args.batch <= journal.state.read().acked_batch:
         say(f"batch {args.batch} is already acknowledged: nothing to release", stream=sys.stderr)
         return 2
-    receivers = journal.live_receivers(args.batch) or ()
-    held = sum(len(r.message_ids) for r in journal.batch_receipts(args.batch, receivers))
+    receivers = journal.batches.live_receivers(args.batch) or ()
+    held = sum(len(r.message_ids) for r in journal.entries.batch_receipts(args.batch, receivers))
     say(
         f"batch {args.batch} of {queue_url}: {held} journaled messages will be made visible in "
         "the queue and the batch's journal entries removed. The query's replay of the batch "

@@ -245,6 +245,21 @@ class VisibilitySqs:
         return [h for c in self.calls for h in c.handles]
 
 
+class _Records:
+    """A record kind of a fake journal: the fake's methods, under the names the kind's object
+    gives them (``journal.entries.read_receipts``, ``journal.dedupe.write``, ...)."""
+
+    def __init__(self, journal: object, **methods: str) -> None:
+        self._journal = journal
+        self._methods = methods
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return getattr(self._journal, self._methods[name])
+        except KeyError:
+            raise AttributeError(name) from None
+
+
 class FakeJournal:
     """The journal's receipts in memory, as the heartbeat and the acknowledger read them
     (entries by batch and receiver, drop and dedupe records); records every read."""
@@ -252,32 +267,45 @@ class FakeJournal:
     def __init__(
         self, batches: dict[int, list[tuple[str, str]]] | None = None, received_at: float = NOW
     ) -> None:
-        self.entries: dict[int, dict[int, EntryReceipts]] = defaultdict(dict)
+        self.stored: dict[int, dict[int, EntryReceipts]] = defaultdict(dict)
         self.listed: list[int] = []  # batches whose receivers were listed
         self.read: list[tuple[int, int]] = []  # entries read one by one
         self.reads: list[int] = []  # batches read whole
         self.unreadable: set[tuple[int, int]] = set()  # listed, but read_receipts answers None
         self.removed: list[int] = []
         self.collected: list[int] = []  # oldest pending batch at each drop-set collection
-        self.dedupe: dict[int, tuple[list[str], float]] = {}
-        self.window: list[tuple[list[str], float]] = []  # duplicate-window segments written
+        self.dedupe_records: dict[int, tuple[list[str], float]] = {}
+        self.segments: list[tuple[list[str], float]] = []  # duplicate-window segments written
         # Per batch: receiver -> the deadline its extension marker names (executor/extension.py).
         self.extended: dict[int, dict[int, float]] = defaultdict(dict)
         self.marker_reads: list[tuple[int, int]] = []  # (batch, receiver) markers read by key
+        # The record kinds, as the journal's objects name their methods (journal/entries.py).
+        self.entries = _Records(
+            self,
+            read_receipts="read_receipts",
+            batch_receipts="batch_receipts",
+            receiver_ids="receiver_ids",
+            batch_message_ids="batch_message_ids",
+            extended_receivers="extended_receivers",
+        )
+        self.batches = _Records(self, remove="remove_batch")
+        self.drops = _Records(self, collect="collect_drops")
+        self.window = _Records(self, write="write_window", collect="collect_window")
+        self.dedupe = _Records(self, write="write_dedupe", read="read_dedupe")
         for batch, pairs in (batches or {}).items():
             self.add_pairs(batch, pairs, received_at)
 
     def add(self, receipts: EntryReceipts) -> None:
-        self.entries[receipts.batch][receipts.receiver] = receipts
+        self.stored[receipts.batch][receipts.receiver] = receipts
 
     def add_pairs(self, batch: int, pairs: list[tuple[str, str]], received_at: float = NOW) -> None:
         """One entry, of receiver 0, holding ``(message id, receipt handle)`` pairs."""
         ids, handles = zip(*pairs, strict=True) if pairs else ((), ())
-        self.entries[batch][0] = EntryReceipts(batch, 0, received_at, tuple(ids), tuple(handles))
+        self.stored[batch][0] = EntryReceipts(batch, 0, received_at, tuple(ids), tuple(handles))
 
     def receivers(self, batch: int) -> list[int]:
         self.listed.append(batch)
-        return sorted(self.entries.get(batch, {}))
+        return sorted(self.stored.get(batch, {}))
 
     def batch_index(self, batch: int) -> tuple[list[int], dict[int, float]]:
         return self.receivers(batch), dict(self.extended.get(batch, {}))
@@ -287,7 +315,7 @@ class FakeJournal:
         if (batch, receiver) in self.unreadable:
             self.unreadable.discard((batch, receiver))
             return None
-        return self.entries.get(batch, {}).get(receiver)
+        return self.stored.get(batch, {}).get(receiver)
 
     def batch_receipts(
         self, batch: int, receivers: Iterable[int] | None = None
@@ -295,14 +323,14 @@ class FakeJournal:
         """Without ``receivers``, the entries that hold messages; with them, as the journal
         reads by key: the entries of those receivers that exist."""
         self.reads.append(batch)
-        entries = self.entries.get(batch, {})
+        entries = self.stored.get(batch, {})
         if receivers is not None:
             return [entries[r] for r in sorted(set(receivers)) if r in entries]
         return [entries[r] for r in sorted(entries) if entries[r].message_ids]
 
     def receiver_ids(self, batch: int, receiver: int) -> list[str]:
         self.read.append((batch, receiver))
-        entry = self.entries.get(batch, {}).get(receiver)
+        entry = self.stored.get(batch, {}).get(receiver)
         return [] if entry is None else list(entry.message_ids)
 
     def batch_message_ids(
@@ -320,7 +348,7 @@ class FakeJournal:
 
     def remove_batch(self, batch: int) -> None:
         self.removed.append(batch)
-        self.entries.pop(batch, None)
+        self.stored.pop(batch, None)
 
     def collect_ack_reports(self, oldest_pending: int, keep: set[int]) -> int:
         return 0
@@ -332,7 +360,7 @@ class FakeJournal:
     def write_window(
         self, message_ids: list[str], *, batch: int, who: str, expires_at: float
     ) -> None:
-        self.window.append((sorted(message_ids), expires_at))
+        self.segments.append((sorted(message_ids), expires_at))
 
     def collect_window(self, now: float) -> int:
         return 0
@@ -340,11 +368,11 @@ class FakeJournal:
     def write_dedupe(
         self, batch: int, message_ids: list[str], expires_at: float, now: float | None = None
     ) -> None:
-        self.dedupe[batch] = (list(message_ids), expires_at)
+        self.dedupe_records[batch] = (list(message_ids), expires_at)
 
     def read_dedupe(self, now: float) -> dict[str, float]:
         out: dict[str, float] = {}
-        for ids, expires in self.dedupe.values():
+        for ids, expires in self.dedupe_records.values():
             if expires > now:
                 for i in ids:
                     out[i] = max(expires, out.get(i, 0.0))

@@ -174,7 +174,7 @@ class Acknowledger:
         self._pending = set(pending)
         self._receivers.update(pending)
         self._inherited = set(pending)
-        self.dedupe = self._journal.read_dedupe(self._wall())
+        self.dedupe = self._journal.dedupe.read(self._wall())
         for plan in (plans or {}).values():
             self.assign(plan)
         if self._heartbeat is not None:
@@ -189,11 +189,11 @@ class Acknowledger:
         Expired window segments go at start and then every ``WINDOW_COLLECT_EVERY``-th time:
         readers skip expired ones, so until then they cost storage only, not a LIST a batch."""
         oldest = min([*self._pending, self._acked + 1])
-        self._journal.collect_drops(oldest)
+        self._journal.drops.collect(oldest)
         reading = {by for b, by in self._assigned.items() if b in self._pending}
         self._journal.collect_ack_reports(oldest, reading)
         if self._collections % WINDOW_COLLECT_EVERY == 0:
-            self._journal.collect_window(self._wall())
+            self._journal.window.collect(self._wall())
         self._collections += 1
 
     def track(
@@ -324,7 +324,7 @@ class Acknowledger:
         until = visibility.planned_at + extend_by
         known = dict(visibility.held_until)
         unknown = [r for r in self.receivers_of(batch) if r not in known]
-        for receiver in self._journal.extended_receivers(batch, unknown) if unknown else ():
+        for receiver in self._journal.entries.extended_receivers(batch, unknown) if unknown else ():
             known[receiver] = until
         return known
 
@@ -373,7 +373,7 @@ class Acknowledger:
     def _journaled_ids(self, batch: int) -> frozenset[str]:
         """Every id the receivers of ``batch`` journaled (entries, else parts), read by key."""
         if batch not in self._inherited_ids:
-            self._inherited_ids[batch] = self._journal.batch_message_ids(
+            self._inherited_ids[batch] = self._journal.entries.batch_message_ids(
                 batch, self.receivers_of(batch)
             )
         return self._inherited_ids[batch]
@@ -521,7 +521,7 @@ class Acknowledger:
             if visibility is not None:
                 known = max(known, visibility.entry_expires.get(receiver, 0.0))
             if known < now + self._margin:
-                out.update(self._journal.receiver_ids(batch, receiver))
+                out.update(self._journal.entries.receiver_ids(batch, receiver))
         return out
 
     def _finish(self, batch: int, rows: int, stats: AckStats) -> None:
@@ -532,7 +532,7 @@ class Acknowledger:
             self._heartbeat.forget(batch)
         self._acked = max(self._acked, batch)
         self._on_acked(self._acked)
-        self._journal.remove_batch(batch)
+        self._journal.batches.remove(batch)
         self._pending.discard(batch)
         self._collect()
         self._limits.pop(batch, None)
@@ -550,7 +550,7 @@ class Acknowledger:
             return
         now = self._wall()
         expires = now + self._window
-        self._journal.write_dedupe(batch, sorted(uncertain), expires, now=now)
+        self._journal.dedupe.write(batch, sorted(uncertain), expires, now=now)
         for message_id in uncertain:
             self.dedupe[message_id] = expires
         stats.uncertain += len(uncertain)
@@ -565,7 +565,7 @@ class Acknowledger:
     def _acknowledge(self, batch: int, stats: AckStats) -> bool:
         """The driver deletes ``batch`` itself (no next batch's receivers will)."""
         deleted_before, failed_before = stats.deleted, stats.delete_failed
-        receipts = self._journal.batch_receipts(batch, self.receivers_of(batch))
+        receipts = self._journal.entries.batch_receipts(batch, self.receivers_of(batch))
         entries = [e for r in receipts for e in entries_of(r)]
         if self._delete and entries and self._confirm is not None:
             self._confirm()
@@ -576,7 +576,7 @@ class Acknowledger:
         if self._delete and entries and self._duplicate_window > 0:
             queue = self._caller.queue_url
             # Before the deletes: a copy SQS hands out after one must find its id here.
-            self._journal.write_window(
+            self._journal.window.write(
                 [i for r in receipts for i, q in r.journaled if not window.is_fifo(q or queue)]
                 + [
                     k

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..journal import BatchPlan, Journal
 from ..journal.lease import Lease
-from ..journal.poison import DEAD_LETTER, latest_narrowing
+from ..journal.poison import DEAD_LETTER
 from ..options import SqsOptions
 from ..sqs.batching import BatchCaller
 from ..sqs.client import SqsClient, check_permissions, make_client, queue_attributes
@@ -137,13 +137,13 @@ class Coordinator:
             self.markers.advance(initial=self.markers.planned)
         # The journal's identity goes into every offset, and every offset Spark hands back is
         # checked against what this journal numbered before anything acts on it (offsets.py).
-        self.identity = journal.identity()
+        self.identity = journal.meta.identity()
         self.guard = offsets.CheckpointGuard(
             journal.location,
             self.identity,
             known_through=self.markers.planned,
             initial=self.markers.initial,
-            read_alias=journal.read_alias,
+            read_alias=journal.aliases.read,
         )
         if run_heartbeat:
             self.heartbeat.start()
@@ -177,21 +177,21 @@ class Coordinator:
         pending: dict[int, tuple[int, ...]] = {}
         plans: dict[int, BatchPlan] = {}
         for batch in range(self.markers.acked + 1, self.markers.planned + 1):
-            plan = journal.read_plan(batch)
+            plan = journal.plans.read(batch)
             receivers = (
                 tuple(r.receiver for r in plan.receivers)
                 if plan is not None
-                else journal.live_receivers(batch)
+                else journal.batches.live_receivers(batch)
             )
             if receivers is None:
                 continue
             pending[batch] = receivers
             if plan is not None:
                 plans[batch] = plan
-        for leftover in [b for b in journal.list_batches() if b not in pending]:
+        for leftover in [b for b in journal.batches.list() if b not in pending]:
             logger.info("removing leftover journal files of finished batch %d", leftover)
-            journal.remove_batch(leftover)
-        journal.collect_aliases(self.markers.acked)
+            journal.batches.remove(leftover)
+        journal.aliases.collect(self.markers.acked)
         return pending, plans
 
     @classmethod
@@ -211,8 +211,8 @@ class Coordinator:
             queue_attributes(client, url, ["QueueArn"])
             check_permissions(client, url, delete=options.delete_on_commit)
         journal = Journal(options.journal_location, options)
-        journal.probe_writable()
-        default_queue = journal.check_owner(*queue_urls)
+        journal.meta.probe_writable()
+        default_queue = journal.meta.check_owner(*queue_urls)
         lease = Lease(
             journal.store,
             options.journal_location,
@@ -433,11 +433,11 @@ class Coordinator:
                 # A plan assigns deletes and adopts orphans, a replay runs receivers: only the
                 # journal's owner may.
                 self.lease.confirm()
-            stored = self.journal.read_plan(batch)
+            stored = self.journal.plans.read(batch)
             replay = stored is not None
             if stored is None:
                 # `spark-sqs release` replaced the plan (poison.py); else plan it now.
-                stored = poison.released_plan(self.journal, batch) or self.journal.write_plan(
+                stored = poison.released_plan(self.journal, batch) or self.journal.plans.write(
                     self._new_plan(batch, first)
                 )
                 if self.lease is not None:
@@ -479,7 +479,7 @@ class Coordinator:
             if replay:
                 # The stored drop set was made by a driver whose heartbeat kept the pending
                 # batches invisible; if it died, their messages may be visible again now.
-                replay_drops = self.journal.write_drops(
+                replay_drops = self.journal.drops.write(
                     self.acknowledger.drop_ids(batch, receive_window=self._receive_window()),
                     batch,
                 )
@@ -504,7 +504,7 @@ class Coordinator:
         now on, also after a restart (an alias recorded by key)."""
         foreign = self.guard.foreign(end)
         assert foreign is not None
-        self.journal.write_alias(foreign, offsets.batch_of(end), first)
+        self.journal.aliases.write(foreign, offsets.batch_of(end), first)
         self.guard.planned.add(first)
         self._last_end = first
         logger.warning(
@@ -531,7 +531,7 @@ class Coordinator:
         for orphan in orphans:
             # Before their entries are listed: a task of a dead driver still running one of
             # them must stop before it deletes messages this plan would not deliver.
-            self.journal.retire(orphan)
+            self.journal.batches.retire(orphan)
         adopted = self._adoptable(orphans, carries)
         limit = self._limits.pop(batch, None)
         if limit is None:
@@ -554,7 +554,7 @@ class Coordinator:
             limit,
             self.options.num_partitions,
             adopted=adopted,
-            drops=self.journal.write_drops(drop_ids, batch),
+            drops=self.journal.drops.write(drop_ids, batch),
             drop_count=len(drop_ids),
             delete_after_journal=self.options.delete_after_journal,
             acknowledging=bool(self.acknowledger.unassigned(first)),
@@ -616,13 +616,15 @@ class Coordinator:
         origin_of: dict[tuple[int, int], tuple[int, int]] = {}
         chosen: dict[tuple[int, int], tuple[int, int]] = {}
         for orphan in sorted(orphans):
-            plan = self.journal.read_plan(orphan)
+            plan = self.journal.plans.read(orphan)
             receivers = self.acknowledger.receivers_of(orphan) or (
-                self.journal.live_receivers(orphan) or ()
+                self.journal.batches.live_receivers(orphan) or ()
             )
             expected = carries.get(orphan, ())
             for receiver in sorted(set(receivers) | set(expected)):
-                if receiver not in expected and not self.journal.has_journaled(orphan, receiver):
+                if receiver not in expected and not self.journal.entries.has_journaled(
+                    orphan, receiver
+                ):
                     continue
                 here = (orphan, receiver)
                 planned = plan.receiver(receiver) if plan is not None else None
@@ -646,7 +648,7 @@ class Coordinator:
         copied = 0
         # An orphan narrowed by poisonMessagePolicy=deadLetter delivers only what its latest
         # step keeps: the rest is in its carry batch (adopted as well) or quarantined.
-        narrowed = {o: n for o in orphans if (n := latest_narrowing(self.journal, o))}
+        narrowed = {o: n for o in orphans if (n := self.journal.poison.latest_narrowing(o))}
         for orphan, narrowing in narrowed.items():
             if self.quarantine is None:
                 raise poison.narrowed_without_policy(self.options, orphan)
@@ -656,7 +658,7 @@ class Coordinator:
                 orphan, source = receiver.adopt_from
                 step = narrowed.get(orphan)
                 keep = step.keep.get(source) if step is not None else None
-                copied += self.journal.adopt_entry(
+                copied += self.journal.entries.adopt(
                     orphan, source, plan.batch, receiver.receiver, keep=keep
                 )
         if self.quarantine is not None:
@@ -666,7 +668,7 @@ class Coordinator:
             for orphan in orphans:
                 self.quarantine.adopted(orphan)
         for orphan in orphans:
-            self.journal.remove_batch(orphan)
+            self.journal.batches.remove(orphan)
             self.acknowledger.forget(orphan)
         logger.warning(
             "batch %d: delivers %d journal entries (%d copied now) of batches %s, which this "
@@ -705,7 +707,7 @@ class Coordinator:
             # A batch narrowed under deadLetter holds messages carried out or being quarantined:
             # only that policy finishes them (a replay under `fail` would deliver them twice).
             for batch in self.acknowledger.pending:
-                if latest_narrowing(self.journal, batch) is not None:
+                if self.journal.poison.latest_narrowing(batch) is not None:
                     raise poison.narrowed_without_policy(self.options, batch)
             return
         dead_letters = {

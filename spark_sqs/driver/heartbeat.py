@@ -298,12 +298,12 @@ class Heartbeat:
                 # batch was planned, by extend_by.
                 until = planned_at + extend_by
                 if until - self._clock() > ahead:
-                    marked = self._journal.extended_receivers(batch, unseen)
+                    marked = self._journal.entries.extended_receivers(batch, unseen)
                     held += [(batch, r, until) for r in marked]
             for receiver in unseen:
                 if receiver in marked:
                     continue
-                receipts = self._journal.read_receipts(batch, receiver)
+                receipts = self._journal.entries.read_receipts(batch, receiver)
                 if receipts is not None:
                     found.append(receipts)
         with self.lock:

@@ -98,7 +98,7 @@ class BatchReporter:
             counters["inFlightMessages"],
         )
         try:
-            self._journal.write_metrics(counters["batch"], counters)
+            self._journal.metrics.write(counters["batch"], counters)
         except SqsSourceError as exc:
             logger.warning("could not write the metrics of batch %d: %s", counters["batch"], exc)
         return counters

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ..errors import InvalidOptionError, JournalError
+from ..errors import InvalidOptionError
 from ..journal import window
 from ..journal.poison import (
     CARRY,
@@ -30,13 +30,8 @@ from ..journal.poison import (
     Attempt,
     Narrowing,
     attempts_by_step,
-    batch_dir,
-    batch_names,
     first_attempt,
     keep_only,
-    latest_narrowing,
-    narrowing_key,
-    read_attempts,
 )
 from ..schema import RECEIPT_HANDLE
 from ..sqs.client import SqsClient
@@ -150,18 +145,18 @@ class Quarantine:
     def prepare_replay(self, batch: int, receivers: list[int]) -> Narrowing | None:
         """Finish what a crash left of the latest step, then take the next one if the batch's
         attempts call for it. Returns the step the replay runs under."""
-        names = batch_names(self.journal, batch)
-        narrowing = latest_narrowing(self.journal, batch, names)
+        records = self.journal.poison
+        names = records.names(batch)
+        narrowing = records.latest_narrowing(batch, names)
         if narrowing is not None:
             self.complete(batch, narrowing)
-        attempts = read_attempts(self.journal, batch, names)
+        attempts = records.attempts(batch, names)
         suspect = SUSPECT in names
         threshold = 1 if suspect else self.options.max_batch_attempts
         suspect_ids: frozenset[str] = frozenset()
         if suspect:
-            data = self.journal.store.read(f"{batch_dir(batch)}/{SUSPECT}")
-            suspect_ids = frozenset(json.loads(data).get("ids", ())) if data else frozenset()
-        tables = {r: t for r in receivers if (t := self.journal.read_entry(batch, r)) is not None}
+            suspect_ids = records.suspect_ids(batch)
+        tables = {r: t for r in receivers if (t := self.journal.entries.read(batch, r)) is not None}
         attempts += [
             Attempt(r, first, 0)
             for r, t in tables.items()
@@ -183,12 +178,7 @@ class Quarantine:
             quarantined=(decision.quarantined[1],) if decision.quarantined else (),
             attempts=total,
         )
-        key = f"{batch_dir(batch)}/_narrow-{step:04d}.json"
-        if not self.journal.store.create(key, new.to_json()):
-            data = self.journal.store.read(key)
-            if data is None:
-                raise JournalError(f"narrowing record {key} exists but cannot be read")
-            new = Narrowing.from_json(data)
+        new = records.write_narrowing(batch, new)
         kept = sum(len(ids) for ids in new.keep.values())
         if new.quarantined:
             logger.warning(
@@ -230,7 +220,7 @@ class Quarantine:
         finished. Under another policy a narrowed orphan is refused when adopted."""
         carries: dict[int, tuple[int, ...]] = {}
         for orphan in orphans:
-            step = latest_narrowing(self.journal, orphan)
+            step = self.journal.poison.latest_narrowing(orphan)
             if step is None or step.carry_batch is None or self._adopted(orphan, step):
                 continue
             carries[step.carry_batch] = tuple(sorted(step.carried))
@@ -238,24 +228,21 @@ class Quarantine:
 
     def _adopted(self, batch: int, narrowing: Narrowing) -> bool:
         """True once a plan adopted the carry batch of ``batch``'s step ``narrowing``."""
-        return self.journal.store.read(carried_key(batch, narrowing.step)) is not None
+        return self.journal.poison.carry_adopted(batch, narrowing.step)
 
     def _carry(self, batch: int, narrowing: Narrowing, tables: Mapping[int, pa.Table]) -> None:
         carry = narrowing.carry_batch
         assert carry is not None
-        store = self.journal.store
         if self._adopted(batch, narrowing):
             # A later batch adopted the carry batch and removed it: creating it again would
             # deliver its messages a second time.
             return
         # The marker first: it is what makes the adopting batch a suspect one.
-        # Its receivers are named, so that they are read by key (never found by a LIST).
-        marker = {"from": batch, "step": narrowing.step, "receivers": sorted(narrowing.carried)}
-        store.create(f"{batch_dir(carry)}/{CARRY}", json.dumps(marker, sort_keys=True).encode())
+        self.journal.poison.write_carry(carry, batch, narrowing.step, sorted(narrowing.carried))
         for receiver, ids in sorted(narrowing.carried.items()):
             table = tables.get(receiver)
             if table is None:
-                table = self.journal.read_entry(batch, receiver)
+                table = self.journal.entries.read(batch, receiver)
             if table is None:
                 # Only possible once the batch was acknowledged, after its carry was adopted.
                 continue
@@ -263,16 +250,14 @@ class Quarantine:
             metadata = {
                 k: v for k, v in (carried.schema.metadata or {}).items() if k != FIRST_ATTEMPT
             }
-            self.journal.write_entry(carry, receiver, carried.replace_schema_metadata(metadata))
+            self.journal.entries.write(carry, receiver, carried.replace_schema_metadata(metadata))
         self._track(carry, receivers=tuple(sorted(narrowing.carried)))
 
     def _quarantine(
         self, batch: int, narrowing: Narrowing, message_id: str, tables: Mapping[int, pa.Table]
     ) -> None:
-        store = self.journal.store
-        decision_key = f"quarantine/{batch:012d}-{message_id}.json"
-        sent_key = f"quarantine/{batch:012d}-{message_id}.sent"
-        if store.read(sent_key) is not None:
+        records = self.journal.poison
+        if records.quarantine_sent(batch, message_id):
             return
         row = self._row(batch, message_id, tables)
         if row is None:
@@ -293,12 +278,8 @@ class Quarantine:
             "quarantineId": quarantine_id(self.options.journal_location, source, message_id),
         }
         # The decision before the send: a crash after it is finished by the next plan.
-        store.create(
-            decision_key,
-            json.dumps(
-                {**info, "deadLetterQueue": dead_letter, "decidedAt": time.time()},
-                sort_keys=True,
-            ).encode(),
+        records.write_quarantine(
+            batch, message_id, {**info, "deadLetterQueue": dead_letter, "decidedAt": time.time()}
         )
         request = dead_letter_request(dead_letter, row, info)
         try:
@@ -313,7 +294,7 @@ class Quarantine:
                 "'deadLetterQueueUrl' to a queue this query may send to; the next run retries",
                 retriable=err.retriable,
             ) from None
-        store.create(sent_key, b"")
+        records.mark_quarantine_sent(batch, message_id)
         logger.warning(
             "batch %d: message %s sent to the dead-letter queue %s",
             batch,
@@ -323,7 +304,7 @@ class Quarantine:
         if self.options.duplicate_window > 0 and not window.is_fifo(source):
             # Before the delete, like every acknowledgement: a copy SQS hands out afterwards
             # must not reach the sink (the message is in the dead-letter queue).
-            self.journal.write_window(
+            self.journal.window.write(
                 [message_id],
                 batch=batch,
                 who="q-" + hashlib.sha256(message_id.encode()).hexdigest()[:12],
@@ -343,8 +324,8 @@ class Quarantine:
     ) -> dict[str, Any] | None:
         sources = dict(tables)
         if not sources:
-            for receiver in self.journal.live_receivers(batch) or ():
-                table = self.journal.read_entry(batch, receiver)
+            for receiver in self.journal.batches.live_receivers(batch) or ():
+                table = self.journal.entries.read(batch, receiver)
                 if table is not None:
                     sources[receiver] = table
         for table in sources.values():
@@ -357,13 +338,12 @@ class Quarantine:
         """``carry``, a batch of carried messages, was adopted by a later batch (every copy
         exists) and is about to be removed: its narrowed batch records it, so that finishing
         that batch's step again never creates the carry batch anew."""
-        data = self.journal.store.read(f"{batch_dir(carry)}/{CARRY}")
-        if data is None:
+        doc = self.journal.poison.read_carry(carry)
+        if doc is None:
             return
-        doc = json.loads(data)
         source, step = int(doc["from"]), int(doc["step"])
-        if self.journal.read_plan(source) is not None:
-            self.journal.store.create(carried_key(source, step), b"")
+        if self.journal.plans.read(source) is not None:
+            self.journal.poison.mark_carry_adopted(source, step)
 
     def inherit(self, batch: int, orphans: list[int]) -> None:
         """A new plan adopts ``orphans``: if any is a carry batch, the plan's batch is suspect
@@ -376,12 +356,11 @@ class Quarantine:
         newest = max(carries)
         ids = [
             i
-            for r in self.journal.live_receivers(newest) or ()
-            if (t := self.journal.read_entry(newest, r)) is not None
+            for r in self.journal.batches.live_receivers(newest) or ()
+            if (t := self.journal.entries.read(newest, r)) is not None
             for i in t.column("messageId").to_pylist()
         ]
-        doc = {"carriedFrom": newest, "ids": ids}
-        self.journal.store.create(f"{batch_dir(batch)}/{SUSPECT}", json.dumps(doc).encode())
+        self.journal.poison.write_suspect(batch, newest, ids)
 
 
 def narrowed_without_policy(options: SqsOptions, batch: int) -> InvalidOptionError:
@@ -397,14 +376,9 @@ def narrowed_without_policy(options: SqsOptions, batch: int) -> InvalidOptionErr
     )
 
 
-def carried_key(batch: int, step: int) -> str:
-    """Marks that the carry batch of ``batch``'s narrowing ``step`` was adopted (``adopted``)."""
-    return f"{batch_dir(batch)}/_carried-{step:04d}.json"
-
-
 def carry_batches(journal: Journal, batches: list[int]) -> list[int]:
     """Those of ``batches`` that hold messages carried out of a narrowed batch."""
-    return [b for b in batches if journal.store.read(f"{batch_dir(b)}/{CARRY}") is not None]
+    return [b for b in batches if journal.poison.is_carry(b)]
 
 
 def quarantine_id(journal_location: str, queue_url: str, message_id: str) -> str:
@@ -490,14 +464,16 @@ def release_batch(
     from ..journal import BatchPlan, ReceiverPlan
     from ..sqs.batching import BatchCaller, Entry
 
-    names = batch_names(journal, batch)
+    names = journal.poison.names(batch)
     handles: dict[str, tuple[str, str | None]] = {}
     tables = []
-    for receiver in journal.live_receivers(batch) or ():
-        table = journal.read_entry(batch, receiver)
+    for receiver in journal.batches.live_receivers(batch) or ():
+        table = journal.entries.read(batch, receiver)
         # A receiver that died mid-loop under deleteAfterJournal has parts and no entry.
         tables += (
-            [table] if table is not None else [t for _, t in journal.read_parts(batch, receiver)]
+            [table]
+            if table is not None
+            else [t for _, t in journal.entries.read_parts(batch, receiver)]
         )
     for table in tables:
         ids = table.column("messageId").to_pylist()
@@ -515,10 +491,9 @@ def release_batch(
             )
         )
     carries = sorted(
-        {s.carry_batch for s in _steps(journal, batch, names) if s.carry_batch is not None}
+        {s.carry_batch for s in journal.poison.steps(batch) if s.carry_batch is not None}
     )
-    marker_key = f"{batch_dir(batch)}/{RELEASED}"
-    plan = journal.read_plan(batch)
+    plan = journal.plans.read(batch)
     zero = None
     if plan is not None:
         zero = BatchPlan(
@@ -531,19 +506,14 @@ def release_batch(
     doc = {"releasedAt": time.time(), "messages": len(handles)}
     if zero is not None:
         doc["plan"] = json.loads(zero.to_json())
-    if not journal.store.create(marker_key, json.dumps(doc, sort_keys=True).encode()):
-        data = journal.store.read(marker_key)
-        doc = json.loads(data) if data else doc
+    doc = journal.poison.write_released(batch, doc)
     for carry in carries:
-        journal.remove_batch(carry)
-    for name in names:
-        if name not in ("_plan.json", RELEASED):
-            journal.store.delete(f"{batch_dir(batch)}/{name}")
+        journal.batches.remove(carry)
+    journal.poison.remove_released_files(batch, names)
     if "plan" in doc:
-        stored = journal.read_plan(batch)
+        stored = journal.plans.read(batch)
         if stored is None or any(r.limit or r.adopt_from for r in stored.receivers):
-            journal.store.delete(f"{batch_dir(batch)}/_plan.json")
-            journal.store.create(f"{batch_dir(batch)}/_plan.json", json.dumps(doc["plan"]).encode())
+            journal.plans.replace(batch, json.dumps(doc["plan"]).encode())
     result = BatchCaller(client, queue_url).change_visibility(
         [Entry(i, h, q) for i, (h, q) in sorted(handles.items())], 0
     )
@@ -559,28 +529,20 @@ def release_batch(
 def released_plan(journal: Journal, batch: int) -> BatchPlan | None:
     """The zero plan of a released batch whose plan a crashed release left missing, written
     back (None if the batch was not released)."""
-    plan = journal.released_plan(batch)
-    return None if plan is None else journal.write_plan(plan)
-
-
-def _steps(journal: Journal, batch: int, names: list[str]) -> list[Narrowing]:
-    """Every narrowing step of the batch, by key (steps are dense from 1)."""
-    out = []
-    while (data := journal.store.read(narrowing_key(batch, len(out) + 1))) is not None:
-        out.append(Narrowing.from_json(data))
-    return out
+    plan = journal.poison.released_plan(batch)
+    return None if plan is None else journal.plans.write(plan)
 
 
 def batch_report(journal: Journal, batch: int) -> dict[str, Any]:
     """What ``spark-sqs inspect`` shows of a batch's attempts and narrowing."""
-    names = batch_names(journal, batch)
-    attempts = read_attempts(journal, batch, names)
-    for receiver in journal.live_receivers(batch) or ():
-        table = journal.read_entry(batch, receiver) if receiver < ADOPTED_FROM else None
+    names = journal.poison.names(batch)
+    attempts = journal.poison.attempts(batch, names)
+    for receiver in journal.batches.live_receivers(batch) or ():
+        table = journal.entries.read(batch, receiver) if receiver < ADOPTED_FROM else None
         first = first_attempt(table) if table is not None else None
         if first is not None:
             attempts.append(Attempt(receiver, first, 0))
-    steps = _steps(journal, batch, names)
+    steps = journal.poison.steps(batch)
     return {
         "attempts": len({a.key for a in attempts}),
         "attemptsByStep": {str(k): v for k, v in sorted(attempts_by_step(attempts).items())},
@@ -596,18 +558,5 @@ def batch_report(journal: Journal, batch: int) -> dict[str, Any]:
 def _carried_from(journal: Journal, batch: int, names: list[str]) -> int | None:
     if CARRY not in names:
         return None
-    data = journal.store.read(f"{batch_dir(batch)}/{CARRY}")
-    return None if data is None else int(json.loads(data)["from"])
-
-
-def quarantined(journal: Journal) -> list[dict[str, Any]]:
-    """Every quarantine decision in the journal, with whether it was sent."""
-    keys = journal.store.list("quarantine")
-    sent = {k.removesuffix(".sent") for k in keys if k.endswith(".sent")}
-    out = []
-    for key in keys:
-        if key.endswith(".json"):
-            data = journal.store.read(key)
-            if data is not None:
-                out.append({**json.loads(data), "sent": key.removesuffix(".json") in sent})
-    return out
+    doc = journal.poison.read_carry(batch)
+    return None if doc is None else int(doc["from"])

@@ -1,6 +1,6 @@
 """The journal's state markers as the driver that holds the lease knows them. Runs on: driver.
 
-The state is three numbers kept as marker objects (``Journal.read_state``/``write_state``):
+The state is three numbers kept as marker objects (``journal.state``, journal/state.py):
 the newest batch planned (confirmed by key: numbers are never handed out twice), the newest
 acknowledged (a lower bound: which batches are pending is read by key), and the offset first
 handed to Spark.
@@ -24,12 +24,12 @@ logger = logging.getLogger(__name__)
 class StateMarkers:
     def __init__(self, journal: Journal, owner: str = "") -> None:
         self._journal = journal
-        # The run that writes the markers: named in each planned marker (Journal.write_state).
+        # The run that writes the markers: named in each planned marker (``State.write``).
         self.owner = owner
-        current = journal.read_state()
+        current = journal.state.read()
         if current.retired:
             # An earlier version kept retirements in the state; they are the batches' own now.
-            journal.retire_legacy_markers(current.retired)
+            journal.state.retire_legacy(current.retired)
             current = replace(current, retired=frozenset())
         self.current: JournalState = current
 
@@ -49,7 +49,7 @@ class StateMarkers:
         self, *, planned: int | None = None, acked: int | None = None, initial: int | None = None
     ) -> None:
         """Record the given numbers; a number that is not newer than the known one is kept.
-        Each marker is created before the older one is removed (``Journal.write_state``)."""
+        Each marker is created before the older one is removed (``State.write``)."""
         known = self.current
         state = replace(
             known,
@@ -57,7 +57,7 @@ class StateMarkers:
             acked_batch=known.acked_batch if acked is None else acked,
             initial_batch=known.initial_batch if initial is None else initial,
         )
-        self._journal.write_state(state, known=known, owner=self.owner)
+        self._journal.state.write(state, known=known, owner=self.owner)
         self.current = state
         logger.debug(
             "journal state: planned %d, acknowledged %d", state.planned_batch, state.acked_batch

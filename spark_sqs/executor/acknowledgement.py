@@ -52,7 +52,7 @@ def record_window(
     if seconds <= 0:
         return
     ids = [i for i, q in message_ids if not window.is_fifo(q or queue_url)]
-    journal.write_window(ids, batch=batch, who=who, expires_at=now + seconds)
+    journal.window.write(ids, batch=batch, who=who, expires_at=now + seconds)
 
 
 def acknowledge_assigned(
@@ -80,7 +80,7 @@ def acknowledge_assigned(
     found = [
         receipts
         for a in assignments
-        if (receipts := journal.read_receipts(a.batch, a.receiver)) is not None
+        if (receipts := journal.entries.read_receipts(a.batch, a.receiver)) is not None
     ]
     # Before any delete: a copy SQS delivers after it must find its id in the window.
     record_window(

@@ -5,7 +5,7 @@ read every journal entry's receipt handles and extend every message itself: work
 on one process. Instead the batch's plan (``BatchPlan.extend_by``, decided by the driver)
 asks each receiver to extend its own messages right after its entry is journaled, by the
 heartbeat's reach, and then to create an empty marker whose name holds the deadline reached
-(``Journal.write_extension``). The heartbeat learns every deadline from the LIST of the batch it
+(``Entries.write_extension``). The heartbeat learns every deadline from the LIST of the batch it
 makes anyway and reads an entry only when it has no marker or its deadline nears.
 
 Order and crashes: the entry first (the durable record: the messages may then stay invisible
@@ -76,7 +76,7 @@ def extend_journaled(
                 )
                 return False
         # Floored, and taken before the call: the messages stay invisible at least this long.
-        journal.write_extension(batch, receiver, int(now) + reach)
+        journal.entries.write_extension(batch, receiver, int(now) + reach)
         logger.debug(
             "batch %d receiver %d: extended %d messages by %ds",
             batch,

@@ -8,7 +8,6 @@ side (narrowing, quarantine, release) is ``spark_sqs.driver.poison``.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -56,12 +55,10 @@ def record_attempt(journal: Journal, batch: int, receiver: int, key: str, step: 
     removed: its record would outlive the batch. The acknowledgement marks the batch finished
     before it removes the files, so a record created before that marker is removed with them,
     and one created after it sees the marker here and removes itself."""
-    name = f"{records.batch_dir(batch)}/attempts/{receiver:05d}-{key}-n{step}.json"
-    doc = {"receiver": receiver, "attempt": key, "step": step, "at": time.time()}
     try:
-        journal.store.create(name, json.dumps(doc, sort_keys=True).encode())
-        if journal.is_finished(batch):
-            journal.store.delete(name)
+        journal.poison.write_attempt(batch, receiver, key, step, time.time())
+        if journal.batches.is_finished(batch):
+            journal.poison.remove_attempt(batch, receiver, key, step)
     except JournalError as exc:
         logger.warning(
             "batch %d receiver %d: could not record the attempt: %s", batch, receiver, exc
@@ -72,13 +69,13 @@ def on_replay(journal: Journal, partition: ReceiverPartition, table: pa.Table) -
     """A receiver found its entry (a retried task, a replay): record the attempt, then either
     refuse (``fail``, too many attempts) or deliver what the batch's narrowing keeps."""
     options = partition.options
-    names = records.batch_names(journal, partition.batch)
-    narrowing = records.latest_narrowing(journal, partition.batch, names)
+    names = journal.poison.names(partition.batch)
+    narrowing = journal.poison.latest_narrowing(partition.batch, names)
     step = narrowing.step if narrowing is not None else 0
     key = attempt_key(getattr(partition, "run", ""))
     record_attempt(journal, partition.batch, partition.receiver, key, step)
     if options.poison_message_policy == records.FAIL:
-        earlier = {a.key for a in records.read_attempts(journal, partition.batch, names)}
+        earlier = {a.key for a in journal.poison.attempts(partition.batch, names)}
         first = records.first_attempt(table)
         if first is not None and partition.receiver < ADOPTED_FROM:
             earlier.add(first)

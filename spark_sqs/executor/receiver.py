@@ -305,7 +305,7 @@ def read_partition(
     clocks = _Clocks(clock, wall_clock, sleep)
     if journal is None:
         journal = Journal(options.journal_location, options)
-    table = journal.read_entry(partition.batch, partition.receiver)
+    table = journal.entries.read(partition.batch, partition.receiver)
     if table is not None:
         # Poison batches (poison.py): count this attempt; refuse (policy fail) or deliver only
         # what a narrowed batch keeps (policy deadLetter).
@@ -319,7 +319,7 @@ def read_partition(
         )
         yield from output_batches(table, options.sns)
         return
-    plan = journal.read_plan(partition.batch)
+    plan = journal.plans.read(partition.batch)
     mine = plan.receiver(partition.receiver) if plan is not None else None
     if plan is None or mine is None:
         if plan is None and _removed_long_ago(journal, partition):
@@ -332,7 +332,7 @@ def read_partition(
             "straggling attempt of a batch that was acknowledged meanwhile fails like this too; "
             "Spark discards it.)"
         )
-    if journal.batch_status(partition.batch) == RETIRED_STATUS:
+    if journal.batches.status(partition.batch) == RETIRED_STATUS:
         # A task of a dead driver: a later batch delivers this orphan's entries.
         logger.warning(
             "batch %d receiver %d: the batch was adopted by a later batch; this attempt "
@@ -357,14 +357,14 @@ def read_partition(
     partition = replace(
         partition, max_messages=mine.limit, visible=mine.visible, max_bytes=mine.max_bytes
     )
-    drop_ids = journal.read_drops(plan.drops)
+    drop_ids = journal.drops.read(plan.drops)
     if partition.replay:
         # After a restart, journaled messages may have become visible again (no heartbeat
         # ran): other receivers' of this batch, and those of earlier pending batches.
         drop_ids = (
             drop_ids
-            | journal.read_drops(partition.replay_drops)
-            | journal.batch_message_ids(
+            | journal.drops.read(partition.replay_drops)
+            | journal.entries.batch_message_ids(
                 partition.batch, (r.receiver for r in plan.receivers), but=partition.receiver
             )
         )
@@ -426,7 +426,7 @@ def read_partition(
     memory.release(stats.bytes)
     table = table.replace_schema_metadata(metadata)
     try:
-        written = journal.write_entry(partition.batch, partition.receiver, table)
+        written = journal.entries.write(partition.batch, partition.receiver, table)
     except JournalOutcomeUnknown:
         # The entry may exist (or appear later): its messages must stay invisible, held by
         # it. A retry of this task replays it if it landed; if not, they reappear after the
@@ -439,7 +439,7 @@ def read_partition(
     if not written:
         # Another attempt of this task journaled first (or our own PUT was retried after its
         # answer was lost): the stored entry is the batch's rows. Release only what it lacks.
-        stored = journal.read_entry(partition.batch, partition.receiver)
+        stored = journal.entries.read(partition.batch, partition.receiver)
         if stored is None:
             raise JournalError(
                 f"batch {partition.batch} receiver {partition.receiver}: the journal entry "
@@ -462,7 +462,7 @@ def read_partition(
             # attempt received. Nothing of ours reached a sink: remove our entry first, then
             # hand the messages back (a crash between leaves them invisible until the
             # timeout, not lost).
-            journal.remove_entry(partition.batch, partition.receiver)
+            journal.entries.remove(partition.batch, partition.receiver)
             _release(client, partition, table, clocks)
         # Retired: the adoption may have copied our entry (it reads entries after retiring the
         # batch); it stays, and so do its messages' handles, for whoever delivers them.
@@ -592,15 +592,15 @@ def _held_elsewhere(
     for batch in plan.pending:
         if batch == partition.batch:
             receivers: tuple[int, ...] | None = tuple(r.receiver for r in plan.receivers)
-        elif journal.batch_status(batch) != LIVE:
+        elif journal.batches.status(batch) != LIVE:
             # Acknowledged (its messages were deleted: a copy is the duplicate window's), or
             # retired: what it held was copied into the batch that adopted it, and what a
             # task of a dead driver wrote there afterwards is delivered by nobody.
             continue
         else:
-            receivers = journal.live_receivers(batch)
+            receivers = journal.batches.live_receivers(batch)
         if receivers:
-            ids |= journal.batch_message_ids(
+            ids |= journal.entries.batch_message_ids(
                 batch, receivers, but=partition.receiver if batch == partition.batch else None
             )
     return frozenset(ids)
@@ -672,11 +672,11 @@ def _without_siblings_ids(
     after a journal write that landed after its handles expired (docs/design.md, "Stalls"):
     the lowest receiver that holds it delivers it, on every replay alike. Read by key, on
     replays only."""
-    plan = journal.read_plan(partition.batch)
+    plan = journal.plans.read(partition.batch)
     lower = [r.receiver for r in plan.receivers if r.receiver < partition.receiver] if plan else []
     if not lower or table.num_rows == 0:
         return table
-    theirs = set(journal.batch_message_ids(partition.batch, lower))
+    theirs = set(journal.entries.batch_message_ids(partition.batch, lower))
     if not theirs.intersection(table.column("messageId").to_pylist()):
         return table
     logger.warning(
@@ -692,8 +692,8 @@ def _finished(journal: Journal, partition: ReceiverPartition) -> str | None:
     """Why no attempt of this batch may keep what it journaled any more, or None while the
     batch is live: ``"removed"`` (acknowledged and removed: a straggler, e.g. of speculation)
     or ``"retired"`` (an orphan that a later batch delivers: a task of a dead driver). Read by
-    key (``Journal.batch_status``), never from a LIST that may lag."""
-    status = journal.batch_status(partition.batch)
+    key (``Batches.status``), never from a LIST that may lag."""
+    status = journal.batches.status(partition.batch)
     if status == LIVE:
         return None
     logger.warning(
@@ -709,7 +709,7 @@ def _removed_long_ago(journal: Journal, partition: ReceiverPartition) -> bool:
     """An attempt that found no plan: a straggler of a batch acknowledged and removed before it
     started, if the state says the batch is acknowledged (a LIST: a listing that lags only
     turns this quiet return into the error the caller raises, which Spark discards too)."""
-    if partition.batch > journal.read_state().acked_batch:
+    if partition.batch > journal.state.read().acked_batch:
         return False
     logger.warning(
         "batch %d receiver %d: batch already acknowledged; this attempt delivers nothing",
@@ -760,7 +760,7 @@ def _read_deleting_after_journal(
     """
     clocks = clocks or _Clocks()
     # Their ids and metadata only: the bodies stay in the store (the memory bound).
-    earlier = journal.read_parts(partition.batch, partition.receiver, ID_COLUMNS)
+    earlier = journal.entries.read_parts(partition.batch, partition.receiver, ID_COLUMNS)
     stopped_by = ""
     if not _sealed(earlier):
         stopped_by, received = _receive_parts(
@@ -773,11 +773,11 @@ def _read_deleting_after_journal(
     del earlier
     written, pending = _seal(journal, partition, clocks, stopped_by)
     if written and _finished(journal, partition) == REMOVED:
-        journal.remove_entry(partition.batch, partition.receiver)
+        journal.entries.remove(partition.batch, partition.receiver)
         return
     # Written part by part (never all parts in memory at once), read back whole to be yielded:
     # the stored entry is the batch's rows, this attempt's or a concurrent one's.
-    combined = journal.read_entry(partition.batch, partition.receiver)
+    combined = journal.entries.read(partition.batch, partition.receiver)
     if combined is None:
         raise JournalError(
             f"batch {partition.batch} receiver {partition.receiver}: the journal entry "
@@ -852,7 +852,9 @@ def _receive_parts(
             }
         )
         try:
-            created = journal.write_part(partition.batch, partition.receiver, next_part, table)
+            created = journal.entries.write_part(
+                partition.batch, partition.receiver, next_part, table
+            )
         except JournalOutcomeUnknown:
             # The part may exist: keep its messages invisible; the seal decides.
             raise _StopReceiving from None
@@ -862,7 +864,9 @@ def _receive_parts(
         if not created:
             # A concurrent attempt took this number: it goes on; we stop without deleting, and
             # hand back only what its part lacks (FIFO twins got the same messages).
-            theirs = journal.read_part(partition.batch, partition.receiver, next_part, ID_COLUMNS)
+            theirs = journal.entries.read_part(
+                partition.batch, partition.receiver, next_part, ID_COLUMNS
+            )
             held = set(theirs.column("messageId").to_pylist()) if theirs is not None else set()
             _release(client, partition, _without(table, held), clocks)
             raise _StopReceiving
@@ -921,12 +925,12 @@ def _seal(
     empty = messages_to_table([], partition.queue_url, sns=partition.options.sns)
     while True:
         # Ids and metadata (where the seal is marked) only: the bodies are read once, below.
-        parts = journal.read_parts(partition.batch, partition.receiver, ID_COLUMNS)
+        parts = journal.entries.read_parts(partition.batch, partition.receiver, ID_COLUMNS)
         seal = next((k for k, t in parts if SEAL in (t.schema.metadata or {})), None)
         if seal is None:
             seal = parts[-1][0] + 1 if parts else 0
             marker = empty.replace_schema_metadata({SEAL: b"1"})
-            if not journal.write_part(partition.batch, partition.receiver, seal, marker):
+            if not journal.entries.write_part(partition.batch, partition.receiver, seal, marker):
                 continue
         below = [(k, t) for k, t in parts if k < seal]
         break
@@ -942,7 +946,7 @@ def _seal(
         **merged_metadata(t.schema.metadata for _, t in below),
         **({STOPPED_BY: stopped_by.encode()} if stopped_by else {}),
     }
-    written = journal.write_entry_from_parts(
+    written = journal.entries.write_from_parts(
         partition.batch, partition.receiver, [k for k, _ in below], metadata, empty.schema
     )
     return written, ids

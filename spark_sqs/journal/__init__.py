@@ -1,39 +1,37 @@
 """The journal: the durable record of what was received. Runs on: driver and executors.
 
-``entries`` holds the record types and the ``Journal`` (entries, plans, drop sets, state
-markers); ``stores`` the create-if-absent stores (local files, S3) it writes through;
-``reports`` the acknowledgement reports receivers write for the driver; ``lease`` the
-single-owner lease of a journal; ``poison`` the records of poison batches
-(attempts, narrowing steps, carries) that the driver and the executors both read; ``window``
-the ids of acknowledged messages kept for ``duplicateWindow``.
+One small record kind per module, each owning its keys, all over one store (``stores``, the
+create-if-absent stores, local files and S3): ``plans``, ``batches`` (a batch's life),
+``entries`` (receivers' entries and parts; also the ``Journal`` that holds the store and one
+object per kind), ``drops``, ``dedupe``, ``state`` (markers), ``window`` (ids of acknowledged
+messages kept for ``duplicateWindow``), ``metrics``, ``aliases``, ``meta`` (identity, ownership,
+the store probe), ``poison`` (attempts, narrowing steps, carries, quarantine, release),
+``reports`` (acknowledgement reports) and ``lease`` (the single-owner lease). docs/design.md
+("The journal") lists every key.
 """
 
+from .batches import LIVE, REMOVED, RETIRED_STATUS
+from .dedupe import EXPIRES_AT
 from .entries import (
     BYTES,
     DROPPED,
     EXPIRED_DROPPED,
-    EXPIRES_AT,
     ID_COLUMNS,
-    LIVE,
     PENDING_DELETE,
     RECEIPT_COLUMNS,
     RECEIVED_AT,
-    REMOVED,
-    RETIRED_STATUS,
     SEAL,
     WINDOW_DROPPED,
     WINDOW_KEYS,
-    AckAssignment,
     AckedEntry,
     AckReport,
-    BatchPlan,
     EntryReceipts,
     Journal,
-    JournalState,
-    ReceiverPlan,
     receipts_of,
 )
+from .plans import AckAssignment, BatchPlan, ReceiverPlan
 from .reports import STOPPED_BY
+from .state import JournalState
 from .stores import JournalStore, LocalStore, S3Store, check_location, open_store
 
 __all__ = [

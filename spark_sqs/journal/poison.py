@@ -31,6 +31,17 @@ handles may have expired, and a message made visible again could be received und
 own drop set), and batch N's acknowledgement may delete them from SQS as for every other message
 of N, because the journal, not the queue, holds them from then on (as with
 ``deleteAfterJournal``).
+
+Keys (``PoisonRecords`` builds them all)::
+
+    batches/<N>/attempts/<receiver>-<run>-s<S>-t<T>-n<step>.json   an attempt that read N
+    batches/<N>/_narrow-<step>.json       a narrowing step of N
+    batches/<X>/_carry.json               X holds messages carried out of a narrowed batch
+    batches/<N>/_carried-<step>.json      the carry batch of N's step was adopted
+    batches/<N>/_suspect.json             N adopted a carry batch: narrowed after one failure
+    batches/<N>/_released.json            ``spark-sqs release`` gave N's messages back
+    quarantine/<N>-<messageId>.json       the decision to quarantine a message of N
+    quarantine/<N>-<messageId>.sent       the message was sent to the dead-letter queue
 """
 
 from __future__ import annotations
@@ -38,21 +49,14 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Any
 
 import pyarrow as pa
 
-if TYPE_CHECKING:
-    from .stores import JournalStore
-
-
-class Journal(Protocol):
-    """What these records need of ``entries.Journal``: its store. A protocol, not an import:
-    the journal reads the carry and release records below to tell which batches are live."""
-
-    @property
-    def store(self) -> JournalStore: ...
-
+from ..errors import JournalError
+from .batches import batch_dir
+from .plans import PLAN, BatchPlan
+from .stores import Record
 
 FAIL = "fail"
 DEAD_LETTER = "deadLetter"
@@ -62,6 +66,7 @@ NARROW_RECORD = re.compile(r"^_narrow-(\d{4})\.json$")
 CARRY = "_carry.json"
 SUSPECT = "_suspect.json"
 RELEASED = "_released.json"
+QUARANTINE = "quarantine"
 # Schema metadata of an entry: the attempt that journaled it (its first read, counted without a
 # record of its own).
 FIRST_ATTEMPT = b"spark_sqs.firstAttempt"
@@ -109,25 +114,6 @@ class Narrowing:
         )
 
 
-def batch_dir(batch: int) -> str:
-    return f"batches/{batch:012d}"
-
-
-def batch_names(journal: Journal, batch: int) -> list[str]:
-    prefix = batch_dir(batch) + "/"
-    return [k[len(prefix) :] for k in journal.store.list(batch_dir(batch))]
-
-
-def read_attempts(journal: Journal, batch: int, names: list[str] | None = None) -> list[Attempt]:
-    """The attempts recorded for ``batch``, from the names alone (one LIST)."""
-    out = []
-    for name in names if names is not None else batch_names(journal, batch):
-        match = ATTEMPT_RECORD.match(name)
-        if match:
-            out.append(Attempt(int(match.group(1)), match.group(2), int(match.group(3))))
-    return out
-
-
 def attempts_by_step(attempts: list[Attempt]) -> dict[int, int]:
     """Distinct attempts per narrowing step; an attempt seen under two steps (a straggler)
     counts under the earlier one."""
@@ -144,36 +130,179 @@ def narrowing_key(batch: int, step: int) -> str:
     return f"{batch_dir(batch)}/_narrow-{step:04d}.json"
 
 
-def latest_narrowing(
-    journal: Journal, batch: int, names: list[str] | None = None
-) -> Narrowing | None:
-    """The batch's latest narrowing step, by key: steps are created in order from 1, each only
-    once the one before it exists, and are removed only with the batch. (``names`` is accepted
-    for callers that listed the batch anyway; a listing is not needed.)"""
-    step = 1
-    latest = None
-    while (data := journal.store.read(narrowing_key(batch, step))) is not None:
-        latest = Narrowing.from_json(data)
-        step += 1
-    return latest
+def carried_key(batch: int, step: int) -> str:
+    """Marks that the carry batch of ``batch``'s narrowing ``step`` was adopted."""
+    return f"{batch_dir(batch)}/_carried-{step:04d}.json"
 
 
-def carry_receivers(journal: Journal, batch: int) -> tuple[int, ...] | None:
-    """The receivers whose entries a batch of carried messages holds (``_carry.json``), or None
-    if ``batch`` is not one. A carry record of an earlier version names no receivers: they are
-    read from the narrowing step that made it, else found by a LIST."""
-    data = journal.store.read(f"{batch_dir(batch)}/{CARRY}")
-    if data is None:
-        return None
-    doc = json.loads(data)
-    if "receivers" in doc:
-        return tuple(int(r) for r in doc["receivers"])
-    step = journal.store.read(narrowing_key(int(doc["from"]), int(doc["step"])))
-    if step is not None:
-        return tuple(sorted(Narrowing.from_json(step).carried))
-    entry = re.compile(r"^(\d{5,})\.arrow$")
-    names = batch_names(journal, batch)
-    return tuple(sorted(int(m.group(1)) for n in names if (m := entry.match(n))))
+def attempt_key(batch: int, receiver: int, attempt: str, step: int) -> str:
+    return f"{batch_dir(batch)}/attempts/{receiver:05d}-{attempt}-n{step}.json"
+
+
+def _quarantine_key(batch: int, message_id: str, suffix: str) -> str:
+    return f"{QUARANTINE}/{batch:012d}-{message_id}{suffix}"
+
+
+class PoisonRecords(Record):
+    """The records of poison batches, read and written by key (except ``names``, one LIST)."""
+
+    def names(self, batch: int) -> list[str]:
+        """Base names of the files of ``batch`` (one LIST)."""
+        prefix = batch_dir(batch) + "/"
+        return [k[len(prefix) :] for k in self.store.list(batch_dir(batch))]
+
+    # -- attempts ---------------------------------------------------------------------------
+
+    def attempts(self, batch: int, names: list[str] | None = None) -> list[Attempt]:
+        """The attempts recorded for ``batch``, from the names alone (one LIST)."""
+        out = []
+        for name in names if names is not None else self.names(batch):
+            match = ATTEMPT_RECORD.match(name)
+            if match:
+                out.append(Attempt(int(match.group(1)), match.group(2), int(match.group(3))))
+        return out
+
+    def write_attempt(self, batch: int, receiver: int, attempt: str, step: int, at: float) -> None:
+        doc = {"receiver": receiver, "attempt": attempt, "step": step, "at": at}
+        key = attempt_key(batch, receiver, attempt, step)
+        self.store.create(key, json.dumps(doc, sort_keys=True).encode())
+
+    def remove_attempt(self, batch: int, receiver: int, attempt: str, step: int) -> None:
+        self.store.delete(attempt_key(batch, receiver, attempt, step))
+
+    # -- narrowing steps --------------------------------------------------------------------
+
+    def latest_narrowing(self, batch: int, names: list[str] | None = None) -> Narrowing | None:
+        """The batch's latest narrowing step, by key: steps are created in order from 1, each
+        only once the one before it exists, and are removed only with the batch. (``names`` is
+        accepted for callers that listed the batch anyway; a listing is not needed.)"""
+        steps = self.steps(batch)
+        return steps[-1] if steps else None
+
+    def steps(self, batch: int) -> list[Narrowing]:
+        """Every narrowing step of the batch, by key (steps are dense from 1)."""
+        out = []
+        while (data := self.store.read(narrowing_key(batch, len(out) + 1))) is not None:
+            out.append(Narrowing.from_json(data))
+        return out
+
+    def write_narrowing(self, batch: int, narrowing: Narrowing) -> Narrowing:
+        """Create the step; if another call created it first, that one is the step."""
+        key = narrowing_key(batch, narrowing.step)
+        if self.store.create(key, narrowing.to_json()):
+            return narrowing
+        data = self.store.read(key)
+        if data is None:
+            raise JournalError(f"narrowing record {key} exists but cannot be read")
+        return Narrowing.from_json(data)
+
+    # -- carry batches ----------------------------------------------------------------------
+
+    def read_carry(self, batch: int) -> dict[str, Any] | None:
+        """The carry record of ``batch`` (``from``, ``step``, ``receivers``), None if it holds
+        no carried messages."""
+        data = self.store.read(f"{batch_dir(batch)}/{CARRY}")
+        return None if data is None else json.loads(data)
+
+    def is_carry(self, batch: int) -> bool:
+        return self.store.read(f"{batch_dir(batch)}/{CARRY}") is not None
+
+    def write_carry(self, carry: int, source: int, step: int, receivers: list[int]) -> None:
+        """Mark ``carry`` as holding messages carried out of ``source``'s ``step``; its
+        receivers are named, so that they are read by key (never found by a LIST)."""
+        marker = {"from": source, "step": step, "receivers": receivers}
+        self.store.create(
+            f"{batch_dir(carry)}/{CARRY}", json.dumps(marker, sort_keys=True).encode()
+        )
+
+    def carry_receivers(self, batch: int) -> tuple[int, ...] | None:
+        """The receivers whose entries a batch of carried messages holds (``_carry.json``), or
+        None if ``batch`` is not one. A carry record of an earlier version names no receivers:
+        they are read from the narrowing step that made it, else found by a LIST."""
+        doc = self.read_carry(batch)
+        if doc is None:
+            return None
+        if "receivers" in doc:
+            return tuple(int(r) for r in doc["receivers"])
+        step = self.store.read(narrowing_key(int(doc["from"]), int(doc["step"])))
+        if step is not None:
+            return tuple(sorted(Narrowing.from_json(step).carried))
+        entry = re.compile(r"^(\d{5,})\.arrow$")
+        return tuple(sorted(int(m.group(1)) for n in self.names(batch) if (m := entry.match(n))))
+
+    def carry_adopted(self, batch: int, step: int) -> bool:
+        """True once a plan adopted the carry batch of ``batch``'s narrowing ``step``."""
+        return self.store.read(carried_key(batch, step)) is not None
+
+    def mark_carry_adopted(self, batch: int, step: int) -> None:
+        self.store.create(carried_key(batch, step), b"")
+
+    def remove_markers(self, batch: int) -> None:
+        """Remove what makes a batch without a plan live (its carry and release records)."""
+        for name in (CARRY, RELEASED):
+            self.store.delete(f"{batch_dir(batch)}/{name}")
+
+    # -- suspect batches --------------------------------------------------------------------
+
+    def suspect_ids(self, batch: int) -> frozenset[str]:
+        """The ids a suspect batch's first step keeps (empty for a record without them)."""
+        data = self.store.read(f"{batch_dir(batch)}/{SUSPECT}")
+        return frozenset(json.loads(data).get("ids", ())) if data else frozenset()
+
+    def write_suspect(self, batch: int, carried_from: int, ids: list[str]) -> None:
+        doc = {"carriedFrom": carried_from, "ids": ids}
+        self.store.create(f"{batch_dir(batch)}/{SUSPECT}", json.dumps(doc).encode())
+
+    # -- quarantine -------------------------------------------------------------------------
+
+    def quarantine_sent(self, batch: int, message_id: str) -> bool:
+        return self.store.read(_quarantine_key(batch, message_id, ".sent")) is not None
+
+    def write_quarantine(self, batch: int, message_id: str, doc: dict[str, Any]) -> None:
+        """The decision to quarantine a message, created before it is sent."""
+        body = json.dumps(doc, sort_keys=True).encode()
+        self.store.create(_quarantine_key(batch, message_id, ".json"), body)
+
+    def mark_quarantine_sent(self, batch: int, message_id: str) -> None:
+        self.store.create(_quarantine_key(batch, message_id, ".sent"), b"")
+
+    def quarantined(self) -> list[dict[str, Any]]:
+        """Every quarantine decision in the journal, with whether it was sent."""
+        keys = self.store.list(QUARANTINE)
+        sent = {k.removesuffix(".sent") for k in keys if k.endswith(".sent")}
+        out = []
+        for key in keys:
+            if key.endswith(".json"):
+                data = self.store.read(key)
+                if data is not None:
+                    out.append({**json.loads(data), "sent": key.removesuffix(".json") in sent})
+        return out
+
+    # -- release ----------------------------------------------------------------------------
+
+    def is_released(self, batch: int) -> bool:
+        return self.store.read(f"{batch_dir(batch)}/{RELEASED}") is not None
+
+    def write_released(self, batch: int, doc: dict[str, Any]) -> dict[str, Any]:
+        """Create the release record; if one exists, that one is the record."""
+        key = f"{batch_dir(batch)}/{RELEASED}"
+        if not self.store.create(key, json.dumps(doc, sort_keys=True).encode()):
+            data = self.store.read(key)
+            doc = json.loads(data) if data else doc
+        return doc
+
+    def released_plan(self, batch: int) -> BatchPlan | None:
+        """The zero plan that ``spark-sqs release`` recorded for ``batch`` (None if it did
+        not)."""
+        data = self.store.read(f"{batch_dir(batch)}/{RELEASED}")
+        plan = None if data is None else json.loads(data).get("plan")
+        return None if plan is None else BatchPlan.from_json(json.dumps(plan).encode())
+
+    def remove_released_files(self, batch: int, names: list[str]) -> None:
+        """Remove the files ``names`` of a released batch, but its plan and release record."""
+        for name in names:
+            if name not in (PLAN, RELEASED):
+                self.store.delete(f"{batch_dir(batch)}/{name}")
 
 
 def first_attempt(table: pa.Table) -> str | None:

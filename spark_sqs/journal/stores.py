@@ -26,7 +26,7 @@ import os
 import re
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TypeVar, runtime_checkable
 from urllib.parse import parse_qs, urlparse
 
 import pyarrow as pa
@@ -54,7 +54,11 @@ _FUSE_PREFIXES = ("/dbfs/", "dbfs:/", "/Volumes/", "/Workspace/")
 _S3_PARAMETERS = ("endpoint_override", "scheme", "region")
 
 
+@runtime_checkable
 class JournalStore(Protocol):
+    """The store interface every record kind is written against (keys relative to the
+    journal root); the simulator's in-memory store (sim/store.py) implements it too."""
+
     def create(self, key: str, data: bytes) -> bool:
         """Create ``key`` if absent, atomically; True if this call created it."""
 
@@ -72,6 +76,57 @@ class JournalStore(Protocol):
 
     def delete_many(self, keys: list[str]) -> None:
         """Remove ``keys`` (as few requests as the store allows); missing keys are fine."""
+
+
+class JournalRoot(Protocol):
+    """What a record kind needs of the journal (``entries.Journal``): its store, opened
+    lazily, and its location (named in errors)."""
+
+    @property
+    def store(self) -> JournalStore: ...
+
+    @property
+    def location(self) -> str: ...
+
+
+class Record:
+    """Base of the record kinds (journal/plans.py, entries.py, ...): each reads and writes its
+    own keys through the journal's store, and builds those keys itself."""
+
+    def __init__(self, journal: JournalRoot) -> None:
+        self._journal = journal
+
+    @property
+    def store(self) -> JournalStore:
+        return self._journal.store
+
+    @property
+    def location(self) -> str:
+        return self._journal.location
+
+
+def ipc_bytes(table: pa.Table) -> bytes:
+    """A small table (drop sets, dedupe records, window segments) as an Arrow IPC file."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def corrupt(where: str, exc: Exception) -> JournalError:
+    return JournalError(
+        f"Journal entry {where} is corrupt ({exc}). It was written by an interrupted "
+        "writer on a store without atomic writes. Fix: move it away; its messages "
+        "reappear in SQS after their visibility timeout"
+    )
+
+
+def ipc_table(data: bytes, where: str) -> pa.Table:
+    """The table of an Arrow IPC file's bytes (``where``: its key, for the error)."""
+    try:
+        return pa.ipc.open_file(pa.BufferReader(data)).read_all()
+    except pa.ArrowInvalid as exc:
+        raise corrupt(where, exc) from None
 
 
 class ObjectVanished(JournalError):

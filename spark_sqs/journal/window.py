@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from .stores import JournalStore
+from .stores import JournalStore, Record
 
 logger = logging.getLogger(__name__)
 
@@ -172,3 +172,21 @@ def collect(store: JournalStore, now: float) -> int:
     if gone:
         store.delete_many(gone)
     return len(gone)
+
+
+class Window(Record):
+    """The journal's duplicate-window segments (the functions above, on its store)."""
+
+    def write(self, message_ids: list[str], *, batch: int, who: str, expires_at: float) -> None:
+        """Record acknowledged ids for the duplicate window until ``expires_at``; written
+        before the messages are deleted."""
+        write_segment(self.store, message_ids, batch=batch, who=who, expires_at=expires_at)
+
+    def collect(self, now: float) -> int:
+        """Remove expired duplicate-window segments (best effort). Returns how many."""
+        try:
+            return collect(self.store, now)
+        except Exception:
+            # Storage, not correctness: an expired segment is ignored until it is removed.
+            logger.warning("journal %s: could not remove expired window segments", self.location)
+            return 0

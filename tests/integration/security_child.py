@@ -64,8 +64,10 @@ def main() -> None:
     def sink(df: Any, batch_id: int) -> None:
         df.write.mode("overwrite").parquet(f"{out}/sink/batch={batch_id}")
         # The batch is journaled and not yet acknowledged: its entries exist now.
-        for batch in journal.list_batches():
-            for receipts in journal.batch_receipts(batch, journal.live_receivers(batch) or ()):
+        for batch in journal.batches.list():
+            for receipts in journal.entries.batch_receipts(
+                batch, journal.batches.live_receivers(batch) or ()
+            ):
                 handles.extend(receipts.receipt_handles)
         for path in [Path(args.journal), *Path(args.journal).rglob("*")]:
             mode = stat.S_IMODE(path.stat().st_mode)

@@ -73,7 +73,7 @@ def test_a_batching_producer_at_a_low_rate_gets_batches_that_end_once_caught_up(
         # The last batch is acknowledged (its metrics written) by a trigger that finds the
         # queue empty.
         helpers.wait_until(
-            lambda: sum(m["journaled"] for m in Journal(str(journal)).read_metrics()) == len(sent),
+            lambda: sum(m["journaled"] for m in Journal(str(journal)).metrics.read()) == len(sent),
             120,
             "every batch acknowledged",
         )
@@ -86,7 +86,7 @@ def test_a_batching_producer_at_a_low_rate_gets_batches_that_end_once_caught_up(
     assert all(len(rows) < len(sent) for rows in batches.values()), {
         b: len(rows) for b, rows in batches.items()
     }
-    metrics = {m["batch"]: m for m in Journal(str(journal)).read_metrics()}
+    metrics = {m["batch"]: m for m in Journal(str(journal)).metrics.read()}
     stops: dict[str, int] = {}
     for m in metrics.values():
         for reason, count in m["receiveStops"].items():

@@ -103,7 +103,7 @@ def test_copies_after_a_clean_acknowledgement_are_dropped(
 ):
     numbers, journal = _run(spark, moto_endpoint, sqs, queue_url, tmp_path, ghosts)
     assert numbers == list(range(40)), "every message exactly once, no copy"
-    counted = sum(m.get("duplicateWindowDropped", 0) for m in journal.read_metrics())
+    counted = sum(m.get("duplicateWindowDropped", 0) for m in journal.metrics.read())
     assert counted == 40, "each copy counted in the batch counters"
     # The window's segments hold digests, not ids or bodies.
     segments = journal.store.list("window")

@@ -113,7 +113,7 @@ def test_a_backlog_plans_every_receiver_and_a_trickle_one(spark, sqs, queue_url,
     journal = tmp_path / "journal"
 
     def journaled() -> int:
-        return sum(m["journaled"] for m in Journal(str(journal)).read_metrics())
+        return sum(m["journaled"] for m in Journal(str(journal)).metrics.read())
 
     query = helpers.start_query(
         source(journal=journal, numPartitions=4, waitTimeSeconds=1), "noop", tmp_path / "ckpt"
@@ -125,7 +125,7 @@ def test_a_backlog_plans_every_receiver_and_a_trickle_one(spark, sqs, queue_url,
     finally:
         query.stop()
     metrics = sorted(
-        (m for m in Journal(str(journal)).read_metrics() if m["journaled"]),
+        (m for m in Journal(str(journal)).metrics.read() if m["journaled"]),
         key=lambda m: m["batch"],
     )
     # Each receiver that received wrote one entry; a batch's count is its receivers'.

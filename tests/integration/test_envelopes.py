@@ -195,7 +195,7 @@ def test_extended_payloads_count_towards_the_receivers_byte_limit(
     # Each pointer counts at its declared 200 KB: a receiver stops after the call that brings
     # it to 1 MiB, so it journals at most one call (10 messages) a batch, and the 30 payloads
     # take several batches (without the limit, the first batch's share of 5,000 takes all).
-    journaled = [m["journaled"] for m in Journal(str(tmp_path / "journal")).read_metrics()]
+    journaled = [m["journaled"] for m in Journal(str(tmp_path / "journal")).metrics.read()]
     assert sum(journaled) == 30
     assert 0 < max(journaled) <= 20
 
@@ -246,7 +246,7 @@ def test_lag_counters_reach_the_metrics_files(sqs, queue_url, tmp_path, source):
     journal = Journal(str(tmp_path / "journal"))
 
     metrics = helpers.wait_until(
-        lambda: [m for m in journal.read_metrics() if m["journaled"]], 60, "metrics files"
+        lambda: [m for m in journal.metrics.read() if m["journaled"]], 60, "metrics files"
     )
 
     assert sum(m["journaled"] for m in metrics) == 30

@@ -32,7 +32,7 @@ def test_max_messages_per_trigger_bounds_every_batch_and_counters_are_recorded(
     assert helpers.body_numbers(spark.read.parquet(str(out)).collect()) == list(range(1000))
 
     # Per-batch counters, readable by a program from the journal.
-    metrics = Journal(str(journal)).read_metrics()
+    metrics = Journal(str(journal)).metrics.read()
     assert sum(m["journaled"] for m in metrics) == 1000
     assert sum(m["deleted"] for m in metrics) == 1000
     assert all(m["deleteFailures"] == 0 and m["duplicatesDropped"] == 0 for m in metrics)
@@ -52,7 +52,7 @@ def test_batches_that_fill_max_in_flight_are_deleted_by_acknowledge_only_batches
     assert helpers.body_numbers(spark.read.parquet(str(out)).collect()) == list(range(300))
     rows = [p["numInputRows"] for p in query.recentProgress]
     assert max(rows) <= 100, rows
-    metrics = {m["batch"]: m for m in Journal(str(journal)).read_metrics()}
+    metrics = {m["batch"]: m for m in Journal(str(journal)).metrics.read()}
     full = sorted(b for b, m in metrics.items() if m["journaled"])
     assert sum(metrics[b]["journaled"] for b in full) == 300
     assert sum(m["deleted"] for m in metrics.values()) == 300
@@ -79,7 +79,7 @@ def test_delete_after_journal_batches_that_fill_max_in_flight_are_followed_by_fu
     query = helpers.drain_to_parquet(df, out, tmp_path / "ckpt", sqs, queue_url, timeout=300)
     assert helpers.body_numbers(spark.read.parquet(str(out)).collect()) == list(range(300))
     assert max(p["numInputRows"] for p in query.recentProgress) <= 100
-    metrics = {m["batch"]: m for m in Journal(str(journal)).read_metrics()}
+    metrics = {m["batch"]: m for m in Journal(str(journal)).metrics.read()}
     full = sorted(b for b, m in metrics.items() if m["journaled"])
     assert sum(metrics[b]["journaled"] for b in full) == 300
     empty = [b for b, m in metrics.items() if not m["journaled"] and full[0] < b < full[-1]]

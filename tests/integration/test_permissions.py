@@ -289,9 +289,9 @@ def test_delete_permission_revoked_mid_stream_stops_the_query_and_the_next_run_s
         assert "allow 'sqs:DeleteMessage'" in message
         # Committed by Spark, not deleted: still in the queue, and still in the journal.
         assert sum(helpers.queue_counts(admin_sqs, queue_url)) == len(numbers)
-        assert Journal(str(tmp_path / "j")).list_batches()
+        assert Journal(str(tmp_path / "j")).batches.list()
 
         grant(documented_policy(arn))
         helpers.drain_and_stop(start(), admin_sqs, queue_url, timeout=180)
     assert sink.numbers() == numbers, "delivered once, before and after the restart"
-    assert not Journal(str(tmp_path / "j")).list_batches()
+    assert not Journal(str(tmp_path / "j")).batches.list()

@@ -37,7 +37,7 @@ def test_queue_deleted_mid_stream_stops_the_query_and_loses_nothing_journaled(
     query, sink, held = start_held(spark, moto_endpoint, sqs, queue_url, tmp_path)
     try:
         journal = Journal(str(tmp_path / "journal"))
-        (batch,) = journal.list_batches()
+        (batch,) = journal.batches.list()
         sqs.delete_queue(QueueUrl=queue_url)
         sink.release()
         # Spark commits the held batch; deleting its messages then finds no queue.
@@ -52,9 +52,10 @@ def test_queue_deleted_mid_stream_stops_the_query_and_loses_nothing_journaled(
     assert "Fix: check 'queueUrl'/'queueName'" in message
     # The held batch reached the sink once, and its journal entries were kept (not acknowledged).
     assert sink.numbers() == held
-    assert journal.list_batches() == [batch]
+    assert journal.batches.list() == [batch]
     assert sum(
-        r.rows for r in journal.batch_receipts(batch, journal.live_receivers(batch) or ())
+        r.rows
+        for r in journal.entries.batch_receipts(batch, journal.batches.live_receivers(batch) or ())
     ) == len(held)
 
     # The queue comes back (same name, so same URL): the next run settles the journaled batch
@@ -67,7 +68,7 @@ def test_queue_deleted_mid_stream_stops_the_query_and_loses_nothing_journaled(
         helpers.wait_until(
             lambda: helpers.queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue"
         )
-        helpers.wait_until(lambda: not journal.list_batches(), 60, "the journal to be settled")
+        helpers.wait_until(lambda: not journal.batches.list(), 60, "the journal to be settled")
     finally:
         query.stop()
     assert sink.numbers() == held + new, "each received message exactly once"
@@ -88,7 +89,7 @@ def test_queue_purged_mid_stream_keeps_running_and_delivers_later_messages_once(
             lambda: helpers.queue_counts(sqs, queue_url) == (0, 0), 60, "an empty queue"
         )
         helpers.wait_until(
-            lambda: not Journal(str(tmp_path / "journal")).list_batches(), 60, "a settled journal"
+            lambda: not Journal(str(tmp_path / "journal")).batches.list(), 60, "a settled journal"
         )
         assert query.isActive and query.exception() is None
     finally:

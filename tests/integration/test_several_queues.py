@@ -128,8 +128,8 @@ def test_a_logged_batch_replays_and_acknowledges_a_queue_removed_from_the_option
     # The batch is logged, not committed; its plan recorded the removed queue's receivers.
     assert (Path(checkpoint) / "offsets" / str(failed)).exists()
     assert not (Path(checkpoint) / "commits" / str(failed)).exists()
-    plan_batches = Journal(journal).list_batches()
-    plans = [Journal(journal).read_plan(b) for b in plan_batches]
+    plan_batches = Journal(journal).batches.list()
+    plans = [Journal(journal).plans.read(b) for b in plan_batches]
     assert any(r.queue == second_queue_url for p in plans if p for r in p.receivers)
 
     # The removed queue is acknowledged from the replayed batch's entries.

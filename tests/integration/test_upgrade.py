@@ -23,7 +23,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from spark_sqs.journal import Journal
-from spark_sqs.journal.entries import FORMAT_VERSION
+from spark_sqs.journal.meta import FORMAT_VERSION
 from spark_sqs.sqs.client import queue_counts
 from tests.helpers import (
     drain_and_stop,
@@ -237,15 +237,15 @@ def test_a_stream_of_the_released_version_goes_on_under_this_one_exactly_once(
     # What the released version left: a journal of its format, offsets without the journal's
     # identity, and batches pending (planned, not acknowledged).
     journal = Journal(journal_location)
-    identity = journal.identity()
+    identity = journal.meta.identity()
     meta = journal.store.read("_meta.json")
     assert meta is not None and json.loads(meta)["format"] == RELEASED_FORMAT
     assert "journalId" not in json.loads(meta)
     released_offsets = _offsets(checkpoint)
     assert all("journal" not in o for o in released_offsets.values()), released_offsets
-    before = journal.read_state()
+    before = journal.state.read()
     assert before.planned_batch > before.acked_batch, before
-    assert journal.batch_status(before.planned_batch) == "live"
+    assert journal.batches.status(before.planned_batch) == "live"
     if ending == "killed":
         assert child.sunk() == [0, 1]
         assert sorted(released_offsets) == [0, 1] and _committed(checkpoint) == {0}
@@ -290,8 +290,8 @@ def test_a_stream_of_the_released_version_goes_on_under_this_one_exactly_once(
     )
 
     def settled() -> bool:
-        state = Journal(journal_location).read_state()
-        return state.acked_batch == state.planned_batch and not journal.list_batches()
+        state = Journal(journal_location).state.read()
+        return state.acked_batch == state.planned_batch and not journal.batches.list()
 
     drain_and_stop(query, sqs, queue_url, timeout=300, until=settled)
 
@@ -306,7 +306,7 @@ def test_a_stream_of_the_released_version_goes_on_under_this_one_exactly_once(
     # derived from it stays, and this version's offsets carry it.
     after = Journal(journal_location)
     assert after.store.read("_meta.json") == meta
-    assert identity and after.identity() == identity
+    assert identity and after.meta.identity() == identity
     offsets = _offsets(checkpoint)
     assert len(offsets) > len(released_offsets)
     for batch_id, offset in offsets.items():
@@ -315,12 +315,12 @@ def test_a_stream_of_the_released_version_goes_on_under_this_one_exactly_once(
         else:
             assert offset["journal"] == identity, offset
     # Every batch acknowledged and removed, by key; the initial batch kept.
-    state = after.read_state()
+    state = after.state.read()
     assert state.initial_batch == before.initial_batch
     assert state.planned_batch == offsets[max(offsets)]["batch"]
-    assert after.list_batches() == [] and after.store.list("acks") == []
+    assert after.batches.list() == [] and after.store.list("acks") == []
     for batch in range(before.acked_batch + 1, state.planned_batch + 1):
-        assert after.batch_status(batch) == "removed"
+        assert after.batches.status(batch) == "removed"
     # Receivers of this version wrote their reports at fixed keys.
     new_reports = reports - {k for k in reports if SUMMARY_REPORT.match(k)}
     assert new_reports and all(FIXED_REPORT.match(k) for k in new_reports), sorted(reports)
@@ -333,7 +333,7 @@ def test_a_journal_of_a_newer_format_is_refused_before_anything_is_received(
     (what a journal a newer version created looks like to this one): the query fails at
     start naming the format and the fix, and the queue is left alone."""
     location = tmp_path / "journal"
-    Journal(str(location)).check_owner(queue_url)
+    Journal(str(location)).meta.check_owner(queue_url)
     meta = json.loads((location / "_meta.json").read_text())
     assert meta["format"] == FORMAT_VERSION
     (location / "_meta.json").write_text(json.dumps({**meta, "format": FORMAT_VERSION + 1}))

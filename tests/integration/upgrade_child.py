@@ -48,9 +48,13 @@ def write_sink(spark: Any, out: str, written: Callable[[int], None]) -> Any:
 def _imported(_: Any) -> dict[str, Any]:
     """Runs on an executor: which spark_sqs its Python worker imports."""
     import spark_sqs
-    from spark_sqs.journal import entries
 
-    return {"file": spark_sqs.__file__, "format": entries.FORMAT_VERSION, "pid": os.getpid()}
+    try:
+        from spark_sqs.journal.meta import FORMAT_VERSION
+    except ImportError:  # a version from before the journal's records had modules of their own
+        from spark_sqs.journal.entries import FORMAT_VERSION  # type: ignore[attr-defined,no-redef]
+
+    return {"file": spark_sqs.__file__, "format": FORMAT_VERSION, "pid": os.getpid()}
 
 
 def main() -> None:

@@ -9,8 +9,9 @@ import pytest
 
 from sim import JournalOutcomeUnknown, SimJournalStore, StoreFaultRates
 from sim.clock import SimClock
-from sim.store import JournalStore, StoreFault
+from sim.store import StoreFault
 from spark_sqs.errors import JournalError, SqsSourceError
+from spark_sqs.journal.stores import JournalStore
 
 
 def test_it_implements_the_journal_store_interface() -> None:

@@ -481,7 +481,7 @@ def test_acknowledges_every_pending_batch_up_to_n() -> None:
     assert (stats.batches, stats.deleted, stats.delete_failed, stats.pending_retry) == (2, 5, 0, 0)
     # Planned in this run a moment ago: their handles are valid by this driver's clock.
     assert stats.uncertain == 0
-    assert journal.dedupe == {}
+    assert journal.dedupe_records == {}
 
 
 def test_deletes_use_the_journaled_receipt_handles() -> None:
@@ -602,7 +602,7 @@ def test_later_batches_wait_behind_a_failed_one() -> None:
     assert ack.acked_batch == 1
     assert ack.pending == [2, 3]
     assert journal.removed == [1]
-    assert 3 in journal.entries
+    assert 3 in journal.stored
 
 
 def test_retriable_exception_from_the_caller_keeps_the_batch_pending() -> None:
@@ -668,7 +668,7 @@ def test_permanent_failures_do_not_block_acknowledgement_and_are_deduped() -> No
     assert acked == [1]
     assert journal.removed == [1]
     # SQS may deliver b1-m1 again: its id is remembered for the dedupe window.
-    assert journal.dedupe == {1: (["b1-m1"], NOW + WINDOW)}
+    assert journal.dedupe_records == {1: (["b1-m1"], NOW + WINDOW)}
     assert stats.uncertain == 1
     assert "b1-m1" in ack.drop_ids(2)
 
@@ -687,7 +687,7 @@ def test_handles_past_the_planning_time_plus_the_timeout_are_deleted_and_recorde
     stats = ack.acknowledge_through(1)
 
     assert fake.calls == [["b1-m0", "b1-m1"]]
-    assert journal.dedupe == {1: (["b1-m0", "b1-m1"], NOW + WINDOW)}
+    assert journal.dedupe_records == {1: (["b1-m0", "b1-m1"], NOW + WINDOW)}
     assert stats.uncertain == 2
     assert acked == [1]
 
@@ -707,7 +707,7 @@ def test_an_inherited_batch_the_driver_deletes_is_recorded_for_dedupe() -> None:
     stats = ack.acknowledge_through(1)
 
     assert fake.calls == [["b1-m0", "b1-m1"]]
-    assert journal.dedupe == {1: (["b1-m0", "b1-m1"], NOW + WINDOW)}
+    assert journal.dedupe_records == {1: (["b1-m0", "b1-m1"], NOW + WINDOW)}
     assert stats.uncertain == 2
 
 
@@ -726,7 +726,7 @@ def test_fresh_handles_are_not_recorded_for_dedupe() -> None:
     ack, _, clock = this_run(journal, FakeCaller(), 1)
     clock.now += VISIBILITY - 60
     assert ack.acknowledge_through(1).uncertain == 0
-    assert journal.dedupe == {}
+    assert journal.dedupe_records == {}
 
 
 def test_delete_false_removes_entries_without_deleting() -> None:
@@ -744,7 +744,7 @@ def test_delete_false_removes_entries_without_deleting() -> None:
     assert stats.deleted == 0
     assert ack.pending == []
     # Messages are meant to come back: nothing is recorded to drop them.
-    assert journal.dedupe == {}
+    assert journal.dedupe_records == {}
 
 
 def test_batch_without_entries_is_acknowledged_without_calls() -> None:
@@ -879,8 +879,8 @@ def test_a_confirm_that_raises_stops_the_deletes_and_the_acknowledgement(
 
 def test_drop_ids_are_recorded_ids_and_ids_of_unacknowledged_batches() -> None:
     journal = FakeJournal({4: handles(4, 2), 6: handles(6, 1)})
-    journal.write_dedupe(2, ["old-1", "old-2"], NOW + 100)
-    journal.write_dedupe(3, ["expired"], NOW - 1)
+    journal.dedupe.write(2, ["old-1", "old-2"], NOW + 100)
+    journal.dedupe.write(3, ["expired"], NOW - 1)
     wall = Clock(NOW)
     ack, _ = make_acknowledger(journal, FakeCaller(), wall=wall)
     ack.start(3, inherited(4, 6))
@@ -994,7 +994,7 @@ def test_heartbeat_lost_messages_are_recorded_for_dedupe() -> None:
 
     ack.acknowledge_through(1)
 
-    assert journal.dedupe == {1: (["b1-m1"], NOW + WINDOW)}
+    assert journal.dedupe_records == {1: (["b1-m1"], NOW + WINDOW)}
 
 
 def test_heartbeat_extensions_keep_old_handles_valid() -> None:
@@ -1008,7 +1008,7 @@ def test_heartbeat_extensions_keep_old_handles_valid() -> None:
     ack.start(0, inherited(1))
 
     assert ack.acknowledge_through(1).uncertain == 0
-    assert journal.dedupe == {}
+    assert journal.dedupe_records == {}
 
 
 # -- settlement from the next batch's reports ---------------------------------------------------
@@ -1058,7 +1058,7 @@ class Run:
         assigns it, then journals the messages numbered ``entries[receiver]``."""
         receivers = tuple(sorted(entries))
         self.ack.track(batch, 10 * len(receivers), receivers=receivers)
-        plan = self.journal.write_plan(
+        plan = self.journal.plans.write(
             BatchPlan(
                 batch,
                 tuple(ReceiverPlan(r, 10) for r in receivers),
@@ -1077,14 +1077,14 @@ class Run:
                 wall_clock=self.wall,
             )
             messages = [sqs_message(n) for n in entries[receiver]]
-            self.journal.write_entry(batch, receiver, messages_to_table(messages, QUEUE_URL))
+            self.journal.entries.write(batch, receiver, messages_to_table(messages, QUEUE_URL))
         return plan
 
     def deleted_by_executors(self) -> list[str]:
         return sorted(e["ReceiptHandle"] for a, es in self.executors.batch_calls for e in es)
 
     def dedupe(self) -> set[str]:
-        return set(self.journal.read_dedupe(self.wall.now))
+        return set(self.journal.dedupe.read(self.wall.now))
 
 
 def ids_of(*numbers: int) -> set[str]:
@@ -1201,7 +1201,7 @@ def test_settlement_confirms_the_lease_before_it_marks_the_batch(tmp_path: Path)
     run.ack.acknowledge_through(2, next_batch_follows=True)
 
     assert events == ["confirm", "acked 1"]
-    assert run.journal.batch_status(1) == "removed"
+    assert run.journal.batches.status(1) == "removed"
 
 
 def test_a_confirm_that_raises_stops_the_settlement(tmp_path: Path) -> None:
@@ -1218,7 +1218,7 @@ def test_a_confirm_that_raises_stops_the_settlement(tmp_path: Path) -> None:
 
     assert "acked 1" not in events
     assert run.ack.acked_batch == 0 and run.ack.pending == [1, 2]
-    assert run.journal.batch_status(1) == "live"
+    assert run.journal.batches.status(1) == "live"
     assert run.journal.read_ack_report(2, 0) is not None, "the reports are kept"
 
 

@@ -52,7 +52,7 @@ def planned(
     journal: Journal, options: SqsOptions, batch: int = 1, receiver: int = 0, limit: int = 10
 ) -> ReceiverPartition:
     """Store the batch's plan, as the driver does before any receiver runs."""
-    journal.write_plan(BatchPlan(batch, (ReceiverPlan(receiver, limit),)))
+    journal.plans.write(BatchPlan(batch, (ReceiverPlan(receiver, limit),)))
     return ReceiverPartition(batch, receiver, limit, QUEUE_URL, options)
 
 
@@ -110,7 +110,7 @@ def test_two_processes_running_one_receiver_at_once_yield_one_entry(
             Entries=[{"Id": str(n), "MessageBody": f"m{n}"} for n in range(start, start + 10)],
         )
     options = options_for(location)
-    Journal(location, options).write_plan(BatchPlan(1, (ReceiverPlan(0, 10),)))
+    Journal(location, options).plans.write(BatchPlan(1, (ReceiverPlan(0, 10),)))
     context = multiprocessing.get_context("spawn")
     barrier, out = context.Barrier(2), context.Queue()
     processes = [
@@ -127,8 +127,8 @@ def test_two_processes_running_one_receiver_at_once_yield_one_entry(
         assert p.exitcode == 0
 
     journal = Journal(location, options)
-    assert journal.read_entry(1, 0) is not None
-    entry = journal.read_entry(1, 0)
+    assert journal.entries.read(1, 0) is not None
+    entry = journal.entries.read(1, 0)
     assert entry is not None
     winner = sorted(ids_of(entry))
     assert results[0] == results[1] == winner
@@ -197,7 +197,7 @@ def test_fifo_twins_with_one_attempt_id_release_nothing(location: str) -> None:
         t.join(120)
     assert len(results) == 2 and results[0] == results[1] and len(results[0]) == 25
     assert released(sqs) == []
-    assert Journal(location, options).read_entry(1, 0) is not None
+    assert Journal(location, options).entries.read(1, 0) is not None
 
 
 def replace_url(part: ReceiverPartition) -> ReceiverPartition:
@@ -220,9 +220,9 @@ def test_a_straggler_that_journals_after_its_batch_was_acknowledged_leaves_nothi
     part = planned(journal, options)
 
     def winner_journals_and_batch_is_acknowledged() -> None:
-        journal.write_entry(1, 0, messages_to_table([sqs_message(100)], QUEUE_URL))
-        journal.write_state(JournalState(planned_batch=1, acked_batch=1))
-        journal.remove_batch(1)
+        journal.entries.write(1, 0, messages_to_table([sqs_message(100)], QUEUE_URL))
+        journal.state.write(JournalState(planned_batch=1, acked_batch=1))
+        journal.batches.remove(1)
 
     ours = [sqs_message(n) for n in range(3)]
     sqs = FakeSqs(script=[ours, []], on_receive=winner_journals_and_batch_is_acknowledged)
@@ -230,7 +230,7 @@ def test_a_straggler_that_journals_after_its_batch_was_acknowledged_leaves_nothi
     out = rows(read_partition(part, client_factory=lambda: sqs, journal=straggler))
 
     assert out.num_rows == 0
-    assert journal.list_batches() == []
+    assert journal.batches.list() == []
     assert released(sqs) == [m["ReceiptHandle"] for m in ours]
 
 
@@ -238,14 +238,14 @@ def test_a_straggler_that_starts_after_acknowledgement_receives_nothing(location
     options = options_for(location)
     journal = Journal(location, options)
     part = planned(journal, options)
-    journal.write_state(JournalState(planned_batch=1, acked_batch=1))
-    journal.remove_batch(1)
+    journal.state.write(JournalState(planned_batch=1, acked_batch=1))
+    journal.batches.remove(1)
 
     def forbidden() -> Any:
         raise AssertionError("a straggler of an acknowledged batch must not receive")
 
     assert rows(read_partition(part, client_factory=forbidden, journal=journal)).num_rows == 0
-    assert journal.list_batches() == []
+    assert journal.batches.list() == []
 
 
 # -- a journal write whose outcome is unknown ------------------------------------------------------
@@ -277,7 +277,7 @@ def test_a_lost_response_to_the_entry_write_releases_nothing_and_the_retry_repla
     # The write happened: releasing would have made journaled messages visible (a duplicate).
     assert released(sqs) == []
     journal = Journal(location, options)
-    entry = journal.read_entry(1, 0)
+    entry = journal.entries.read(1, 0)
     assert entry is not None and entry.num_rows == 4
 
     def forbidden() -> Any:
@@ -293,7 +293,7 @@ def test_a_failure_of_unknown_outcome_before_the_write_also_releases_nothing(loc
     # Whether it landed is unknown to the receiver: its messages stay invisible until the
     # visibility timeout, and the retry (which finds no entry) receives others.
     assert released(sqs) == []
-    assert Journal(location, options).read_entry(1, 0) is None
+    assert Journal(location, options).entries.read(1, 0) is None
 
 
 # -- a retried deleteAfterJournal task -------------------------------------------------------------
@@ -336,7 +336,7 @@ def test_a_retried_delete_after_journal_task_does_not_journal_its_own_parts_twic
         if action == "delete"
     ]
     assert set(deleted) >= {m["ReceiptHandle"] for m in again}
-    entry = Journal(location, options).read_entry(1, 0)
+    entry = Journal(location, options).entries.read(1, 0)
     assert entry is not None and sorted(ids_of(entry)) == sorted(expected)
 
 
@@ -351,7 +351,7 @@ def test_a_concurrent_delete_after_journal_attempt_stops_at_a_taken_part(locatio
     def twin_writes_next_part() -> None:
         # The twin journals part 1 while we are between our parts 0 and 1.
         if len(sqs.receive_calls) == 2:
-            journal.write_part(1, 0, 1, theirs)
+            journal.entries.write_part(1, 0, 1, theirs)
 
     sqs = FakeSqs(
         script=[[sqs_message(0)], [sqs_message(1)], [sqs_message(2)], []],
@@ -392,12 +392,12 @@ def test_two_orphan_adoptions_with_a_crash_between_deliver_each_entry_once(
         (5, 1): [sqs_message(2)],
         (6, 0): [sqs_message(n) for n in (3, 4)],
     }
-    journal.write_plan(BatchPlan(5, (ReceiverPlan(0, 2), ReceiverPlan(1, 2))))
-    journal.write_plan(BatchPlan(6, (ReceiverPlan(0, 2), ReceiverPlan(1, 2))))
+    journal.plans.write(BatchPlan(5, (ReceiverPlan(0, 2), ReceiverPlan(1, 2))))
+    journal.plans.write(BatchPlan(6, (ReceiverPlan(0, 2), ReceiverPlan(1, 2))))
     for (batch, receiver), messages in orphans.items():
-        journal.write_entry(batch, receiver, messages_to_table(messages, QUEUE_URL))
+        journal.entries.write(batch, receiver, messages_to_table(messages, QUEUE_URL))
     # Spark logged batch 7 (4 -> 7) in a run that died before planning it.
-    journal.write_state(JournalState(planned_batch=7, acked_batch=4))
+    journal.state.write(JournalState(planned_batch=7, acked_batch=4))
 
     def crash(method: str, key: str) -> None:
         if (method, key) == crash_at:
@@ -418,9 +418,9 @@ def test_two_orphan_adoptions_with_a_crash_between_deliver_each_entry_once(
             state.close()
         assert [p.receiver for p in parts] == [0, 1, 10000, 10001, 10002]
 
-    assert journal.list_batches() == [7]
+    assert journal.batches.list() == [7]
     delivered = {
-        receiver: ids_of(journal.read_entry(7, receiver)) for receiver in (10000, 10001, 10002)
+        receiver: ids_of(journal.entries.read(7, receiver)) for receiver in (10000, 10001, 10002)
     }
     assert delivered == {
         10000: [m["MessageId"] for m in orphans[(5, 0)]],
@@ -459,9 +459,9 @@ def test_a_driver_paused_before_its_plan_s_create_hands_out_and_adopts_nothing(
     its lease again before it copies the orphan's entries or hands Spark any receiver."""
     options = options_for(location, numPartitions="2")
     journal = Journal(location, options)
-    journal.write_plan(BatchPlan(5, (ReceiverPlan(0, 2),)))
-    journal.write_entry(5, 0, messages_to_table([sqs_message(n) for n in (0, 1)], QUEUE_URL))
-    journal.write_state(JournalState(planned_batch=5, acked_batch=4))
+    journal.plans.write(BatchPlan(5, (ReceiverPlan(0, 2),)))
+    journal.entries.write(5, 0, messages_to_table([sqs_message(n) for n in (0, 1)], QUEUE_URL))
+    journal.state.write(JournalState(planned_batch=5, acked_batch=4))
     lease = _Lease()
     paused = Coordinator(options, FakeSqs(available=10), QUEUE_URL, journal, lease)
     try:
@@ -473,9 +473,9 @@ def test_a_driver_paused_before_its_plan_s_create_hands_out_and_adopts_nothing(
             paused.plan({"batch": 4}, end)
     finally:
         paused.close()
-    assert journal.read_plan(6) is not None
-    assert journal.read_entry(6, 10000) is None, "nothing adopted"
-    orphan = journal.read_entry(5, 0)
+    assert journal.plans.read(6) is not None
+    assert journal.entries.read(6, 10000) is None, "nothing adopted"
+    orphan = journal.entries.read(5, 0)
     assert orphan is not None and orphan.num_rows == 2, "the orphan's entry is where it was"
 
 
@@ -522,10 +522,10 @@ def test_a_batch_plan_is_fixed_by_its_first_writer(location: str) -> None:
     journal = Journal(location, options_for(location))
     first = BatchPlan(3, (ReceiverPlan(0, 5), ReceiverPlan(1, 5)))
     later = BatchPlan(3, tuple(ReceiverPlan(r, 3) for r in range(4)))
-    assert journal.write_plan(first) == first
+    assert journal.plans.write(first) == first
     # A restart with numPartitions=4 plans the same batch again: the stored plan wins.
-    assert journal.write_plan(later) == first
-    assert journal.read_plan(3) == first
+    assert journal.plans.write(later) == first
+    assert journal.plans.read(3) == first
 
 
 def test_a_replay_after_a_restart_with_other_options_uses_the_stored_plan(location: str) -> None:

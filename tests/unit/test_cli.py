@@ -22,9 +22,9 @@ def test_send_then_inspect_reports_backlog_and_journal(queue_url, tmp_path, caps
     assert main(["send", "--queue-url", queue_url, "--count", "25"]) == 0
     journal = Journal(str(tmp_path / "j"), make_options(str(tmp_path / "j")))
     # Batch 3 is pending: its plan names receiver 0, whose entry holds two messages.
-    journal.write_plan(BatchPlan(3, (ReceiverPlan(0, 2),)))
-    journal.write_entry(3, 0, messages_to_table([sqs_message(1), sqs_message(2)], queue_url))
-    journal.write_state(JournalState(planned_batch=3, acked_batch=2, initial_batch=0))
+    journal.plans.write(BatchPlan(3, (ReceiverPlan(0, 2),)))
+    journal.entries.write(3, 0, messages_to_table([sqs_message(1), sqs_message(2)], queue_url))
+    journal.state.write(JournalState(planned_batch=3, acked_batch=2, initial_batch=0))
     capsys.readouterr()
 
     assert main(["inspect", "--queue-url", queue_url, "--journal", str(tmp_path / "j")]) == 0

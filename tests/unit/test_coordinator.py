@@ -352,7 +352,7 @@ def test_an_orphaned_batch_s_journaled_rows_are_delivered_by_the_next_batch(
     assert set(orphan) <= set(delivered)
     assert_each_once(committed + delivered, world.sent)
     assert world.live() == 0
-    assert world.journal(again.reader.options).list_batches() == []
+    assert world.journal(again.reader.options).batches.list() == []
 
 
 @pytest.mark.parametrize("spark", SPARK_VERSIONS)
@@ -390,7 +390,7 @@ def test_commit_then_the_next_latest_offset_acknowledges_the_committed_batch(
     assert world.live() == 6, "batch 0's messages are gone once batch 1 ran"
     assert query.trigger() is None  # latestOffset with batch 1 committed, queue empty
     assert world.live() == 0
-    state = world.journal(query.reader.options).read_state()
+    state = world.journal(query.reader.options).state.read()
     assert state.acked_batch == state.planned_batch == 2
     query.stop()
 
@@ -436,7 +436,7 @@ def test_a_batch_takes_what_was_visible_when_planned_not_what_arrives_after(
     end = query.latest(start)
     query.checkpoint.offsets[batch_id] = (start, end)
     partitions = query.reader.partitions(json.loads(start), json.loads(end))
-    plan = world.journal(query.reader.options).read_plan(json.loads(end)["batch"])
+    plan = world.journal(query.reader.options).plans.read(json.loads(end)["batch"])
     assert plan is not None
     assert [(r.receiver, r.visible) for r in plan.receivers] == [(0, 10), (1, 10), (2, 5)]
     # A producer goes on sending after the driver counted: the receivers stop at their parts
@@ -450,7 +450,7 @@ def test_a_batch_takes_what_was_visible_when_planned_not_what_arrives_after(
     query.run_until_idle()
     assert_each_once(query.delivered, world.sent)
     # Why each receiver stopped is in the counters of its batch.
-    metrics = {m["batch"]: m for m in world.journal(query.reader.options).read_metrics()}
+    metrics = {m["batch"]: m for m in world.journal(query.reader.options).metrics.read()}
     first = metrics[json.loads(end)["batch"]]["receiveStops"]
     assert sum(first.values()) == 3
     assert set(first) <= {"visible when planned", "caught up", "empty receive"}
@@ -461,7 +461,7 @@ def test_a_batch_takes_what_was_visible_when_planned_not_what_arrives_after(
 
 def driver_state(driver: Coordinator) -> dict[str, int]:
     """The sizes of everything the driver keeps per batch or per message."""
-    from spark_sqs.journal import entries
+    from spark_sqs.journal import drops
 
     ack, hb, guard = driver.acknowledger, driver.heartbeat, driver.guard
     return {
@@ -486,7 +486,7 @@ def driver_state(driver: Coordinator) -> dict[str, int]:
                 "_discover_after", "_lost", "_held", "_warned",
             )
         },
-        "drop sets cached": len(entries._DROPS_CACHE),
+        "drop sets cached": len(drops._DROPS_CACHE),
     }  # fmt: skip
 
 
@@ -526,7 +526,7 @@ def test_a_trickle_plans_one_receiver_which_deletes_every_entry_of_a_backlog_bat
     assert trickle is not None and len(trickle) == 5
     assert [r for r, _ in query.planned] == [0]
     # Journal batches count from 1: the trickle's plan is batch 2's.
-    plan = world.journal(query.reader.options).read_plan(2)
+    plan = world.journal(query.reader.options).plans.read(2)
     assert plan is not None
     assert sorted((a.batch, a.receiver, a.by) for a in plan.acks) == [
         (1, 0, 0),

@@ -58,7 +58,7 @@ def test_a_segment_holds_sorted_digests_not_ids() -> None:
 
 def test_acknowledged_ids_are_seen_until_they_expire(location: str) -> None:
     journal, store = journal_at(location)
-    journal.write_window(ids(1, 2), batch=3, who="r000000-ack", expires_at=NOW + 40)
+    journal.window.write(ids(1, 2), batch=3, who="r000000-ack", expires_at=NOW + 40)
     cache = duplicates.DuplicateWindow(40)
     assert cache.refresh(store, NOW) == 1
     assert cache.seen(ids(1, 3)) == set(ids(1))
@@ -69,15 +69,15 @@ def test_acknowledged_ids_are_seen_until_they_expire(location: str) -> None:
     # Once expired (and its slice over), forgotten, and collected from the journal.
     cache.refresh(store, NOW + 100)
     assert cache.seen(ids(1)) == set()
-    assert journal.collect_window(NOW + 100) == 1
+    assert journal.window.collect(NOW + 100) == 1
     assert store.inner.list("window") == []
 
 
 def test_a_merged_segment_replaces_the_parts_of_its_batch(location: str) -> None:
     journal, store = journal_at(location)
-    journal.write_window(ids(1), batch=7, who="r000000-ack", expires_at=NOW + 60)
-    journal.write_window(ids(2), batch=7, who="r000001-ack", expires_at=NOW + 61)
-    journal.write_window(ids(3), batch=8, who="r000000-ack", expires_at=NOW + 62)
+    journal.window.write(ids(1), batch=7, who="r000000-ack", expires_at=NOW + 60)
+    journal.window.write(ids(2), batch=7, who="r000001-ack", expires_at=NOW + 61)
+    journal.window.write(ids(3), batch=8, who="r000000-ack", expires_at=NOW + 62)
     merged = window.merge_batch(store, 7)
     assert merged is not None and merged.who == "merged"
     names = window.list_segments(store)
@@ -91,7 +91,7 @@ def test_a_batch_with_one_part_is_left_as_it_is(location: str) -> None:
     """One receiver acknowledged: readers fetch one object for the batch already, and a merge
     would cost a read, a write and a removal for nothing."""
     journal, store = journal_at(location)
-    journal.write_window(ids(1), batch=7, who="r000000-ack", expires_at=NOW + 60)
+    journal.window.write(ids(1), batch=7, who="r000000-ack", expires_at=NOW + 60)
     assert window.merge_batch(store, 7) is None
     assert [(n.batch, n.who) for n in window.list_segments(store)] == [(7, "r000000-ack")]
     cache = duplicates.DuplicateWindow(600)
@@ -101,8 +101,8 @@ def test_a_batch_with_one_part_is_left_as_it_is(location: str) -> None:
 
 def test_a_merge_that_died_before_removing_the_parts_leaves_readers_one_copy(location: str):
     journal, store = journal_at(location)
-    journal.write_window(ids(1), batch=7, who="r000000-ack", expires_at=NOW + 60)
-    journal.write_window(ids(2), batch=7, who="r000001-ack", expires_at=NOW + 60)
+    journal.window.write(ids(1), batch=7, who="r000000-ack", expires_at=NOW + 60)
+    journal.window.write(ids(2), batch=7, who="r000001-ack", expires_at=NOW + 60)
     parts = window.list_segments(store)
     # The merge created its segment, then the process died before the deletes.
     tables = [window.read_segment(store, n) for n in parts]
@@ -133,16 +133,16 @@ def test_nothing_is_recorded_with_the_window_off_or_for_a_fifo_queue(location: s
 
 def test_a_receiver_drops_and_deletes_a_copy_of_an_acknowledged_message(location: str) -> None:
     journal, store = journal_at(location)
-    journal.write_plan(BatchPlan(4, (ReceiverPlan(0, 10),)))
+    journal.plans.write(BatchPlan(4, (ReceiverPlan(0, 10),)))
     # Batch 2 acknowledged message 1 cleanly; SQS now hands out a copy of it with message 2.
-    journal.write_window(ids(1), batch=3, who="r000000-ack", expires_at=time.time() + 600)
+    journal.window.write(ids(1), batch=3, who="r000000-ack", expires_at=time.time() + 600)
     sqs = FakeSqs(script=[[sqs_message(1, receive_count=2), sqs_message(2)]])
     partition = ReceiverPartition(4, 0, 10, QUEUE_URL, make_options(location, region="us-east-1"))
     out = pa.Table.from_batches(
         list(read_partition(partition, client_factory=lambda: sqs, journal=journal))
     )
     assert out.column("messageId").to_pylist() == ids(2)
-    entry = journal.read_entry(4, 0)
+    entry = journal.entries.read(4, 0)
     assert entry is not None and entry.schema.metadata[WINDOW_DROPPED] == b"1"
     deleted = [
         e["ReceiptHandle"]
@@ -156,7 +156,7 @@ def test_a_receiver_drops_and_deletes_a_copy_of_an_acknowledged_message(location
 def test_the_acknowledgement_writes_its_segment_before_the_first_delete(location: str) -> None:
     journal, store = journal_at(location, duplicateWindow="600")
     table = messages_to_table([sqs_message(n) for n in range(3)], QUEUE_URL)
-    journal.write_entry(2, 0, table)
+    journal.entries.write(2, 0, table)
     order: list[str] = []
     store.before = lambda method, key: order.append(f"{method} {key.split('/')[0]}")
     sqs = FakeSqs()
@@ -179,10 +179,10 @@ def test_the_acknowledgement_writes_its_segment_before_the_first_delete(location
 
 def test_one_receiver_of_each_batch_merges_the_previous_batch(location: str) -> None:
     journal, store = journal_at(location)
-    journal.write_plan(BatchPlan(5, (ReceiverPlan(0, 10), ReceiverPlan(1, 10))))
+    journal.plans.write(BatchPlan(5, (ReceiverPlan(0, 10), ReceiverPlan(1, 10))))
     later = time.time() + 600
-    journal.write_window(ids(1), batch=4, who="r000000-ack", expires_at=later)
-    journal.write_window(ids(2), batch=4, who="r000001-ack", expires_at=later)
+    journal.window.write(ids(1), batch=4, who="r000000-ack", expires_at=later)
+    journal.window.write(ids(2), batch=4, who="r000001-ack", expires_at=later)
     options = make_options(location, region="us-east-1")
     # Receiver 4 % 2 == 0 merges; receiver 1 leaves the parts alone.
     for receiver in (1, 0):
@@ -207,10 +207,10 @@ def with_attribute(n: int, value: str, receive_count: int = 1) -> dict[str, Any]
 def test_copies_are_recognised_by_the_attribute_too(location: str) -> None:
     journal, store = journal_at(location)
     options = make_options(location, region="us-east-1", duplicateAttribute="spark_sqs.dedupeId")
-    journal.write_plan(BatchPlan(4, (ReceiverPlan(0, 10),)))
+    journal.plans.write(BatchPlan(4, (ReceiverPlan(0, 10),)))
     # A sink batch sent row "a" twice (two messages, two ids, one dedupe id); the first copy
     # was delivered and acknowledged earlier.
-    journal.write_window(
+    journal.window.write(
         [window.attribute_key("a")], batch=3, who="r000000-ack", expires_at=time.time() + 600
     )
     sqs = FakeSqs(script=[[with_attribute(1, "a"), with_attribute(2, "b"), with_attribute(3, "b")]])
@@ -220,10 +220,10 @@ def test_copies_are_recognised_by_the_attribute_too(location: str) -> None:
     )
     # "a" was acknowledged; the second "b" is a copy of the first within this receive.
     assert got.column("messageId").to_pylist() == ids(2)
-    entry = journal.read_entry(4, 0)
+    entry = journal.entries.read(4, 0)
     assert entry is not None and entry.schema.metadata[WINDOW_DROPPED] == b"2"
     # The entry carries "b"'s key: its acknowledgement puts it in the window.
-    journal.write_plan(
+    journal.plans.write(
         BatchPlan(5, (ReceiverPlan(0, 10),), acks=(AckAssignment(4, 0, 0, time.time() + 600),))
     )
     later = ReceiverPartition(5, 0, 10, QUEUE_URL, options)
@@ -236,7 +236,7 @@ def test_copies_are_recognised_by_the_attribute_too(location: str) -> None:
 
 def test_without_the_option_the_attribute_is_ignored(location: str) -> None:
     journal, _ = journal_at(location)
-    journal.write_plan(BatchPlan(4, (ReceiverPlan(0, 10),)))
+    journal.plans.write(BatchPlan(4, (ReceiverPlan(0, 10),)))
     sqs = FakeSqs(script=[[with_attribute(2, "b"), with_attribute(3, "b")]])
     partition = ReceiverPartition(4, 0, 10, QUEUE_URL, make_options(location, region="us-east-1"))
     got = pa.Table.from_batches(

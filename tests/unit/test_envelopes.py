@@ -375,7 +375,7 @@ def test_a_receiver_journals_nothing_and_releases_on_an_invalid_envelope(tmp_pat
     with pytest.raises(InvalidEnvelopeError, match=messages[1]["MessageId"]):
         list(read_partition(part, client_factory=lambda: sqs))
 
-    assert Journal(journal).read_entry(part.batch, part.receiver) is None
+    assert Journal(journal).entries.read(part.batch, part.receiver) is None
     ((action, entries),) = sqs.batch_calls
     assert action == "visibility"
     assert [e["ReceiptHandle"] for e in entries] == [m["ReceiptHandle"] for m in messages]
@@ -394,7 +394,7 @@ def test_a_receiver_journals_unwrapped_messages_and_replays_them(tmp_path: Path)
     assert first.column("body").to_pylist() == ["m0", "m1", "m2"]
     assert first.column("snsTopicArn").to_pylist() == [TOPIC] * 3
     assert replay.equals(first)
-    receipts = Journal(journal).read_receipts(1, 0)
+    receipts = Journal(journal).entries.read_receipts(1, 0)
     assert receipts is not None and read_lag(receipts.metadata)["messages"] == 3
 
 
@@ -405,7 +405,7 @@ def test_delete_after_journal_keeps_lag_and_pointers_of_every_part(tmp_path: Pat
 
     list(read_partition(part, client_factory=lambda: sqs))
 
-    receipts = Journal(journal).read_receipts(1, 0)
+    receipts = Journal(journal).entries.read_receipts(1, 0)
     assert receipts is not None and read_lag(receipts.metadata)["messages"] == 11
 
 
@@ -438,16 +438,16 @@ def test_delete_payloads_removes_the_acknowledged_objects_but_not_uncertain_ones
     for receiver, chunk in enumerate((received[:3], received[3:])):
         prepared = prepare(chunk, EXTENDED, now=0.0, release=pytest.fail, where="w", s3=s3)
         table = messages_to_table(prepared.messages, url).replace_schema_metadata(prepared.metadata)
-        journal.write_entry(4, receiver, table)
+        journal.entries.write(4, receiver, table)
     uncertain = received[1]["MessageId"]
     kept_key = json.loads(received[1]["Body"])[1]["s3Key"]
 
-    result = delete_payloads(journal.batch_receipts(4, [0, 1]), s3, exclude={uncertain})
+    result = delete_payloads(journal.entries.batch_receipts(4, [0, 1]), s3, exclude={uncertain})
 
     assert (result.deleted, result.kept, result.failed) == (4, 1, {})
     assert [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]] == [kept_key]
     # Idempotent: a second call (the acknowledger retried) deletes nothing new and fails nothing.
-    again = delete_payloads(journal.batch_receipts(4, [0, 1]), s3, exclude={uncertain})
+    again = delete_payloads(journal.entries.batch_receipts(4, [0, 1]), s3, exclude={uncertain})
     assert again.failed == {}
 
 
@@ -518,7 +518,7 @@ def test_a_receiver_stops_at_its_byte_limit_counting_the_payloads_it_will_fetch(
     location = str(tmp_path / "journal")
     options = make_options(location, extendedPayloads="true", waitTimeSeconds="0")
     journal = Journal(location, options)
-    journal.write_plan(BatchPlan(1, (ReceiverPlan(0, 100, max_bytes=1_000_000),)))
+    journal.plans.write(BatchPlan(1, (ReceiverPlan(0, 100, max_bytes=1_000_000),)))
     sqs = boto3.client("sqs", region_name="us-east-1")
 
     rows = pa.Table.from_batches(

@@ -95,7 +95,7 @@ class World:
 
 
 def _receivers(journal: Journal, batch: int) -> list[int]:
-    plan = journal.read_plan(batch)
+    plan = journal.plans.read(batch)
     assert plan is not None
     return [r.receiver for r in plan.receivers]
 
@@ -121,7 +121,7 @@ def test_a_fast_pipeline_pays_no_extension(world: World) -> None:
     world.run(world.batch(0))
     world.advance(VISIBILITY / 3 - 1)
     world.run(world.batch(1))
-    assert world.journal.read_plan(2).extend_by == 0
+    assert world.journal.plans.read(2).extend_by == 0
     assert world.extensions() == []
 
 
@@ -129,7 +129,7 @@ def test_after_a_slow_batch_receivers_extend_and_the_driver_reads_no_entry(world
     world.run(world.batch(0))
     world.advance(VISIBILITY / 3 + 1)  # batch 1 took more than a third of the timeout
     parts = world.batch(1)
-    plan = world.journal.read_plan(2)
+    plan = world.journal.plans.read(2)
     assert plan is not None and plan.extend_by == world.state.heartbeat.extend_by == 900
     got = world.run(parts)
     assert len(got) == 9
@@ -155,14 +155,14 @@ def test_after_a_slow_batch_receivers_extend_and_the_driver_reads_no_entry(world
     assert sorted(held) == receivers
     # The next batch's receivers know the handles are valid that long: nothing uncertain.
     world.run(world.batch(2))
-    plan3 = world.journal.read_plan(3)
+    plan3 = world.journal.plans.read(3)
     assert plan3 is not None and {a.batch for a in plan3.acks} == {2}
     # held_until is the driver's monotonic clock; the plan shows it as wall time.
     offset = world.wall.now - world.mono.now
     assert min(a.valid_until for a in plan3.acks) == pytest.approx(min(held.values()) + offset)
     world.state.latest_offset({"batch": 3})
-    assert world.journal.read_state().acked_batch >= 2
-    assert not set(got) & set(world.journal.read_dedupe(world.wall.now))
+    assert world.journal.state.read().acked_batch >= 2
+    assert not set(got) & set(world.journal.dedupe.read(world.wall.now))
 
 
 def _slow_plan(world: World) -> list[Any]:
@@ -219,7 +219,7 @@ def test_a_receiver_that_dies_before_its_marker_leaves_its_entry_to_the_driver(
     calls = len(world.extensions())
     world.advance(VISIBILITY - 5)
     world.state.heartbeat.tick()
-    entry = world.journal.read_entry(2, parts[0].receiver)
+    entry = world.journal.entries.read(2, parts[0].receiver)
     assert entry is not None
     mine = set(entry.column(RECEIPT_HANDLE).to_pylist())
     again = [e for e in world.extensions()[calls:] if e["ReceiptHandle"] in mine]
@@ -229,7 +229,7 @@ def test_a_receiver_that_dies_before_its_marker_leaves_its_entry_to_the_driver(
 
 
 def _handles(journal: Journal, batch: int, receiver: int) -> list[str]:
-    entry = journal.read_entry(batch, receiver)
+    entry = journal.entries.read(batch, receiver)
     assert entry is not None
     return entry.column(RECEIPT_HANDLE).to_pylist()
 
@@ -253,7 +253,7 @@ def test_no_executor_extension_when_messages_must_come_back_or_are_deleted_at_on
         world.run(world.batch(0))
         world.advance(VISIBILITY)
         world.batch(1)
-        assert world.journal.read_plan(2).extend_by == 0
+        assert world.journal.plans.read(2).extend_by == 0
     finally:
         world.state.close()
 
@@ -317,13 +317,13 @@ def test_assignments_take_each_entry_s_marker_deadline_before_the_heartbeat_look
     world.run(parts)
     markers = _markers(world.journal, 2)
     world.run(world.batch(2))  # no heartbeat tick in between
-    plan3 = world.journal.read_plan(3)
+    plan3 = world.journal.plans.read(3)
     assert plan3 is not None
     valid = {a.receiver: a.valid_until for a in plan3.acks if a.batch == 2}
     assert sorted(valid) == sorted(markers)
     for receiver, until in valid.items():
         assert until == pytest.approx(markers[receiver], abs=1.0)
-    assert world.journal.read_dedupe(world.wall.now) == {}
+    assert world.journal.dedupe.read(world.wall.now) == {}
 
 
 def test_a_batch_its_receivers_extended_is_not_dropped_nor_read_when_planning_late(
@@ -333,15 +333,17 @@ def test_a_batch_its_receivers_extended_is_not_dropped_nor_read_when_planning_la
     next receive: without markers the driver reads every entry into the drop set; with them,
     their markers, read by key, show the handles valid for long enough."""
     world.run(_slow_plan(world))
-    batch2 = {i for r in _receivers(world.journal, 2) for i in world.journal.receiver_ids(2, r)}
+    batch2 = {
+        i for r in _receivers(world.journal, 2) for i in world.journal.entries.receiver_ids(2, r)
+    }
     world.advance(VISIBILITY - 3)  # the heartbeat has not ticked
     world.store.calls.clear()
     world.batch(2)
-    plan3 = world.journal.read_plan(3)
+    plan3 = world.journal.plans.read(3)
     assert plan3 is not None
     # (Batch 1, settled only now, long after batch 2's receivers deleted it, and never
     # extended, has its deletes judged uncertain: its ids may be dropped, batch 2's not.)
-    assert not batch2 & world.journal.read_drops(plan3.drops)
+    assert not batch2 & world.journal.drops.read(plan3.drops)
     reads = [k for m, k in world.store.calls if m == "read" and k.endswith(".arrow")]
     assert not [k for k in reads if k.startswith("batches/000000000002/")]
 
@@ -352,7 +354,7 @@ def test_an_entry_the_heartbeat_has_not_read_is_bounded_by_its_own_receive(world
     slow) keeps its receive baseline, however far the heartbeat extended the other entries;
     and an entry the heartbeat extended is not held back by another entry near expiry."""
     parts = world.batch(0)  # batch 1, planned at NOW, no executor extension
-    assert world.journal.read_plan(1).extend_by == 0
+    assert world.journal.plans.read(1).extend_by == 0
     first, late = parts[:2], parts[2:]
     world.run(first)
     world.advance(20)  # past the heartbeat's discovery delay, within two ticks of expiry
@@ -363,7 +365,7 @@ def test_an_entry_the_heartbeat_has_not_read_is_bounded_by_its_own_receive(world
     world.run(late)  # journaled after the tick: unknown to the heartbeat, no marker
     world.advance(5)  # its receive baseline may now lapse while batch 2 receives
     world.batch(1)  # commits batch 1, plans batch 2 (its receivers delete batch 1)
-    plan2 = world.journal.read_plan(2)
+    plan2 = world.journal.plans.read(2)
     assert plan2 is not None
     valid = {a.receiver: a.valid_until for a in plan2.acks if a.batch == 1}
     assert valid[late[0].receiver] == pytest.approx(NOW + VISIBILITY)
@@ -371,7 +373,7 @@ def test_an_entry_the_heartbeat_has_not_read_is_bounded_by_its_own_receive(world
         assert valid[p.receiver] == pytest.approx(NOW + 20 + 900)
     assert not plan2.acks[0].lost
     # The late entry's handles may lapse while batch 2 receives: its ids are dropped.
-    entry = world.journal.read_entry(1, late[0].receiver)
+    entry = world.journal.entries.read(1, late[0].receiver)
     assert entry is not None
-    drops = world.journal.read_drops(plan2.drops)
+    drops = world.journal.drops.read(plan2.drops)
     assert set(entry.column("messageId").to_pylist()) <= drops

@@ -235,9 +235,9 @@ def test_over_ten_visibility_timeouts_nothing_expires_and_calls_are_bounded(
         hb.tick()
         # Receivers that show up mid-way are covered from then on: one of an inherited batch,
         # and one of the planned batch that received long after its planning.
-        if 3 not in world.journal.entries and world.mono.now >= MONO + span / 2:
+        if 3 not in world.journal.stored and world.mono.now >= MONO + span / 2:
             handles += [handle_of(m) for m in world.receive(3, 4, ago=interval / 2)]
-        if 1 not in world.journal.entries[4] and world.mono.now >= MONO + span / 3:
+        if 1 not in world.journal.stored[4] and world.mono.now >= MONO + span / 3:
             handles += [handle_of(m) for m in world.receive(4, 4, receiver=1)]
     world.assert_all_invisible(handles)
 
@@ -449,10 +449,10 @@ def test_receivers_are_read_by_key_although_the_list_hides_their_entries(
     by_receiver = {0: [0, 1], 2: [2], 5: [3]}  # receiver 5: a file no plan names
     for receiver, numbers in by_receiver.items():
         messages = [sqs_message(n) for n in numbers]
-        journal.write_entry(1, receiver, messages_to_table(messages, QUEUE_URL))
+        journal.entries.write(1, receiver, messages_to_table(messages, QUEUE_URL))
         for m in messages:
             sqs.receive(m["ReceiptHandle"], MONO - 10.0, VISIBILITY)
-    assert journal.list_batches() == []
+    assert journal.batches.list() == []
     store.calls.clear()
 
     hb.watch(1, receivers=(0, 1, 2))
@@ -1233,13 +1233,13 @@ def test_a_marker_is_read_by_key_and_its_reach_is_the_planning_time_plus_extend_
     hb.watch(1, planned=True, receivers=(0, 1), extend_by=900)
     mono.now += 1.0
     marked = [sqs_message(n) for n in (0, 1)]
-    journal.write_entry(1, 0, messages_to_table(marked, QUEUE_URL))
-    journal.write_entry(1, 1, messages_to_table([sqs_message(2)], QUEUE_URL))
+    journal.entries.write(1, 0, messages_to_table(marked, QUEUE_URL))
+    journal.entries.write(1, 1, messages_to_table([sqs_message(2)], QUEUE_URL))
     for n in (0, 1, 2):
         sqs.receive(f"AQEB-receipt-{n}-1", mono.now, VISIBILITY)
     for m in marked:
         sqs.visible_at[m["ReceiptHandle"]] = mono.now + 900
-    journal.write_extension(1, 0, int(NOW - 3600 + 900))
+    journal.entries.write_extension(1, 0, int(NOW - 3600 + 900))
     handles = [f"AQEB-receipt-{n}-1" for n in (0, 1, 2)]
 
     while not sqs.calls:

@@ -34,7 +34,7 @@ from spark_sqs.journal import (
     receipts_of,
     reports,
 )
-from spark_sqs.journal.entries import FORMAT_VERSION
+from spark_sqs.journal.meta import FORMAT_VERSION
 from spark_sqs.journal.reports import report_key
 from spark_sqs.schema import messages_to_table
 from tests.fakes import CreateIgnoresExistenceStore, HookedStore, ListHidingStore
@@ -80,8 +80,8 @@ def test_write_and_read_entry_round_trip(journal: Journal) -> None:
     attrs = {"blob": {"DataType": "Binary", "BinaryValue": b"\x00\x01"}}
     table = table_of(0, 1, 2, attributes=attrs, fifo=True)
 
-    assert journal.write_entry(7, 3, table) is True
-    back = journal.read_entry(7, 3)
+    assert journal.entries.write(7, 3, table) is True
+    back = journal.entries.read(7, 3)
 
     assert back is not None
     assert back.equals(table)
@@ -90,37 +90,37 @@ def test_write_and_read_entry_round_trip(journal: Journal) -> None:
 
 def test_entry_of_no_messages_round_trips(journal: Journal) -> None:
     empty = table_of()
-    assert journal.write_entry(2, 0, empty) is True
-    back = journal.read_entry(2, 0)
+    assert journal.entries.write(2, 0, empty) is True
+    back = journal.entries.read(2, 0)
     assert back is not None and back.num_rows == 0
     assert back.schema == empty.schema
     # An empty entry still says the receiver ran: it counts as journaled, with no messages.
-    assert journal.has_journaled(2, 0)
-    [receipts] = journal.batch_receipts(2, [0])
+    assert journal.entries.has_journaled(2, 0)
+    [receipts] = journal.entries.batch_receipts(2, [0])
     assert receipts.message_ids == () and receipts.rows == 0
 
 
 def test_missing_entry_reads_as_none(journal: Journal) -> None:
-    assert journal.read_entry(1, 0) is None
-    journal.write_entry(1, 0, table_of(0))
-    assert journal.read_entry(1, 1) is None
-    assert journal.read_entry(2, 0) is None
+    assert journal.entries.read(1, 0) is None
+    journal.entries.write(1, 0, table_of(0))
+    assert journal.entries.read(1, 1) is None
+    assert journal.entries.read(2, 0) is None
 
 
 def test_existing_entry_is_never_overwritten(journal: Journal) -> None:
     first = table_of(0, 1)
     second = table_of(5, 6, 7)
 
-    assert journal.write_entry(4, 2, first) is True
-    assert journal.write_entry(4, 2, second) is False
+    assert journal.entries.write(4, 2, first) is True
+    assert journal.entries.write(4, 2, second) is False
     # A retried task attempt sees exactly what the first attempt journaled.
-    back = journal.read_entry(4, 2)
+    back = journal.entries.read(4, 2)
     assert back is not None and back.equals(first)
 
 
 def test_write_leaves_no_temporary_files(journal: Journal, location: str) -> None:
-    journal.write_entry(1, 0, table_of(0))
-    journal.write_entry(1, 0, table_of(1))  # refused
+    journal.entries.write(1, 0, table_of(0))
+    journal.entries.write(1, 0, table_of(1))  # refused
     batch_dir = Path(location) / "batches" / "000000000001"
     assert sorted(p.name for p in batch_dir.iterdir()) == ["00000.arrow"]
 
@@ -128,54 +128,54 @@ def test_write_leaves_no_temporary_files(journal: Journal, location: str) -> Non
 def test_batches_listing_and_entries_read_by_the_receivers_named(
     journal: Journal, location: str
 ) -> None:
-    assert journal.list_batches() == []
-    assert journal.batch_receipts(1, [0, 1]) == []
+    assert journal.batches.list() == []
+    assert journal.entries.batch_receipts(1, [0, 1]) == []
 
     for batch, receiver in [(12, 0), (3, 2), (3, 0), (3, 11), (1, 0)]:
-        journal.write_entry(batch, receiver, table_of(batch * 100 + receiver))
+        journal.entries.write(batch, receiver, table_of(batch * 100 + receiver))
     # Stray files are not entries or batches.
     (Path(location) / "batches" / "README").write_text("not a batch")
     (Path(location) / "batches" / "000000000003" / "notes.txt").write_text("not an entry")
     (Path(location) / "batches" / "000000000003" / "00001.arrow.tmp-123").write_text("partial")
 
     # The LIST of batches/ finds garbage to collect; it decides nothing about entries.
-    assert journal.list_batches() == [1, 3, 12]
+    assert journal.batches.list() == [1, 3, 12]
     # Entries are read by key for the receivers a plan names: an absent one is skipped, a
     # file that is no entry of a named receiver is never read.
-    assert [r.receiver for r in journal.batch_receipts(3, [11, 0, 1, 2, 0])] == [0, 2, 11]
-    assert [r.receiver for r in journal.batch_receipts(3, [2])] == [2]
-    assert [r.receiver for r in journal.batch_receipts(12, range(4))] == [0]
-    assert journal.batch_receipts(2, range(4)) == []
-    assert [journal.has_journaled(3, r) for r in (0, 1, 2, 11)] == [True, False, True, True]
+    assert [r.receiver for r in journal.entries.batch_receipts(3, [11, 0, 1, 2, 0])] == [0, 2, 11]
+    assert [r.receiver for r in journal.entries.batch_receipts(3, [2])] == [2]
+    assert [r.receiver for r in journal.entries.batch_receipts(12, range(4))] == [0]
+    assert journal.entries.batch_receipts(2, range(4)) == []
+    assert [journal.entries.has_journaled(3, r) for r in (0, 1, 2, 11)] == [True, False, True, True]
 
 
 def test_read_receipts_returns_message_ids_and_receipt_handles(journal: Journal) -> None:
     table = table_of(0, 1, 2, receive_count=2)
-    journal.write_entry(5, 1, table)
+    journal.entries.write(5, 1, table)
 
-    assert pairs([journal.read_receipts(5, 1)]) == [
+    assert pairs([journal.entries.read_receipts(5, 1)]) == [
         ("00000000-0000-4000-8000-000000000000", "AQEB-receipt-0-2"),
         ("00000000-0000-4000-8000-000000000001", "AQEB-receipt-1-2"),
         ("00000000-0000-4000-8000-000000000002", "AQEB-receipt-2-2"),
     ]
-    assert journal.read_receipts(5, 9) is None
+    assert journal.entries.read_receipts(5, 9) is None
 
 
 def test_batch_receipts_collects_every_receiver(journal: Journal) -> None:
     a, b = table_of(0, 1), table_of(2)
-    journal.write_entry(6, 0, a)
-    journal.write_entry(6, 4, b)
-    journal.write_entry(7, 0, table_of(9))
+    journal.entries.write(6, 0, a)
+    journal.entries.write(6, 4, b)
+    journal.entries.write(7, 0, table_of(9))
 
-    assert pairs(journal.batch_receipts(6, [0, 4])) == handles_of(a) + handles_of(b)
-    assert pairs(journal.batch_receipts(8, [0, 4])) == []
+    assert pairs(journal.entries.batch_receipts(6, [0, 4])) == handles_of(a) + handles_of(b)
+    assert pairs(journal.entries.batch_receipts(8, [0, 4])) == []
 
 
 def test_read_receipts_carries_the_receive_time(journal: Journal) -> None:
     table = table_of(0, 1).replace_schema_metadata({RECEIVED_AT: repr(1_700_000_000.25)})
-    journal.write_entry(5, 2, table)
+    journal.entries.write(5, 2, table)
 
-    receipts = journal.read_receipts(5, 2)
+    receipts = journal.entries.read_receipts(5, 2)
 
     assert receipts == EntryReceipts(
         batch=5,
@@ -189,101 +189,101 @@ def test_read_receipts_carries_the_receive_time(journal: Journal) -> None:
         rows=2,
     )
     assert "AQEB-receipt" not in repr(receipts)
-    assert journal.read_receipts(5, 3) is None
+    assert journal.entries.read_receipts(5, 3) is None
 
 
 def test_entry_without_receive_time_reads_as_received_at_epoch(journal: Journal) -> None:
     # Treated as long expired, so the acknowledger is cautious about its handles.
-    journal.write_entry(1, 0, table_of(0))
-    receipts = journal.read_receipts(1, 0)
+    journal.entries.write(1, 0, table_of(0))
+    receipts = journal.entries.read_receipts(1, 0)
     assert receipts is not None and receipts.received_at == 0.0
 
 
 def test_batch_receipts_reads_every_named_receiver(journal: Journal) -> None:
-    journal.write_entry(4, 0, table_of(0))
-    journal.write_entry(4, 2, table_of(1, 2))
-    receipts = journal.batch_receipts(4, [0, 1, 2])
+    journal.entries.write(4, 0, table_of(0))
+    journal.entries.write(4, 2, table_of(1, 2))
+    receipts = journal.entries.batch_receipts(4, [0, 1, 2])
     assert [(r.batch, r.receiver, len(r.message_ids)) for r in receipts] == [(4, 0, 1), (4, 2, 2)]
-    assert journal.batch_receipts(5, [0, 1, 2]) == []
+    assert journal.entries.batch_receipts(5, [0, 1, 2]) == []
 
 
 def test_dedupe_record_round_trip_and_expiry(journal: Journal, location: str) -> None:
-    assert journal.read_dedupe(now=0.0) == {}
+    assert journal.dedupe.read(now=0.0) == {}
 
-    journal.write_dedupe(3, ["a", "b"], expires_at=1000.0)
-    journal.write_dedupe(4, ["b", "c"], expires_at=2000.0)
+    journal.dedupe.write(3, ["a", "b"], expires_at=1000.0)
+    journal.dedupe.write(4, ["b", "c"], expires_at=2000.0)
 
     # An id recorded twice keeps the later expiry.
-    assert journal.read_dedupe(now=500.0) == {"a": 1000.0, "b": 2000.0, "c": 2000.0}
-    assert journal.read_dedupe(now=1000.0) == {"b": 2000.0, "c": 2000.0}
+    assert journal.dedupe.read(now=500.0) == {"a": 1000.0, "b": 2000.0, "c": 2000.0}
+    assert journal.dedupe.read(now=1000.0) == {"b": 2000.0, "c": 2000.0}
     # Expired records are removed from the journal.
     assert [n[:13] for n in os.listdir(Path(location) / "dedupe")] == ["000000000004-"]
-    assert journal.read_dedupe(now=2000.0) == {}
+    assert journal.dedupe.read(now=2000.0) == {}
     assert not (Path(location) / "dedupe").exists()
 
 
 def test_dedupe_record_survives_a_restart(journal: Journal, location: str) -> None:
-    journal.write_dedupe(9, ["x"], expires_at=1_800_000_000.5)
+    journal.dedupe.write(9, ["x"], expires_at=1_800_000_000.5)
     again = Journal(location, make_options(location))
-    assert again.read_dedupe(now=1_700_000_000.0) == {"x": 1_800_000_000.5}
+    assert again.dedupe.read(now=1_700_000_000.0) == {"x": 1_800_000_000.5}
 
 
 def test_remove_batch(journal: Journal) -> None:
-    journal.write_entry(1, 0, table_of(0))
-    journal.write_entry(1, 1, table_of(1))
-    journal.write_entry(2, 0, table_of(2))
+    journal.entries.write(1, 0, table_of(0))
+    journal.entries.write(1, 1, table_of(1))
+    journal.entries.write(2, 0, table_of(2))
 
-    journal.remove_batch(1)
+    journal.batches.remove(1)
 
-    assert journal.list_batches() == [2]
-    assert not journal.has_journaled(1, 0) and not journal.has_journaled(1, 1)
-    assert journal.read_entry(1, 0) is None
-    assert pairs(journal.batch_receipts(1, [0, 1])) == []
-    assert journal.read_entry(2, 0) is not None
+    assert journal.batches.list() == [2]
+    assert not journal.entries.has_journaled(1, 0) and not journal.entries.has_journaled(1, 1)
+    assert journal.entries.read(1, 0) is None
+    assert pairs(journal.entries.batch_receipts(1, [0, 1])) == []
+    assert journal.entries.read(2, 0) is not None
     # Removing again (a repeated acknowledgement) is harmless.
-    journal.remove_batch(1)
-    journal.remove_batch(99)
-    assert journal.list_batches() == [2]
+    journal.batches.remove(1)
+    journal.batches.remove(99)
+    assert journal.batches.list() == [2]
 
 
 def test_corrupt_entry_raises_journal_error_with_a_fix(journal: Journal, location: str) -> None:
-    journal.write_entry(1, 0, table_of(0))
+    journal.entries.write(1, 0, table_of(0))
     entry = Path(location) / "batches" / "000000000001" / "00000.arrow"
     entry.write_bytes(entry.read_bytes()[:40])
 
     with pytest.raises(JournalError, match="corrupt.*Fix:"):
-        journal.read_entry(1, 0)
+        journal.entries.read(1, 0)
     with pytest.raises(JournalError, match="corrupt.*Fix:"):
-        journal.read_receipts(1, 0)
+        journal.entries.read_receipts(1, 0)
 
 
 # -- state and ownership -----------------------------------------------------------------------
 
 
 def test_read_state_defaults_to_zero(journal: Journal) -> None:
-    assert journal.read_state() == JournalState(planned_batch=0, acked_batch=0)
+    assert journal.state.read() == JournalState(planned_batch=0, acked_batch=0)
 
 
 def test_state_round_trip_and_overwrite(journal: Journal, location: str) -> None:
-    journal.write_state(JournalState(planned_batch=5, acked_batch=3))
-    assert journal.read_state() == JournalState(5, 3)
+    journal.state.write(JournalState(planned_batch=5, acked_batch=3))
+    assert journal.state.read() == JournalState(5, 3)
 
-    journal.write_state(JournalState(planned_batch=6, acked_batch=6))
-    assert journal.read_state() == JournalState(6, 6)
+    journal.state.write(JournalState(planned_batch=6, acked_batch=6))
+    assert journal.state.read() == JournalState(6, 6)
     # A new process (another Journal object) sees the same state.
-    assert Journal(location, make_options(location)).read_state() == JournalState(6, 6)
+    assert Journal(location, make_options(location)).state.read() == JournalState(6, 6)
 
 
 def test_check_owner_binds_the_journal_to_the_first_queue(journal: Journal, location: str) -> None:
-    journal.check_owner(QUEUE_URL)
-    journal.check_owner(QUEUE_URL)  # same queue: fine, also after a restart
-    Journal(location, make_options(location)).check_owner(QUEUE_URL)
+    journal.meta.check_owner(QUEUE_URL)
+    journal.meta.check_owner(QUEUE_URL)  # same queue: fine, also after a restart
+    Journal(location, make_options(location)).meta.check_owner(QUEUE_URL)
 
     meta = json.loads((Path(location) / "_meta.json").read_text())
     assert meta["queueUrl"] == QUEUE_URL
 
     with pytest.raises(JournalError) as info:
-        Journal(location, make_options(location)).check_owner(OTHER_QUEUE_URL)
+        Journal(location, make_options(location)).meta.check_owner(OTHER_QUEUE_URL)
     message = str(info.value)
     assert QUEUE_URL in message
     assert OTHER_QUEUE_URL in message
@@ -294,7 +294,7 @@ def test_check_owner_binds_the_journal_to_the_first_queue(journal: Journal, loca
 def test_probe_writable_accepts_a_writable_location_and_cleans_up(
     journal: Journal, location: str
 ) -> None:
-    journal.probe_writable()
+    journal.meta.probe_writable()
     assert os.listdir(location) == []
 
 
@@ -305,7 +305,7 @@ def test_probe_writable_rejects_a_path_under_a_regular_file(tmp_path: Path) -> N
     journal = Journal(location, make_options(location))
 
     with pytest.raises(JournalError) as info:
-        journal.probe_writable()
+        journal.meta.probe_writable()
     message = str(info.value)
     assert "is not writable" in message
     assert location in message
@@ -317,9 +317,9 @@ def test_writing_under_a_regular_file_raises_journal_error(tmp_path: Path) -> No
     blocker.write_text("x")
     journal = Journal(str(blocker / "journal"))
     with pytest.raises(JournalError, match="Cannot write journal file"):
-        journal.write_entry(1, 0, table_of(0))
+        journal.entries.write(1, 0, table_of(0))
     with pytest.raises(JournalError, match="Cannot write journal file"):
-        journal.write_state(JournalState(1, 0))
+        journal.state.write(JournalState(1, 0))
 
 
 def test_file_uri_and_home_relative_locations(
@@ -328,10 +328,10 @@ def test_file_uri_and_home_relative_locations(
     monkeypatch.setenv("HOME", str(tmp_path))
     by_uri = Journal((tmp_path / "j").as_uri())
     by_home = Journal("~/j")
-    by_uri.write_entry(1, 0, table_of(0))
+    by_uri.entries.write(1, 0, table_of(0))
 
-    assert by_home.has_journaled(1, 0)
-    assert by_home.list_batches() == [1]
+    assert by_home.entries.has_journaled(1, 0)
+    assert by_home.batches.list() == [1]
     assert (tmp_path / "j" / "batches" / "000000000001" / "00000.arrow").is_file()
 
 
@@ -354,13 +354,13 @@ def _mode(path: Path) -> int:
 def test_local_files_are_readable_by_the_owner_only(
     umask_022: None, journal: Journal, location: str
 ) -> None:
-    journal.check_owner(QUEUE_URL)
-    journal.write_state(JournalState(1, 0))
-    journal.write_entry(1, 0, table_of(0))
+    journal.meta.check_owner(QUEUE_URL)
+    journal.state.write(JournalState(1, 0))
+    journal.entries.write(1, 0, table_of(0))
     root = Path(location)
 
-    journal.write_dedupe(1, ["m"], expires_at=10.0**10)
-    journal.write_metrics(1, {"batch": 1})
+    journal.dedupe.write(1, ["m"], expires_at=10.0**10)
+    journal.metrics.write(1, {"batch": 1})
     files = [p for p in root.rglob("*") if p.is_file()]
     assert {p.parent.name for p in files} >= {"state", "000000000001", "dedupe", "metrics"}
     for path in files:
@@ -371,8 +371,8 @@ def test_local_directories_are_accessible_by_the_owner_only(
     umask_022: None, journal: Journal, location: str
 ) -> None:
     # As on a driver: the probe creates the root, the first entry creates batches/<batch>.
-    journal.probe_writable()
-    journal.write_entry(1, 0, table_of(0))
+    journal.meta.probe_writable()
+    journal.entries.write(1, 0, table_of(0))
     root = Path(location)
 
     for path in (root, root / "batches", root / "batches" / "000000000001"):
@@ -380,14 +380,14 @@ def test_local_directories_are_accessible_by_the_owner_only(
 
 
 def test_batch_directory_is_owner_only(umask_022: None, journal: Journal, location: str) -> None:
-    journal.write_entry(1, 0, table_of(0))
+    journal.entries.write(1, 0, table_of(0))
     assert _mode(Path(location) / "batches" / "000000000001") == 0o700
 
 
 def test_journal_root_created_by_the_probe_is_owner_only(
     umask_022: None, journal: Journal, location: str
 ) -> None:
-    journal.probe_writable()
+    journal.meta.probe_writable()
     assert _mode(Path(location)) == 0o700
 
 
@@ -395,21 +395,21 @@ def test_journal_root_created_by_the_probe_is_owner_only(
 
 
 def test_journal_pickles_without_its_filesystem(journal: Journal) -> None:
-    journal.write_entry(3, 0, table_of(0))  # opens the filesystem
+    journal.entries.write(3, 0, table_of(0))  # opens the filesystem
     data = pickle.dumps(journal)
 
     assert b"pyarrow._fs" not in data
     restored = pickle.loads(data)
     assert restored.location == journal.location
-    back = restored.read_entry(3, 0)
+    back = restored.entries.read(3, 0)
     assert back is not None and back.equals(table_of(0))
-    assert restored.write_entry(3, 0, table_of(1)) is False
+    assert restored.entries.write(3, 0, table_of(1)) is False
 
 
 def test_unopened_journal_pickles(location: str) -> None:
     restored = pickle.loads(pickle.dumps(Journal(location, make_options(location))))
-    assert restored.write_entry(1, 0, table_of(0)) is True
-    assert restored.has_journaled(1, 0)
+    assert restored.entries.write(1, 0, table_of(0)) is True
+    assert restored.entries.has_journaled(1, 0)
 
 
 # -- S3 ----------------------------------------------------------------------------------------
@@ -448,38 +448,38 @@ def test_s3_journal(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
     options = make_options(location, region="us-east-1")
     journal = Journal(location, options)
 
-    journal.probe_writable()
-    journal.check_owner(QUEUE_URL)
-    assert journal.read_state() == JournalState()
-    journal.write_state(JournalState(planned_batch=2, acked_batch=1))
-    assert journal.read_state() == JournalState(2, 1)
+    journal.meta.probe_writable()
+    journal.meta.check_owner(QUEUE_URL)
+    assert journal.state.read() == JournalState()
+    journal.state.write(JournalState(planned_batch=2, acked_batch=1))
+    assert journal.state.read() == JournalState(2, 1)
 
-    assert journal.read_entry(2, 0) is None
-    assert journal.list_batches() == []
+    assert journal.entries.read(2, 0) is None
+    assert journal.batches.list() == []
     first, second = table_of(0, 1), table_of(2)
-    assert journal.write_entry(2, 0, first) is True
-    assert journal.write_entry(2, 0, table_of(9)) is False
-    assert journal.write_entry(2, 3, second) is True
+    assert journal.entries.write(2, 0, first) is True
+    assert journal.entries.write(2, 0, table_of(9)) is False
+    assert journal.entries.write(2, 3, second) is True
 
     # Another process (pickled journal, fresh filesystem) reads the same entries.
     other = pickle.loads(pickle.dumps(journal))
-    back = other.read_entry(2, 0)
+    back = other.entries.read(2, 0)
     assert back is not None and back.equals(first)
-    assert other.list_batches() == [2]
-    assert [r.receiver for r in other.batch_receipts(2, [0, 1, 2, 3])] == [0, 3]
-    assert pairs(other.batch_receipts(2, [0, 3])) == handles_of(first) + handles_of(second)
+    assert other.batches.list() == [2]
+    assert [r.receiver for r in other.entries.batch_receipts(2, [0, 1, 2, 3])] == [0, 3]
+    assert pairs(other.entries.batch_receipts(2, [0, 3])) == handles_of(first) + handles_of(second)
     with pytest.raises(JournalError, match="belongs to queue"):
-        other.check_owner(OTHER_QUEUE_URL)
+        other.meta.check_owner(OTHER_QUEUE_URL)
 
-    other.write_dedupe(2, ["old"], expires_at=100.0)
-    other.write_dedupe(3, ["new"], expires_at=200.0)
-    assert journal.read_dedupe(now=150.0) == {"new": 200.0}
-    assert journal.read_dedupe(now=0.0) == {"new": 200.0}, "expired record not removed"
+    other.dedupe.write(2, ["old"], expires_at=100.0)
+    other.dedupe.write(3, ["new"], expires_at=200.0)
+    assert journal.dedupe.read(now=150.0) == {"new": 200.0}
+    assert journal.dedupe.read(now=0.0) == {"new": 200.0}, "expired record not removed"
 
-    other.remove_batch(2)
-    assert journal.list_batches() == []
-    assert journal.read_entry(2, 0) is None
-    assert journal.read_state() == JournalState(2, 1)
+    other.batches.remove(2)
+    assert journal.batches.list() == []
+    assert journal.entries.read(2, 0) is None
+    assert journal.state.read() == JournalState(2, 1)
 
 
 def test_s3_journal_client_leaves_timestamps_unparsed(
@@ -491,8 +491,8 @@ def test_s3_journal_client_leaves_timestamps_unparsed(
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     location = f"s3://journal-bucket/{uuid.uuid4().hex}?endpoint_override={s3_endpoint}&scheme=http"
     journal = Journal(location, make_options(location, region="us-east-1"))
-    journal.write_entry(1, 0, table_of(0))
-    assert journal.list_batches() == [1]
+    journal.entries.write(1, 0, table_of(0))
+    assert journal.batches.list() == [1]
     store = journal.store
     page = store.client.list_objects_v2(Bucket=store.bucket, Prefix=store.prefix + "/")
     stamp = page["Contents"][0]["LastModified"]
@@ -510,34 +510,34 @@ def test_s3_journal_rejects_unknown_location_parameters(s3_endpoint: str) -> Non
     location = f"s3://journal-bucket/j?endpoint_override={s3_endpoint}&colour=blue"
     journal = Journal(location, make_options(location, region="us-east-1"))
     with pytest.raises(JournalError, match=r"Cannot open journalLocation.*colour"):
-        journal.read_state()
+        journal.state.read()
 
 
 def test_a_receiver_s_ids_are_its_entry_s_else_its_parts(journal: Journal) -> None:
     # Receiver 0 finished (parts and entry); receiver 1 died after two parts; 2 never started.
-    journal.write_part(4, 0, 0, table_of(0, 1))
-    journal.write_entry(4, 0, table_of(0, 1))
-    journal.write_part(4, 1, 0, table_of(2, 3))
-    journal.write_part(4, 1, 1, table_of(4))
+    journal.entries.write_part(4, 0, 0, table_of(0, 1))
+    journal.entries.write(4, 0, table_of(0, 1))
+    journal.entries.write_part(4, 1, 0, table_of(2, 3))
+    journal.entries.write_part(4, 1, 1, table_of(4))
     ids = {n: sqs_message(n)["MessageId"] for n in range(5)}
 
-    assert journal.receiver_ids(4, 0) == [ids[0], ids[1]]
-    assert journal.receiver_ids(4, 1) == [ids[2], ids[3], ids[4]]
-    assert journal.receiver_ids(4, 2) == []
-    assert [journal.has_journaled(4, r) for r in (0, 1, 2)] == [True, True, False]
-    assert journal.batch_message_ids(4, [0, 1, 2]) == {ids[n] for n in range(5)}
-    assert journal.batch_message_ids(4, [0, 1, 2], but=1) == {ids[0], ids[1]}
-    assert journal.batch_message_ids(4, [2]) == frozenset()
-    assert journal.batch_message_ids(5, [0, 1]) == frozenset()
+    assert journal.entries.receiver_ids(4, 0) == [ids[0], ids[1]]
+    assert journal.entries.receiver_ids(4, 1) == [ids[2], ids[3], ids[4]]
+    assert journal.entries.receiver_ids(4, 2) == []
+    assert [journal.entries.has_journaled(4, r) for r in (0, 1, 2)] == [True, True, False]
+    assert journal.entries.batch_message_ids(4, [0, 1, 2]) == {ids[n] for n in range(5)}
+    assert journal.entries.batch_message_ids(4, [0, 1, 2], but=1) == {ids[0], ids[1]}
+    assert journal.entries.batch_message_ids(4, [2]) == frozenset()
+    assert journal.entries.batch_message_ids(5, [0, 1]) == frozenset()
     # The dead receiver's parts, adopted as one entry whose messages all await deletion.
-    assert journal.adopt_entry(4, 1, 9, 10000)
-    combined = journal.read_entry(9, 10000)
+    assert journal.entries.adopt(4, 1, 9, 10000)
+    combined = journal.entries.read(9, 10000)
     assert combined is not None
     assert [r.message_ids for r in [receipts_of(9, 10000, combined)]] == [(ids[2], ids[3], ids[4])]
-    assert journal.read_receipts(9, 10000).message_ids == (ids[2], ids[3], ids[4])  # type: ignore[union-attr]
+    assert journal.entries.read_receipts(9, 10000).message_ids == (ids[2], ids[3], ids[4])  # type: ignore[union-attr]
     # Receiver 2 journaled nothing: its adoption delivers nothing.
-    assert journal.adopt_entry(4, 2, 9, 10001)
-    assert journal.read_entry(9, 10001).num_rows == 0  # type: ignore[union-attr]
+    assert journal.entries.adopt(4, 2, 9, 10001)
+    assert journal.entries.read(9, 10001).num_rows == 0  # type: ignore[union-attr]
 
 
 def test_s3_journal_objects_are_written_with_the_given_kms_key() -> None:
@@ -581,34 +581,34 @@ def test_drop_sets_of_batches_before_the_oldest_pending_one_are_collected(
     journal: Journal,
 ) -> None:
     from spark_sqs.driver.planning import new_plan
-    from spark_sqs.journal import entries
+    from spark_sqs.journal import drops
 
-    done = journal.write_drops(frozenset({"a", "b"}), 1)
-    replayed = journal.write_drops(frozenset({"c"}), 2)  # a replay's, named by no plan
-    pending = journal.write_drops(frozenset({"a", "b"}), 3)  # same ids, its own object
+    done = journal.drops.write(frozenset({"a", "b"}), 1)
+    replayed = journal.drops.write(frozenset({"c"}), 2)  # a replay's, named by no plan
+    pending = journal.drops.write(frozenset({"a", "b"}), 3)  # same ids, its own object
     # Drop sets an earlier version wrote (no batch in the name): one a pending plan names.
-    legacy_named = journal.write_drops(frozenset({"d"}))
-    legacy_unnamed = journal.write_drops(frozenset({"e"}))
-    journal.write_plan(new_plan(4, 10, 1, drops=legacy_named))
+    legacy_named = journal.drops.write(frozenset({"d"}))
+    legacy_unnamed = journal.drops.write(frozenset({"e"}))
+    journal.plans.write(new_plan(4, 10, 1, drops=legacy_named))
     assert pending != done and done is not None and done.startswith("000000000001-")
 
-    assert journal.collect_drops(oldest_pending=3) == 3
+    assert journal.drops.collect(oldest_pending=3) == 3
 
     assert journal.store.list("drops") == sorted(
         [f"drops/{pending}.arrow", f"drops/{legacy_named}.arrow"]
     )
-    entries._DROPS_CACHE.clear()
-    assert journal.read_drops(pending) == {"a", "b"}
-    assert journal.read_drops(legacy_named) == {"d"}
+    drops._DROPS_CACHE.clear()
+    assert journal.drops.read(pending) == {"a", "b"}
+    assert journal.drops.read(legacy_named) == {"d"}
     for gone in (done, replayed, legacy_unnamed):
         with pytest.raises(JournalError, match="missing"):
-            journal.read_drops(gone)
-    assert journal.collect_drops(oldest_pending=3) == 0
+            journal.drops.read(gone)
+    assert journal.drops.collect(oldest_pending=3) == 0
 
 
 def test_probe_writable_removes_probes_a_dead_driver_left(journal: Journal, location: str) -> None:
     journal.store.create("_probe/0123456789abcdef", b"ok")  # the driver died before its delete
-    journal.probe_writable()
+    journal.meta.probe_writable()
     assert journal.store.list("_probe") == []
     assert os.listdir(location) == []
 
@@ -830,35 +830,35 @@ def test_read_parts_reads_by_key_what_the_list_does_not_show_yet(location: str) 
     journal, store = _hiding(location, lambda key: ".part-" in key)
     tables = [table_of(0, 1), table_of(2), table_of(3, 4, 5)]
     for k, table in enumerate(tables):
-        assert journal.write_part(7, 2, k, table) is True
+        assert journal.entries.write_part(7, 2, k, table) is True
     # Part 4 exists, but part 3 does not: it is no part of a dense run (never read).
-    journal.write_part(7, 2, 4, table_of(9))
+    journal.entries.write_part(7, 2, 4, table_of(9))
     assert journal.store.list("batches") == []
     store.calls.clear()
 
-    parts = journal.read_parts(7, 2)
+    parts = journal.entries.read_parts(7, 2)
 
     assert [k for k, _ in parts] == [0, 1, 2]
     assert all(got.equals(want) for (_, got), want in zip(parts, tables, strict=True))
     ids = {n: sqs_message(n)["MessageId"] for n in range(10)}
-    assert journal.receiver_ids(7, 2) == [ids[n] for n in range(6)]
-    assert journal.has_journaled(7, 2)
-    assert journal.batch_message_ids(7, [2]) == {ids[n] for n in range(6)}
+    assert journal.entries.receiver_ids(7, 2) == [ids[n] for n in range(6)]
+    assert journal.entries.has_journaled(7, 2)
+    assert journal.entries.batch_message_ids(7, [2]) == {ids[n] for n in range(6)}
     assert not [c for c in store.calls if c[0] == "list"], "no LIST to find parts"
-    assert journal.read_parts(7, 3) == []
+    assert journal.entries.read_parts(7, 3) == []
 
 
 def test_entries_of_the_named_receivers_are_read_although_the_list_hides_them(
     location: str,
 ) -> None:
     journal, store = _hiding(location, lambda key: key.startswith("batches/"))
-    journal.write_entry(2, 0, table_of(0))
-    journal.write_entry(2, 5, table_of(1, 2))
-    assert journal.list_batches() == []
+    journal.entries.write(2, 0, table_of(0))
+    journal.entries.write(2, 5, table_of(1, 2))
+    assert journal.batches.list() == []
     store.calls.clear()
 
-    assert [r.receiver for r in journal.batch_receipts(2, [0, 1, 5])] == [0, 5]
-    assert len(journal.batch_message_ids(2, [0, 5])) == 3
+    assert [r.receiver for r in journal.entries.batch_receipts(2, [0, 1, 5])] == [0, 5]
+    assert len(journal.entries.batch_message_ids(2, [0, 5])) == 3
     assert not [c for c in store.calls if c[0] == "list"]
 
 
@@ -867,15 +867,15 @@ def test_extension_markers_have_a_fixed_key_and_are_read_by_key(location: str) -
     ``<receiver>.extended``; the driver bounds the reach by its own clock, the body keeps the
     executor's deadline for people only."""
     journal, store = _hiding(location, lambda key: key.endswith(".extended"))
-    journal.write_extension(3, 1, 1_700_000_900)
-    journal.write_extension(3, 1, 1_700_009_999)  # a retried attempt: the first stands
-    journal.write_extension(3, 4, 1_700_000_950)
+    journal.entries.write_extension(3, 1, 1_700_000_900)
+    journal.entries.write_extension(3, 1, 1_700_009_999)  # a retried attempt: the first stands
+    journal.entries.write_extension(3, 4, 1_700_000_950)
 
     key = "batches/000000000003/00001.extended"
     assert json.loads(journal.store.read(key) or b"") == {"until": 1_700_000_900}
-    assert journal.extended_receivers(3, [0, 1, 2, 4]) == {1, 4}
-    assert journal.extended_receivers(3, [0, 2]) == set()
-    assert journal.extended_receivers(4, [1]) == set()
+    assert journal.entries.extended_receivers(3, [0, 1, 2, 4]) == {1, 4}
+    assert journal.entries.extended_receivers(3, [0, 2]) == set()
+    assert journal.entries.extended_receivers(4, [1]) == set()
     assert not [c for c in store.calls if c[0] == "list"]
 
 
@@ -887,25 +887,25 @@ def test_identity_is_fixed_when_the_journal_is_bound_and_stable_across_journal_o
 ) -> None:
     location = str(tmp_path / "journal")
     journal = Journal(location, make_options(location))
-    assert journal.identity() is None, "no journal there yet"
+    assert journal.meta.identity() is None, "no journal there yet"
 
-    journal.check_owner(QUEUE_URL)
-    identity = journal.identity()
+    journal.meta.check_owner(QUEUE_URL)
+    identity = journal.meta.identity()
     assert isinstance(identity, str) and len(identity) >= 8
     meta = json.loads((Path(location) / "_meta.json").read_text())
     assert meta["journalId"] == identity and meta["format"] == FORMAT_VERSION
 
     # Another process, a restart, a pickled copy: the same identity; binding again keeps it.
     again = Journal(location, make_options(location))
-    assert again.identity() == identity
-    again.check_owner(QUEUE_URL)
-    assert again.identity() == identity
-    assert pickle.loads(pickle.dumps(Journal(location))).identity() == identity
+    assert again.meta.identity() == identity
+    again.meta.check_owner(QUEUE_URL)
+    assert again.meta.identity() == identity
+    assert pickle.loads(pickle.dumps(Journal(location))).meta.identity() == identity
     # Another journal of the same queue is another journal.
     other_location = str(tmp_path / "other")
     other = Journal(other_location, make_options(other_location))
-    other.check_owner(QUEUE_URL)
-    assert other.identity() not in (None, identity)
+    other.meta.check_owner(QUEUE_URL)
+    assert other.meta.identity() not in (None, identity)
 
 
 def test_a_journal_of_an_earlier_format_gets_a_stable_derived_identity(tmp_path: Path) -> None:
@@ -920,16 +920,16 @@ def test_a_journal_of_an_earlier_format_gets_a_stable_derived_identity(tmp_path:
         return location
 
     location = legacy("old", QUEUE_URL)
-    identity = Journal(location).identity()
+    identity = Journal(location).meta.identity()
     assert isinstance(identity, str) and identity
-    assert Journal(location, make_options(location)).identity() == identity
+    assert Journal(location, make_options(location)).meta.identity() == identity
     # Binding the journal to its queue again does not rewrite its _meta.json.
     bound = Journal(location, make_options(location))
-    bound.check_owner(QUEUE_URL)
-    assert bound.identity() == identity
+    bound.meta.check_owner(QUEUE_URL)
+    assert bound.meta.identity() == identity
     assert "journalId" not in json.loads((Path(location) / "_meta.json").read_text())
     # Another legacy journal has another identity.
-    assert Journal(legacy("older", OTHER_QUEUE_URL)).identity() not in (None, identity)
+    assert Journal(legacy("older", OTHER_QUEUE_URL)).meta.identity() not in (None, identity)
 
 
 def test_a_journal_of_a_newer_format_is_refused(journal: Journal, location: str) -> None:
@@ -938,9 +938,9 @@ def test_a_journal_of_a_newer_format_is_refused(journal: Journal, location: str)
     journal.store.create("_meta.json", json.dumps(doc).encode())
 
     for call in (
-        lambda j: j.meta(),
-        lambda j: j.identity(),
-        lambda j: j.check_owner(QUEUE_URL),
+        lambda j: j.meta.read(),
+        lambda j: j.meta.identity(),
+        lambda j: j.meta.check_owner(QUEUE_URL),
     ):
         with pytest.raises(JournalError) as info:
             call(Journal(location, make_options(location)))
@@ -959,16 +959,16 @@ def test_a_journal_this_version_wrote_is_refused_once_its_format_number_is_raise
     above ``FORMAT_VERSION`` (what a journal a newer version created looks like): refused, on
     both stores. The number this version writes itself is accepted (``>``, not ``>=``)."""
     options = make_options(journal_location, region="us-east-1")
-    Journal(journal_location, options).check_owner(QUEUE_URL)
+    Journal(journal_location, options).meta.check_owner(QUEUE_URL)
     store = Journal(journal_location, options).store
     written = json.loads(store.read("_meta.json") or b"")
     assert written["format"] == FORMAT_VERSION
-    assert Journal(journal_location, options).identity() == written["journalId"]
+    assert Journal(journal_location, options).meta.identity() == written["journalId"]
 
     raised = {**written, "format": FORMAT_VERSION + 1}
     store.delete("_meta.json")
     assert store.create("_meta.json", json.dumps(raised).encode())
-    for call in (lambda j: j.identity(), lambda j: j.check_owner(QUEUE_URL)):
+    for call in (lambda j: j.meta.identity(), lambda j: j.meta.check_owner(QUEUE_URL)):
         with pytest.raises(JournalError) as info:
             call(Journal(journal_location, options))
         message = str(info.value)
@@ -984,12 +984,12 @@ def test_probe_writable_refuses_a_store_whose_second_create_of_one_key_succeeds(
     a store that answers a second create of one key with success (an S3-compatible store that
     accepts ``If-None-Match: *`` and ignores it) is refused at query start."""
     options = make_options(journal_location, region="us-east-1")
-    Journal(journal_location, options).probe_writable()  # the store itself honours it
+    Journal(journal_location, options).meta.probe_writable()  # the store itself honours it
 
     unsafe = CreateIgnoresExistenceStore(open_store(journal_location, options.connection))
     journal = Journal(journal_location, options, store=unsafe)
     with pytest.raises(UnsafeStoreError) as info:
-        journal.probe_writable()
+        journal.meta.probe_writable()
 
     message = str(info.value)
     assert journal_location in message
@@ -1005,25 +1005,25 @@ def test_probe_writable_refuses_a_store_whose_second_create_of_one_key_succeeds(
 def test_batch_status_live_retired_removed(journal: Journal) -> None:
     from spark_sqs.driver.planning import new_plan
 
-    assert journal.batch_status(4) == REMOVED, "never planned"
+    assert journal.batches.status(4) == REMOVED, "never planned"
     # Files without a plan (a removal a crash cut short) make no batch live.
-    journal.write_entry(4, 0, table_of(0))
-    assert journal.batch_status(4) == REMOVED and journal.is_finished(4)
-    assert journal.live_receivers(4) is None
+    journal.entries.write(4, 0, table_of(0))
+    assert journal.batches.status(4) == REMOVED and journal.batches.is_finished(4)
+    assert journal.batches.live_receivers(4) is None
 
-    journal.write_plan(new_plan(4, 10, 2))
-    assert journal.batch_status(4) == LIVE and not journal.is_finished(4)
-    assert journal.live_receivers(4) == (0, 1)
+    journal.plans.write(new_plan(4, 10, 2))
+    assert journal.batches.status(4) == LIVE and not journal.batches.is_finished(4)
+    assert journal.batches.live_receivers(4) == (0, 1)
 
-    journal.retire(4)
-    journal.retire(4)  # a retried adoption: harmless
-    assert journal.batch_status(4) == RETIRED_STATUS and journal.is_finished(4)
+    journal.batches.retire(4)
+    journal.batches.retire(4)  # a retried adoption: harmless
+    assert journal.batches.status(4) == RETIRED_STATUS and journal.batches.is_finished(4)
     # Retired, it stays live until the batch that adopts it has its copies.
-    assert journal.live_receivers(4) == (0, 1)
+    assert journal.batches.live_receivers(4) == (0, 1)
 
-    journal.remove_batch(4)
-    assert journal.batch_status(4) == REMOVED and journal.is_finished(4)
-    assert journal.live_receivers(4) is None
+    journal.batches.remove(4)
+    assert journal.batches.status(4) == REMOVED and journal.batches.is_finished(4)
+    assert journal.batches.live_receivers(4) is None
 
 
 def test_a_batch_of_carried_messages_is_live_by_its_carry_record(journal: Journal) -> None:
@@ -1031,9 +1031,9 @@ def test_a_batch_of_carried_messages_is_live_by_its_carry_record(journal: Journa
 
     doc = {"from": 3, "step": 1, "receivers": [0, 2]}
     journal.store.create(f"batches/000000000009/{CARRY}", json.dumps(doc).encode())
-    assert journal.live_receivers(9) == (0, 2)
-    journal.remove_batch(9)
-    assert journal.live_receivers(9) is None
+    assert journal.batches.live_receivers(9) == (0, 2)
+    journal.batches.remove(9)
+    assert journal.batches.live_receivers(9) is None
 
 
 def test_remove_batch_deletes_the_plan_before_anything_else(location: str) -> None:
@@ -1045,17 +1045,17 @@ def test_remove_batch_deletes_the_plan_before_anything_else(location: str) -> No
 
     store = HookedStore(LocalStore(location))
     journal = Journal(location, make_options(location), store=store)
-    journal.write_plan(new_plan(3, 10, 2))
-    journal.write_entry(3, 0, table_of(0))
-    journal.write_part(3, 1, 0, table_of(1))
-    journal.write_extension(3, 0, 1_700_000_900)
-    journal.retire(3)
+    journal.plans.write(new_plan(3, 10, 2))
+    journal.entries.write(3, 0, table_of(0))
+    journal.entries.write_part(3, 1, 0, table_of(1))
+    journal.entries.write_extension(3, 0, 1_700_000_900)
+    journal.batches.retire(3)
     for name in (CARRY, RELEASED):
         journal.store.create(f"batches/000000000003/{name}", b"{}")
     files = journal.store.list("batches/000000000003")
     store.calls.clear()
 
-    journal.remove_batch(3)
+    journal.batches.remove(3)
 
     deleted = [k for m, k in store.calls if m == "delete"]
     liveness = {f"batches/000000000003/{n}" for n in ("_plan.json", CARRY, RELEASED)}
@@ -1075,35 +1075,35 @@ def test_a_removal_cut_short_after_the_plan_leaves_a_batch_that_is_not_live(
             raise OSError("the driver died (injected)")
 
     journal = Journal(location, make_options(location))
-    journal.write_plan(new_plan(5, 10, 2))
-    journal.write_entry(5, 0, table_of(0))
-    journal.write_entry(5, 1, table_of(1))
+    journal.plans.write(new_plan(5, 10, 2))
+    journal.entries.write(5, 0, table_of(0))
+    journal.entries.write(5, 1, table_of(1))
     dying = Journal(location, store=HookedStore(LocalStore(location), before=die_at_entries))
     with pytest.raises(OSError, match="injected"):
-        dying.remove_batch(5)
+        dying.batches.remove(5)
 
-    assert journal.batch_status(5) == REMOVED
-    assert journal.live_receivers(5) is None
-    assert journal.list_batches() == [5], "garbage, for the next start to remove"
-    journal.remove_batch(5)
-    assert journal.list_batches() == []
+    assert journal.batches.status(5) == REMOVED
+    assert journal.batches.live_receivers(5) is None
+    assert journal.batches.list() == [5], "garbage, for the next start to remove"
+    journal.batches.remove(5)
+    assert journal.batches.list() == []
 
 
 def test_adopting_an_entry_that_vanished_writes_an_empty_entry(journal: Journal) -> None:
     """A straggler of a retired orphan removed the entry it wrote (its messages stay in flight
     and come back): the adopting batch's replays must deliver nothing for it, not fail."""
-    journal.write_entry(6, 0, table_of(0, 1))
-    journal.retire(6)
+    journal.entries.write(6, 0, table_of(0, 1))
+    journal.batches.retire(6)
 
-    assert journal.adopt_entry(6, 1, 8, 0) is True  # receiver 1 of batch 6: no entry, no parts
-    assert journal.adopt_entry(6, 0, 8, 1) is True
-    assert journal.adopt_entry(6, 1, 8, 0) is False, "idempotent: the copy is kept"
+    assert journal.entries.adopt(6, 1, 8, 0) is True  # receiver 1 of batch 6: no entry, no parts
+    assert journal.entries.adopt(6, 0, 8, 1) is True
+    assert journal.entries.adopt(6, 1, 8, 0) is False, "idempotent: the copy is kept"
 
-    empty = journal.read_entry(8, 0)
+    empty = journal.entries.read(8, 0)
     assert empty is not None and empty.num_rows == 0
     assert empty.schema.names == table_of().schema.names
-    assert journal.has_journaled(8, 0)
-    assert journal.receiver_ids(8, 1) == [sqs_message(n)["MessageId"] for n in (0, 1)]
+    assert journal.entries.has_journaled(8, 0)
+    assert journal.entries.receiver_ids(8, 1) == [sqs_message(n)["MessageId"] for n in (0, 1)]
 
 
 def test_a_journal_taken_over_in_place_records_its_format_apart_from_its_meta(
@@ -1117,35 +1117,35 @@ def test_a_journal_taken_over_in_place_records_its_format_apart_from_its_meta(
     store = Journal(journal_location, options).store
     legacy = {"format": FORMAT_VERSION - 1, "queueUrl": QUEUE_URL}
     store.create("_meta.json", json.dumps(legacy).encode())
-    identity = Journal(journal_location, options).identity()
+    identity = Journal(journal_location, options).meta.identity()
 
-    Journal(journal_location, options).check_owner(QUEUE_URL)
+    Journal(journal_location, options).meta.check_owner(QUEUE_URL)
 
     assert store.read(f"format/{FORMAT_VERSION}") is not None
     assert json.loads(store.read("_meta.json") or b"") == legacy
-    assert Journal(journal_location, options).identity() == identity
+    assert Journal(journal_location, options).meta.identity() == identity
     # A later version took it over in place the same way: this one refuses it.
     store.create(f"format/{FORMAT_VERSION + 1}", b"")
     with pytest.raises(JournalError, match=f"journal format {FORMAT_VERSION + 1}"):
-        Journal(journal_location, options).check_owner(QUEUE_URL)
+        Journal(journal_location, options).meta.check_owner(QUEUE_URL)
 
 
 def test_the_drop_set_cache_keeps_the_newest_sets_only(journal: Journal) -> None:
-    from spark_sqs.journal import entries
+    from spark_sqs.journal import drops
 
-    entries._DROPS_CACHE.clear()
+    drops._DROPS_CACHE.clear()
     digests = [
-        journal.write_drops(frozenset({f"m{batch}-{i}" for i in range(50)}), batch)
+        journal.drops.write(frozenset({f"m{batch}-{i}" for i in range(50)}), batch)
         for batch in range(1, 201)
     ]
     # A driver writes one per batch: 200 batches, the newest 8 kept.
-    assert len(entries._DROPS_CACHE) == entries._DROPS_CACHE.max_sets
-    assert journal.read_drops(digests[-1]) == {f"m200-{i}" for i in range(50)}
+    assert len(drops._DROPS_CACHE) == drops._DROPS_CACHE.max_sets
+    assert journal.drops.read(digests[-1]) == {f"m200-{i}" for i in range(50)}
     # An older one is read from the journal again (and cached in place of the oldest).
-    assert journal.read_drops(digests[0]) == {f"m1-{i}" for i in range(50)}
-    assert len(entries._DROPS_CACHE) == entries._DROPS_CACHE.max_sets
+    assert journal.drops.read(digests[0]) == {f"m1-{i}" for i in range(50)}
+    assert len(drops._DROPS_CACHE) == drops._DROPS_CACHE.max_sets
 
-    bounded = entries._DropsCache(sets=8, ids=120)
+    bounded = drops._DropsCache(sets=8, ids=120)
     for n in range(10):
         bounded.put(f"d{n}", frozenset(f"{n}-{i}" for i in range(50)))
     assert (len(bounded), bounded.ids) == (2, 100)
@@ -1175,18 +1175,18 @@ def test_state_markers_a_lagging_listing_still_shows_count_only_once_read(
     with an empty batch instead of being refused."""
     options = make_options(journal_location, region="us-east-1")
     old = Journal(journal_location, options)
-    old.write_state(JournalState(planned_batch=6, acked_batch=5))
+    old.state.write(JournalState(planned_batch=6, acked_batch=5))
     ghosts = old.store.list("state")
     old.store.delete_many(ghosts)
 
     deleted = Journal(journal_location, options, store=_GhostListingStore(old.store, ghosts))
-    assert deleted.read_state().planned_batch == 0
-    assert deleted.read_state().acked_batch == 0
+    assert deleted.state.read().planned_batch == 0
+    assert deleted.state.read().acked_batch == 0
 
     # A newer marker that exists beside a listed one that is gone: the newest that exists.
     again = Journal(journal_location, options, store=_GhostListingStore(old.store, ghosts))
-    again.write_state(JournalState(planned_batch=2, acked_batch=1))
-    state = again.read_state()
+    again.state.write(JournalState(planned_batch=2, acked_batch=1))
+    state = again.state.read()
     assert (state.planned_batch, state.acked_batch) == (2, 1)
 
 
@@ -1199,21 +1199,21 @@ def test_dedupe_records_are_found_by_key_through_the_acknowledged_marker(
     The newest acknowledged marker names the live records, which a start reads by key."""
     options = make_options(journal_location, region="us-east-1")
     driver = Journal(journal_location, options)
-    driver.read_state()
-    driver.write_dedupe(3, ["m1", "m2"], expires_at=2000.0, now=1000.0)
-    driver.write_state(JournalState(planned_batch=3, acked_batch=3))
+    driver.state.read()
+    driver.dedupe.write(3, ["m1", "m2"], expires_at=2000.0, now=1000.0)
+    driver.state.write(JournalState(planned_batch=3, acked_batch=3))
 
     hidden = ListHidingStore(driver.store, lambda key: key.startswith("dedupe/"))
     restarted = Journal(journal_location, options, store=hidden)
-    restarted.read_state()
-    assert restarted.read_dedupe(now=1500.0) == {"m1": 2000.0, "m2": 2000.0}
+    restarted.state.read()
+    assert restarted.dedupe.read(now=1500.0) == {"m1": 2000.0, "m2": 2000.0}
 
     # Expired records are no longer named by later markers, and are removed when read.
-    restarted.write_dedupe(4, ["m3"], expires_at=3000.0, now=2500.0)
-    restarted.write_state(JournalState(planned_batch=4, acked_batch=4))
+    restarted.dedupe.write(4, ["m3"], expires_at=3000.0, now=2500.0)
+    restarted.state.write(JournalState(planned_batch=4, acked_batch=4))
     again = Journal(journal_location, options, store=hidden)
-    again.read_state()
-    assert again.read_dedupe(now=2600.0) == {"m3": 3000.0}
+    again.state.read()
+    assert again.dedupe.read(now=2600.0) == {"m3": 3000.0}
 
 
 def test_a_batch_retired_and_removed_between_the_status_reads_is_never_live(
@@ -1227,24 +1227,24 @@ def test_a_batch_retired_and_removed_between_the_status_reads_is_never_live(
     live (the retirement marker is read first)."""
     options = make_options(journal_location, region="us-east-1")
     journal = Journal(journal_location, options)
-    journal.write_plan(BatchPlan(2, (ReceiverPlan(0, 5),)))
+    journal.plans.write(BatchPlan(2, (ReceiverPlan(0, 5),)))
     done: list[bool] = []
 
     def retire_and_remove(method: str, key: str) -> None:
         if method == "read" and not done:
             done.append(True)
-            journal.retire(2)
-            journal.remove_batch(2)
+            journal.batches.retire(2)
+            journal.batches.remove(2)
 
     stalled = Journal(
         journal_location, options, store=HookedStore(journal.store, after=retire_and_remove)
     )
-    assert stalled.batch_status(2) != "live"
+    assert stalled.batches.status(2) != "live"
     assert done, "the removal ran between the reads"
 
 
 def test_metrics_are_pruned_to_the_newest_every_few_batches(journal: Journal) -> None:
     for batch in range(1, 26):
-        journal.write_metrics(batch, {"batch": batch}, keep=5, prune_every=10)
+        journal.metrics.write(batch, {"batch": batch}, keep=5, prune_every=10)
     # Pruned at batch 20 to 16-20; 21-25 are written since.
-    assert [m["batch"] for m in journal.read_metrics()] == list(range(16, 26))
+    assert [m["batch"] for m in journal.metrics.read()] == list(range(16, 26))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -79,30 +81,26 @@ def _receipts(ages: list[int]) -> EntryReceipts:
 
 class _Journal:
     def __init__(self, entries: list[EntryReceipts]) -> None:
-        self.entries = entries
+        self.receipts = entries
+        self.entries = _Records(batch_receipts=lambda batch, receivers: self.receipts)
+        self.batches = _Records(remove=self._remove)
+        self.drops = _Records(collect=lambda oldest_pending: 0)
+        self.window = _Records(collect=lambda now: 0)
+        # Without a heartbeat nothing bounds the handles: every delete counts uncertain.
+        self.dedupe = _Records(read=lambda now: {}, write=lambda *args, **kwargs: None)
 
-    def batch_receipts(self, batch: int, receivers: object) -> list[EntryReceipts]:
-        return self.entries
-
-    def remove_batch(self, batch: int) -> None:
-        self.entries = []
+    def _remove(self, batch: int) -> None:
+        self.receipts = []
 
     def collect_ack_reports(self, oldest_pending: int, keep: set[int]) -> int:
         return 0
 
-    def collect_drops(self, oldest_pending: int) -> int:
-        return 0
 
-    def collect_window(self, now: float) -> int:
-        return 0
+class _Records:
+    """A record kind of the journal (journal/entries.py): only the methods given."""
 
-    def read_dedupe(self, now: float) -> dict[str, float]:
-        return {}
-
-    def write_dedupe(
-        self, batch: int, message_ids: list[str], expires_at: float, now: float | None = None
-    ) -> None:
-        pass  # without a heartbeat nothing bounds the handles: every delete counts uncertain
+    def __init__(self, **methods: Callable[..., Any]) -> None:
+        self.__dict__.update(methods)
 
 
 class _Caller:

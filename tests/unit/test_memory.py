@@ -110,10 +110,10 @@ def counted(journal_location: str) -> Iterator[tuple[Journal, Served]]:
 def test_receipts_are_read_without_the_bodies(counted: tuple[Journal, Served]) -> None:
     journal, served = counted
     table = entry_of(1000, KIB64)
-    assert journal.write_entry(7, 0, table)
+    assert journal.entries.write(7, 0, table)
     entry_bytes = served.bytes
     served.requests = served.bytes = 0
-    whole = journal.read_entry(7, 0)
+    whole = journal.entries.read(7, 0)
     assert whole is not None
     before = served.bytes  # what reading the whole entry costs: every body
     del whole
@@ -121,7 +121,7 @@ def test_receipts_are_read_without_the_bodies(counted: tuple[Journal, Served]) -
 
     tracemalloc.start()
     try:
-        receipts = journal.read_receipts(7, 0)
+        receipts = journal.entries.read_receipts(7, 0)
         held = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -148,15 +148,15 @@ def test_ids_of_an_entry_and_of_parts_are_read_without_the_bodies(
 ) -> None:
     journal, served = counted
     table = entry_of(300, KIB64)
-    assert journal.write_entry(7, 0, table)
+    assert journal.entries.write(7, 0, table)
     for part in range(3):
-        assert journal.write_part(7, 1, part, entry_of(100, KIB64, first=300 + 100 * part))
+        assert journal.entries.write_part(7, 1, part, entry_of(100, KIB64, first=300 + 100 * part))
     served.requests = served.bytes = 0
 
-    assert journal.receiver_ids(7, 0) == table.column("messageId").to_pylist()
-    assert len(journal.receiver_ids(7, 1)) == 300
-    assert journal.has_journaled(7, 1) and not journal.has_journaled(7, 2)
-    parts = journal.read_parts(7, 1, ID_COLUMNS)
+    assert journal.entries.receiver_ids(7, 0) == table.column("messageId").to_pylist()
+    assert len(journal.entries.receiver_ids(7, 1)) == 300
+    assert journal.entries.has_journaled(7, 1) and not journal.entries.has_journaled(7, 2)
+    parts = journal.entries.read_parts(7, 1, ID_COLUMNS)
     assert [t.column_names for _, t in parts] == [["messageId"]] * 3
 
     # Entry and parts hold 600 bodies of 64 KiB (39 MiB); each of the four reads of their ids
@@ -203,21 +203,21 @@ def test_parts_are_combined_one_at_a_time(counted: tuple[Journal, Served]) -> No
     journal, _ = counted
     parts = [entry_of(10, "y" * (100 << 10), first=10 * k) for k in range(10)]  # 1 MiB each
     for k, part in enumerate(parts):
-        assert journal.write_part(7, 0, k, part)
+        assert journal.entries.write_part(7, 0, k, part)
     empty = messages_to_table([], QUEUE_URL).schema
 
     tracemalloc.start()
     try:
-        written = journal.write_entry_from_parts(
+        written = journal.entries.write_from_parts(
             7, 0, list(range(10)), {b"spark_sqs.pendingDelete": b"[]"}, empty
         )
         sealed_peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.reset_peak()
-        adopted = journal.adopt_entry(7, 0, 8, 10000)  # from the entry
+        adopted = journal.entries.adopt(7, 0, 8, 10000)  # from the entry
         entry_peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.reset_peak()
-        journal.remove_entry(7, 0)
-        from_parts = journal.adopt_entry(7, 0, 9, 10000)  # from the parts
+        journal.entries.remove(7, 0)
+        from_parts = journal.entries.adopt(7, 0, 9, 10000)  # from the parts
         parts_peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -226,7 +226,7 @@ def test_parts_are_combined_one_at_a_time(counted: tuple[Journal, Served]) -> No
     local = not isinstance(journal.store, S3Store)  # moto's server runs in this process
     whole = pa.concat_tables(parts)
     for batch in (8, 9):
-        back = journal.read_entry(batch, 10000)
+        back = journal.entries.read(batch, 10000)
         assert back is not None
         assert back.column("messageId").to_pylist() == whole.column("messageId").to_pylist()
         assert back.column("body").to_pylist() == whole.column("body").to_pylist()
@@ -242,12 +242,12 @@ def test_parts_are_combined_one_at_a_time(counted: tuple[Journal, Served]) -> No
 def test_an_adoption_keeps_only_the_ids_asked_for(counted: tuple[Journal, Served]) -> None:
     journal, _ = counted
     for k in range(3):
-        assert journal.write_part(7, 0, k, entry_of(4, "z", first=4 * k))
+        assert journal.entries.write_part(7, 0, k, entry_of(4, "z", first=4 * k))
     keep = {sqs_message(n)["MessageId"] for n in (1, 5, 11)}
-    assert journal.adopt_entry(7, 0, 8, 10000, keep=keep)
-    receipts = journal.read_receipts(8, 10000)
+    assert journal.entries.adopt(7, 0, 8, 10000, keep=keep)
+    receipts = journal.entries.read_receipts(8, 10000)
     assert receipts is not None and set(receipts.message_ids) == keep
-    assert journal.adopt_entry(7, 0, 8, 10000) is False  # an existing target is kept
+    assert journal.entries.adopt(7, 0, 8, 10000) is False  # an existing target is kept
 
 
 def test_output_batches_of_many_chunks_are_combined_a_group_at_a_time() -> None:

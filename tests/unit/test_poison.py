@@ -30,14 +30,14 @@ def _journal_with_batch(tmp_path: Any, batch: int, per_receiver: list[list[int]]
     location = str(tmp_path / "j")
     options = make_options(location, **extra)
     journal = Journal(location, options)
-    journal.write_plan(
+    journal.plans.write(
         BatchPlan(batch, tuple(ReceiverPlan(r, len(ns)) for r, ns in enumerate(per_receiver)))
     )
     for receiver, numbers in enumerate(per_receiver):
-        journal.write_entry(
+        journal.entries.write(
             batch, receiver, messages_to_table([sqs_message(n) for n in numbers], QUEUE_URL)
         )
-    journal.write_state(JournalState(planned_batch=batch, acked_batch=batch - 1, initial_batch=0))
+    journal.state.write(JournalState(planned_batch=batch, acked_batch=batch - 1, initial_batch=0))
     return journal, options
 
 
@@ -107,7 +107,7 @@ def test_a_retried_record_of_one_attempt_is_one_record(tmp_path: Any) -> None:
     executor_poison.record_attempt(journal, 5, 1, "run1-s0-t0", 0)  # another receiver, same attempt
     executor_poison.record_attempt(journal, 5, 0, "run1-s0-t1", 0)  # a retried task
     executor_poison.record_attempt(journal, 5, 0, "run2-s0-t0", 1)  # a new run, narrowed
-    attempts = records.read_attempts(journal, 5)
+    attempts = journal.poison.attempts(5)
     assert len(attempts) == 4
     assert records.attempts_by_step(attempts) == {0: 2, 1: 1}
 
@@ -121,7 +121,7 @@ def test_policy_fail_refuses_a_replay_after_max_batch_attempts_naming_the_releas
 ) -> None:
     journal, options = _journal_with_batch(tmp_path, 7, [[1, 2, 3]], maxBatchAttempts="2")
     # The first attempt (run r1) is named in the entry it journaled, not in a record.
-    table = journal.read_entry(7, 0)
+    table = journal.entries.read(7, 0)
     metadata = {**(table.schema.metadata or {}), records.FIRST_ATTEMPT: b"r1-s0-t0"}
     table = table.replace_schema_metadata(metadata)
     # The same run reading again (another Spark job of one foreachBatch) is the same attempt.
@@ -135,7 +135,7 @@ def test_policy_fail_refuses_a_replay_after_max_batch_attempts_naming_the_releas
     message = str(raised.value)
     assert "batch 7 has been read by 3 attempts" in message
     assert f"spark-sqs release --journal {journal.location} --batch 7" in message
-    assert journal.read_entry(7, 0) is not None, "nothing removed"
+    assert journal.entries.read(7, 0) is not None, "nothing removed"
 
 
 def test_policy_dead_letter_replays_only_what_the_narrowing_keeps(tmp_path: Any) -> None:
@@ -145,14 +145,14 @@ def test_policy_dead_letter_replays_only_what_the_narrowing_keeps(tmp_path: Any)
     narrowing = records.Narrowing(1, {0: [_mid(2)]}, {0: [_mid(1), _mid(3)]})
     journal.store.create("batches/000000000007/_narrow-0001.json", narrowing.to_json())
     kept = executor_poison.on_replay(
-        journal, _partition(options, 7, 0, "r9"), journal.read_entry(7, 0)
+        journal, _partition(options, 7, 0, "r9"), journal.entries.read(7, 0)
     )
     assert _ids(kept) == [_mid(2)]
     untouched = executor_poison.on_replay(
-        journal, _partition(options, 7, 1, "r9"), journal.read_entry(7, 1)
+        journal, _partition(options, 7, 1, "r9"), journal.entries.read(7, 1)
     )
     assert _ids(untouched) == [_mid(4)]
-    assert records.attempts_by_step(records.read_attempts(journal, 7)) == {1: 1}
+    assert records.attempts_by_step(journal.poison.attempts(7)) == {1: 1}
 
 
 # -- narrowing and quarantine on the driver --
@@ -203,7 +203,7 @@ def _dlq_messages(client: Any, url: str = DLQ_URL) -> list[dict[str, Any]]:
 
 def _fail_once_more(journal: Any, batch: int, run: str, receivers: list[int]) -> None:
     """A run that replayed the batch (under its latest step) and failed."""
-    latest = records.latest_narrowing(journal, batch)
+    latest = journal.poison.latest_narrowing(batch)
     for receiver in receivers:
         executor_poison.record_attempt(
             journal, batch, receiver, f"{run}-s0-t0", latest.step if latest else 0
@@ -225,16 +225,16 @@ def test_narrowing_carries_the_rest_out_and_quarantines_the_last_message_once(
     assert step is not None and step.step == 1 and step.carry_batch == 5
     assert step.keep == {0: [_mid(1), _mid(2)], 1: []}
     assert driver.tracked == [5]
-    assert _ids(journal.read_entry(5, 1)) == [_mid(3), _mid(4)]
+    assert _ids(journal.entries.read(5, 1)) == [_mid(3), _mid(4)]
     # The carry batch has no plan: its record names its receivers, read by key.
-    assert journal.live_receivers(5) == (1,)
+    assert journal.batches.live_receivers(5) == (1,)
     assert driver_poison.carry_batches(journal, [4, 5]) == [5]
     # Planning again without a new failure changes nothing (a run that died before reading).
     assert quarantine.prepare_replay(4, [0, 1]) == step
     _fail_once_more(journal, 4, "r3", [0, 1])
     step = quarantine.prepare_replay(4, [0, 1])
     assert step.step == 2 and step.keep == {0: [_mid(1)], 1: []} and step.carry_batch == 6
-    assert _ids(journal.read_entry(6, 0)) == [_mid(2)]
+    assert _ids(journal.entries.read(6, 0)) == [_mid(2)]
     _fail_once_more(journal, 4, "r4", [0, 1])
     step = quarantine.prepare_replay(4, [0, 1])
     assert step.step == 3 and step.quarantined == (_mid(1),) and step.keep == {0: [], 1: []}
@@ -251,8 +251,8 @@ def test_narrowing_carries_the_rest_out_and_quarantines_the_last_message_once(
     for _ in range(2):
         assert quarantine.prepare_replay(4, [0, 1]).step == 3
     assert _dlq_messages(sqs) == []
-    assert [q["messageId"] for q in driver_poison.quarantined(journal)] == [_mid(1)]
-    assert driver_poison.quarantined(journal)[0]["sent"] is True
+    assert [q["messageId"] for q in journal.poison.quarantined()] == [_mid(1)]
+    assert journal.poison.quarantined()[0]["sent"] is True
 
 
 def test_a_crash_between_decision_and_send_sends_once_on_the_next_plan(
@@ -266,8 +266,8 @@ def test_a_crash_between_decision_and_send_sends_once_on_the_next_plan(
     with pytest.raises(Exception, match="deadLetterQueueUrl"):
         _quarantine(journal, options, failing, _Driver(4)).prepare_replay(4, [0])
     # The decision was recorded before the send; the batch delivers nothing of the message.
-    assert records.latest_narrowing(journal, 4).quarantined == (_mid(1),)
-    assert driver_poison.quarantined(journal)[0]["sent"] is False
+    assert journal.poison.latest_narrowing(4).quarantined == (_mid(1),)
+    assert journal.poison.quarantined()[0]["sent"] is False
     assert _dlq_messages(sqs) == []
     _quarantine(journal, options, sqs, _Driver(4)).prepare_replay(4, [0])
     _quarantine(journal, options, sqs, _Driver(4)).prepare_replay(4, [0])
@@ -331,10 +331,10 @@ def test_a_batch_adopting_carried_messages_is_suspect(tmp_path: Any, sqs: Any) -
     for run in ("r1", "r2", "r3"):
         _fail_once_more(journal, 4, run, [0])
     assert quarantine.prepare_replay(4, [0]).carry_batch == 5
-    journal.write_plan(BatchPlan(6, (ReceiverPlan(0, 0), ReceiverPlan(10000, 0, (5, 0)))))
+    journal.plans.write(BatchPlan(6, (ReceiverPlan(0, 0), ReceiverPlan(10000, 0, (5, 0)))))
     quarantine.inherit(6, [5])
-    journal.adopt_entry(5, 0, 6, 10000)
-    journal.write_entry(6, 0, messages_to_table([], QUEUE_URL))
+    journal.entries.adopt(5, 0, 6, 10000)
+    journal.entries.write(6, 0, messages_to_table([], QUEUE_URL))
     _fail_once_more(journal, 6, "r4", [0, 10000])
     # One failure suffices for a suspect batch.
     step = quarantine.prepare_replay(6, [0, 10000])
@@ -349,7 +349,7 @@ def test_release_makes_messages_visible_and_the_replay_receives_nothing(
 ) -> None:
     location = str(tmp_path / "j")
     journal = Journal(location, make_options(location))
-    journal.check_owner(QUEUE_URL)
+    journal.meta.check_owner(QUEUE_URL)
     sqs.send_message_batch(
         QueueUrl=QUEUE_URL,
         Entries=[{"Id": str(i), "MessageBody": f"m{i}"} for i in range(3)],
@@ -357,9 +357,9 @@ def test_release_makes_messages_visible_and_the_replay_receives_nothing(
     got = sqs.receive_message(
         QueueUrl=QUEUE_URL, MaxNumberOfMessages=10, VisibilityTimeout=600, AttributeNames=["All"]
     )["Messages"]
-    journal.write_plan(BatchPlan(3, (ReceiverPlan(0, 10), ReceiverPlan(1, 10))))
-    journal.write_entry(3, 0, messages_to_table(got, QUEUE_URL))
-    journal.write_state(JournalState(planned_batch=3, acked_batch=2, initial_batch=0))
+    journal.plans.write(BatchPlan(3, (ReceiverPlan(0, 10), ReceiverPlan(1, 10))))
+    journal.entries.write(3, 0, messages_to_table(got, QUEUE_URL))
+    journal.state.write(JournalState(planned_batch=3, acked_batch=2, initial_batch=0))
     executor_poison.record_attempt(journal, 3, 0, "r1-s0-t0", 0)
 
     assert main(["release", "--journal", location, "--batch", "3", "--yes"]) == 0
@@ -367,8 +367,8 @@ def test_release_makes_messages_visible_and_the_replay_receives_nothing(
     assert json.loads(out[out.index("{") :])["madeVisible"] == 3
     visible = sqs.receive_message(QueueUrl=QUEUE_URL, MaxNumberOfMessages=10)["Messages"]
     assert sorted(m["Body"] for m in visible) == ["m0", "m1", "m2"]
-    assert journal.read_entry(3, 0) is None and records.read_attempts(journal, 3) == []
-    plan = journal.read_plan(3)
+    assert journal.entries.read(3, 0) is None and journal.poison.attempts(3) == []
+    plan = journal.plans.read(3)
     assert [(r.receiver, r.limit) for r in plan.receivers] == [(0, 0), (1, 0)]
     # A crash that left no plan: the driver takes the marker's zero plan.
     journal.store.delete("batches/000000000003/_plan.json")
@@ -378,12 +378,12 @@ def test_release_makes_messages_visible_and_the_replay_receives_nothing(
 def test_release_asks_before_it_acts(tmp_path: Any, sqs: Any, monkeypatch: Any) -> None:
     location = str(tmp_path / "j")
     journal = Journal(location, make_options(location))
-    journal.check_owner(QUEUE_URL)
-    journal.write_plan(BatchPlan(3, (ReceiverPlan(0, 10),)))
-    journal.write_entry(3, 0, messages_to_table([sqs_message(1)], QUEUE_URL))
+    journal.meta.check_owner(QUEUE_URL)
+    journal.plans.write(BatchPlan(3, (ReceiverPlan(0, 10),)))
+    journal.entries.write(3, 0, messages_to_table([sqs_message(1)], QUEUE_URL))
     monkeypatch.setattr("builtins.input", lambda prompt: "n")
     assert main(["release", "--journal", location, "--batch", "3"]) == 1
-    assert journal.read_entry(3, 0) is not None
+    assert journal.entries.read(3, 0) is not None
 
 
 # -- options --
@@ -457,20 +457,20 @@ def test_read_partition_counts_the_first_attempt_in_its_entry_and_replays_in_rec
     location = str(tmp_path / "j")
     options = make_options(location, maxBatchAttempts="2")
     journal = Journal(location, options)
-    journal.write_plan(BatchPlan(3, (ReceiverPlan(0, 5),)))
+    journal.plans.write(BatchPlan(3, (ReceiverPlan(0, 5),)))
     part = ReceiverPartition(3, 0, 5, QUEUE_URL, options, run="run1")
     sqs = FakeSqs(available=5)
     assert sum(b.num_rows for b in read_partition(part, client_factory=lambda: sqs)) == 5
-    entry = journal.read_entry(3, 0)
+    entry = journal.entries.read(3, 0)
     assert records.first_attempt(entry) == "run1-s0-t0"
-    assert records.read_attempts(journal, 3) == [], "no extra write for the first attempt"
+    assert journal.poison.attempts(3) == [], "no extra write for the first attempt"
 
     def never() -> Any:
         raise AssertionError("a replay calls no SQS")
 
     rows = [b.num_rows for b in read_partition(replace(part, run="run2"), client_factory=never)]
     assert sum(rows) == 5
-    assert [a.key for a in records.read_attempts(journal, 3)] == ["run2-s0-t0"]
+    assert [a.key for a in journal.poison.attempts(3)] == ["run2-s0-t0"]
     with pytest.raises(executor_poison.PoisonBatchError, match="read by 3 attempts"):
         list(read_partition(replace(part, run="run3"), client_factory=never))
 
@@ -489,9 +489,11 @@ def test_an_adopted_narrowed_batch_delivers_only_what_its_latest_step_keeps(
     step = quarantine.prepare_replay(4, [0, 1])
     assert step is not None and step.carry_batch == 5
     for source in (0, 1):
-        journal.adopt_entry(4, source, 7, 10000 + source, keep=step.keep.get(source))
-        journal.adopt_entry(5, source, 7, 10002 + source)
-    delivered = [i for r in range(10000, 10004) if (t := journal.read_entry(7, r)) for i in _ids(t)]
+        journal.entries.adopt(4, source, 7, 10000 + source, keep=step.keep.get(source))
+        journal.entries.adopt(5, source, 7, 10002 + source)
+    delivered = [
+        i for r in range(10000, 10004) if (t := journal.entries.read(7, r)) for i in _ids(t)
+    ]
     assert sorted(delivered) == sorted(_mid(n) for n in (1, 2, 3, 4))
 
 
@@ -529,14 +531,14 @@ def test_a_carry_batch_once_adopted_is_never_created_again(tmp_path: Any, sqs: A
     step = quarantine.prepare_replay(4, [0, 1])
     assert step is not None and step.carry_batch == 5
     # Batch 7 adopts the carry batch and removes it (driver/coordinator.py _adopt).
-    journal.adopt_entry(5, 1, 7, 10000)
+    journal.entries.adopt(5, 1, 7, 10000)
     quarantine.adopted(5)
-    journal.remove_batch(5)
+    journal.batches.remove(5)
 
     quarantine.complete(4, step)  # the step finished again (a replay, an adoption of 4)
 
-    assert journal.live_receivers(5) is None
-    assert journal.read_entry(5, 1) is None
+    assert journal.batches.live_receivers(5) is None
+    assert journal.entries.read(5, 1) is None
 
 
 @pytest.mark.parametrize("died", ["before the carry record", "before the carry's entries"])
@@ -559,9 +561,9 @@ def test_a_plan_adopting_a_narrowed_batch_adopts_the_carry_its_narrowing_left_un
         deadLetterQueueUrl=DLQ_URL,
     )
     journal = Journal(journal_location, options)
-    journal.write_plan(BatchPlan(2, (ReceiverPlan(0, 2), ReceiverPlan(1, 2))))
+    journal.plans.write(BatchPlan(2, (ReceiverPlan(0, 2), ReceiverPlan(1, 2))))
     for receiver, numbers in enumerate([[1, 2], [3, 4]]):
-        journal.write_entry(
+        journal.entries.write(
             2, receiver, messages_to_table([sqs_message(n) for n in numbers], QUEUE_URL)
         )
     for run in ("r1", "r2"):
@@ -581,7 +583,7 @@ def test_a_plan_adopting_a_narrowed_batch_adopts_the_carry_its_narrowing_left_un
         assert journal.store.create(
             f"{records.batch_dir(3)}/{records.CARRY}", json.dumps(marker).encode()
         )
-    journal.write_state(JournalState(planned_batch=3, acked_batch=1, initial_batch=0))
+    journal.state.write(JournalState(planned_batch=3, acked_batch=1, initial_batch=0))
 
     # Another query (a checkpoint that never logged batch 2) plans its next batch.
     state = Coordinator(options, FakeSqs(available=10), QUEUE_URL, journal)
@@ -594,16 +596,16 @@ def test_a_plan_adopting_a_narrowed_batch_adopts_the_carry_its_narrowing_left_un
     finally:
         state.close()
 
-    stored = journal.read_plan(batch)
+    stored = journal.plans.read(batch)
     assert stored is not None
     adopted = [r.receiver for r in stored.receivers if r.adopt_from is not None]
     delivered = [
-        i for r in adopted if (t := journal.read_entry(batch, r)) is not None for i in _ids(t)
+        i for r in adopted if (t := journal.entries.read(batch, r)) is not None for i in _ids(t)
     ]
     assert sorted(delivered) == sorted(_mid(n) for n in (1, 2, 3, 4)), "each message once"
     assert {r.adopt_from[0] for r in stored.receivers if r.adopt_from} == {2, 3}
     assert sum(r.limit for r in stored.receivers) == 0, "carried messages are delivered alone"
     assert len(plan) == len(stored.receivers)
-    assert journal.live_receivers(3) is None, "the carry batch was adopted and removed"
-    assert journal.live_receivers(2) is None
+    assert journal.batches.live_receivers(3) is None, "the carry batch was adopted and removed"
+    assert journal.batches.live_receivers(2) is None
     assert journal.store.read(f"{records.batch_dir(batch)}/{records.SUSPECT}") is not None

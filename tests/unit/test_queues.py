@@ -203,12 +203,12 @@ def test_a_plan_written_before_queues_were_recorded_uses_the_journals_queue() ->
 def test_the_journal_accepts_added_and_removed_queues_but_not_a_stranger(tmp_path: Path) -> None:
     location = str(tmp_path / "journal")
     journal = Journal(location, make_options(location))
-    assert journal.check_owner(QUEUE_URL, OTHER) == QUEUE_URL
-    assert journal.check_owner(OTHER) == QUEUE_URL  # QUEUE_URL removed
-    assert journal.check_owner(OTHER, THIRD) == QUEUE_URL  # THIRD added
-    assert journal.check_owner(THIRD) == QUEUE_URL
+    assert journal.meta.check_owner(QUEUE_URL, OTHER) == QUEUE_URL
+    assert journal.meta.check_owner(OTHER) == QUEUE_URL  # QUEUE_URL removed
+    assert journal.meta.check_owner(OTHER, THIRD) == QUEUE_URL  # THIRD added
+    assert journal.meta.check_owner(THIRD) == QUEUE_URL
     with pytest.raises(JournalError, match="belongs to queue .*Fix: give each query its own"):
-        journal.check_owner(BASE + "stranger")
+        journal.meta.check_owner(BASE + "stranger")
 
 
 # -- acknowledgement and heartbeat, per queue ----------------------------------------------------
@@ -218,11 +218,11 @@ def _two_queue_entry(journal: Journal, batch: int, receiver: int, received_at: f
     table = messages_to_table(
         [sqs_message(n) for n in range(0, 12)], QUEUE_URL
     ).replace_schema_metadata({RECEIVED_AT: repr(received_at)})
-    journal.write_entry(batch, receiver, table)
+    journal.entries.write(batch, receiver, table)
     other = messages_to_table(
         [sqs_message(n) for n in range(100, 105)], OTHER
     ).replace_schema_metadata({RECEIVED_AT: repr(received_at)})
-    journal.write_entry(batch, receiver + 1, other)
+    journal.entries.write(batch, receiver + 1, other)
 
 
 def _calls_by_queue(sqs: FakeSqs, action: str) -> dict[str, set[str]]:

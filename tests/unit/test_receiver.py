@@ -41,6 +41,7 @@ from spark_sqs.journal import (
     JournalState,
     ReceiverPlan,
 )
+from spark_sqs.journal.entries import Entries
 from spark_sqs.schema import arrow_output_schema, messages_to_table
 from tests.fakes import Clock, FakeSqs, client_error
 from tests.unit.factories import QUEUE_URL, make_options, sqs_message
@@ -65,10 +66,10 @@ def partition(
         plan = BatchPlan(
             batch,
             (ReceiverPlan(receiver, max_messages, visible=visible),),
-            drops=store.write_drops(drop_ids),
+            drops=store.drops.write(drop_ids),
             drop_count=len(drop_ids),
         )
-        store.write_plan(plan)
+        store.plans.write(plan)
     return ReceiverPartition(
         batch=batch,
         receiver=receiver,
@@ -482,9 +483,9 @@ def test_first_read_receives_journals_and_yields(journal_dir: str) -> None:
     assert "_receiptHandle" not in out.schema.names
 
     journal = Journal(journal_dir)
-    entry = journal.read_entry(3, 1)
+    entry = journal.entries.read(3, 1)
     assert entry is not None and entry.num_rows == 20
-    receipts = journal.read_receipts(3, 1)
+    receipts = journal.entries.read_receipts(3, 1)
     assert receipts is not None
     assert receipts.receipt_handles == tuple(f"AQEB-receipt-{n}-1" for n in range(20))
     # The receive time lets the driver know when these handles expire.
@@ -503,7 +504,7 @@ def test_the_stored_plan_s_visible_count_bounds_the_receiver_and_its_entry_says_
 
     assert rows.num_rows == 12 + VISIBLE_MARGIN
     assert stored.visible == 12 and part.visible is None
-    entry = Journal(journal_dir).read_entry(4, 0)
+    entry = Journal(journal_dir).entries.read(4, 0)
     assert entry is not None
     assert (entry.schema.metadata or {})[STOPPED_BY] == b"visible when planned"
 
@@ -515,7 +516,7 @@ def test_an_entry_records_why_its_receiver_stopped(
     sqs = FakeSqs(available=7)
     part = partition(100, journal=journal_dir, deleteAfterJournal=delete_after_journal)
     assert collect(read_partition(part, client_factory=lambda: sqs)).num_rows == 7
-    entry = Journal(journal_dir).read_entry(1, 0)
+    entry = Journal(journal_dir).entries.read(1, 0)
     assert entry is not None
     assert (entry.schema.metadata or {})[STOPPED_BY] == b"empty receive"
 
@@ -525,7 +526,7 @@ def test_nothing_is_journaled_before_the_rows_are_asked_for(journal_dir: str) ->
     rows = read_partition(partition(10, journal=journal_dir), client_factory=lambda: sqs)
     assert sqs.receive_calls == []
     next(rows)
-    assert Journal(journal_dir).read_entry(1, 0) is not None
+    assert Journal(journal_dir).entries.read(1, 0) is not None
 
 
 def test_replay_yields_identical_rows_without_calling_sqs(journal_dir: str) -> None:
@@ -543,7 +544,7 @@ def test_replay_of_an_empty_receive_yields_nothing(journal_dir: str) -> None:
     part = partition(10, journal=journal_dir)
     assert list(read_partition(part, client_factory=lambda: FakeSqs(available=0))) == []
     # The empty result is journaled too, so a retried task does not receive anew.
-    assert Journal(journal_dir).read_entry(1, 0) is not None
+    assert Journal(journal_dir).entries.read(1, 0) is not None
     assert list(read_partition(part, client_factory=forbidden_client)) == []
 
 
@@ -551,17 +552,17 @@ def test_replay_of_an_empty_receive_yields_nothing(journal_dir: str) -> None:
 def test_a_batch_already_acknowledged_yields_nothing(journal_dir: str, batch: int) -> None:
     part = partition(10, batch=batch, journal=journal_dir)
     # The driver acknowledged the batch and removed its files (the plan first).
-    Journal(journal_dir).write_state(JournalState(planned_batch=6, acked_batch=5))
-    Journal(journal_dir).remove_batch(batch)
+    Journal(journal_dir).state.write(JournalState(planned_batch=6, acked_batch=5))
+    Journal(journal_dir).batches.remove(batch)
 
     assert list(read_partition(part, client_factory=forbidden_client)) == []
-    assert Journal(journal_dir).read_entry(batch, 0) is None
+    assert Journal(journal_dir).entries.read(batch, 0) is None
 
 
 def test_a_plan_that_is_missing_for_a_batch_not_acknowledged_is_an_error(journal_dir: str) -> None:
     """A local journal an executor does not see looks like this: said, naming the fix."""
     part = partition(10, batch=4, journal=journal_dir)
-    Journal(journal_dir).remove_batch(4)
+    Journal(journal_dir).batches.remove(4)
     with pytest.raises(JournalError, match="s3://bucket/prefix"):
         list(read_partition(part, client_factory=forbidden_client))
 
@@ -569,7 +570,7 @@ def test_a_plan_that_is_missing_for_a_batch_not_acknowledged_is_an_error(journal
 def test_a_retired_batch_yields_nothing_and_receives_nothing(journal_dir: str) -> None:
     """A task of a dead driver whose batch a later batch adopted (retired)."""
     part = partition(10, batch=4, journal=journal_dir)
-    Journal(journal_dir).retire(4)
+    Journal(journal_dir).batches.retire(4)
     assert list(read_partition(part, client_factory=forbidden_client)) == []
 
 
@@ -583,12 +584,12 @@ def test_a_straggler_that_finds_its_batch_acknowledged_after_journaling_releases
 
     def receive_then_acknowledged(**kwargs: Any) -> Any:
         answer = real_receive(**kwargs)
-        journal.remove_batch(4)  # the batch is acknowledged while this attempt receives
+        journal.batches.remove(4)  # the batch is acknowledged while this attempt receives
         return answer
 
     sqs.receive_message = receive_then_acknowledged  # type: ignore[method-assign]
     assert list(read_partition(part, client_factory=lambda: sqs)) == []
-    assert journal.read_entry(4, 0) is None, "its entry is removed"
+    assert journal.entries.read(4, 0) is None, "its entry is removed"
     (action, entries), *_ = sqs.batch_calls
     assert action == "visibility" and len(entries) == 3 and entries[0]["VisibilityTimeout"] == 0
 
@@ -604,18 +605,18 @@ def test_a_straggler_that_finds_its_batch_retired_after_journaling_keeps_its_ent
 
     def receive_then_retired(**kwargs: Any) -> Any:
         answer = real_receive(**kwargs)
-        journal.retire(4)
+        journal.batches.retire(4)
         return answer
 
     sqs.receive_message = receive_then_retired  # type: ignore[method-assign]
     assert list(read_partition(part, client_factory=lambda: sqs)) == []
-    entry = journal.read_entry(4, 0)
+    entry = journal.entries.read(4, 0)
     assert entry is not None and entry.num_rows == 3
     assert sqs.batch_calls == [], "nothing released"
 
 
 def test_a_batch_after_the_acknowledged_one_receives(journal_dir: str) -> None:
-    Journal(journal_dir).write_state(JournalState(planned_batch=6, acked_batch=5))
+    Journal(journal_dir).state.write(JournalState(planned_batch=6, acked_batch=5))
     sqs = FakeSqs(available=2)
     part = partition(10, batch=6, journal=journal_dir)
     assert collect(read_partition(part, client_factory=lambda: sqs)).num_rows == 2
@@ -628,7 +629,7 @@ def test_a_failed_first_receive_journals_nothing(journal_dir: str) -> None:
     with pytest.raises(SqsAccessError):
         list(read_partition(part, client_factory=lambda: sqs))
     # A retried task can still receive.
-    assert Journal(journal_dir).read_entry(1, 0) is None
+    assert Journal(journal_dir).entries.read(1, 0) is None
     retry = FakeSqs(available=1)
     assert collect(read_partition(part, client_factory=lambda: retry)).num_rows == 1
 
@@ -645,7 +646,7 @@ def test_redeliveries_of_dropped_ids_are_deleted_not_yielded(journal_dir: str) -
         messages[0]["MessageId"],
         messages[2]["MessageId"],
     }
-    journaled = Journal(journal_dir).read_receipts(1, 0)
+    journaled = Journal(journal_dir).entries.read_receipts(1, 0)
     assert journaled is not None and not dropped & set(journaled.message_ids)
     # Deleted with the fresh receipt handles of this receive.
     assert [
@@ -661,7 +662,7 @@ def test_when_another_attempt_journaled_first_its_rows_win_and_ours_are_released
 
     def other_attempt_journals() -> None:
         # The speculative twin of this task finishes journaling while we receive.
-        Journal(journal_dir).write_entry(2, 0, theirs)
+        Journal(journal_dir).entries.write(2, 0, theirs)
 
     ours = [sqs_message(n) for n in (1, 2, 3)]
     sqs = FakeSqs(script=[ours, []], on_receive=other_attempt_journals)
@@ -688,10 +689,10 @@ def test_a_receiver_with_no_share_does_not_call_receive(journal_dir: str) -> Non
 def test_messages_that_could_not_be_journaled_are_released(
     journal_dir: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def unwritable(self: Journal, batch: int, receiver: int, table: pa.Table) -> bool:
+    def unwritable(self: Entries, batch: int, receiver: int, table: pa.Table) -> bool:
         raise JournalError("Cannot write journal file: S3 is down")
 
-    monkeypatch.setattr(Journal, "write_entry", unwritable)
+    monkeypatch.setattr(Entries, "write", unwritable)
     received = [sqs_message(n) for n in range(3)]
     sqs = FakeSqs(script=[received, []])
 
@@ -758,7 +759,7 @@ def test_a_receiver_that_stalled_past_half_the_timeout_journals_only_what_sqs_co
     ]
     checks = [entries for action, entries in sqs.batch_calls if action == "visibility"]
     assert checks and {e["VisibilityTimeout"] for e in checks[0]} == {120}
-    entry = Journal(journal_dir).read_entry(1, 0)
+    entry = Journal(journal_dir).entries.read(1, 0)
     assert entry is not None and stale not in entry.column("_receiptHandle").to_pylist()
     if delete_after_journal == "false":
         assert (entry.schema.metadata or {})[b"spark_sqs.expiredDropped"] == b"1"
@@ -816,7 +817,9 @@ def test_a_redelivery_in_the_loop_is_counted_once() -> None:
 
 def test_a_receiver_keeps_its_plan_s_byte_limit_not_the_partition_s(journal_dir: str) -> None:
     opts = make_options(journal_dir)
-    Journal(journal_dir, opts).write_plan(BatchPlan(1, (ReceiverPlan(0, 1000, max_bytes=250_000),)))
+    Journal(journal_dir, opts).plans.write(
+        BatchPlan(1, (ReceiverPlan(0, 1000, max_bytes=250_000),))
+    )
     sqs = FakeSqs(script=[big_messages(10, 10 * k) for k in range(50)])
     # A partition of another run (other options) must not change what the first plan allowed.
     part = ReceiverPartition(1, 0, 1000, QUEUE_URL, opts, max_bytes=None)
@@ -834,7 +837,7 @@ def test_a_plan_written_before_byte_limits_replays_without_one(journal_dir: str)
     ).encode()
     journal = Journal(journal_dir, opts)
     journal.store.create("batches/000000000001/_plan.json", old)
-    assert journal.read_plan(1).receivers[0].max_bytes is None  # type: ignore[union-attr]
+    assert journal.plans.read(1).receivers[0].max_bytes is None  # type: ignore[union-attr]
     sqs = FakeSqs(script=[big_messages(10, 10 * k) for k in range(50)])
     part = ReceiverPartition(1, 0, 100, QUEUE_URL, opts, max_bytes=1024)
 
@@ -848,14 +851,14 @@ def test_a_retried_delete_after_journal_attempt_counts_the_bytes_of_earlier_part
 ) -> None:
     opts = make_options(journal_dir, deleteAfterJournal="true")
     journal = Journal(journal_dir, opts)
-    journal.write_plan(
+    journal.plans.write(
         BatchPlan(1, (ReceiverPlan(0, 1000, max_bytes=25_000),), delete_after_journal=True)
     )
     # A killed attempt journaled a part that already filled the limit.
     earlier = messages_to_table(big_messages(3), QUEUE_URL).replace_schema_metadata(
         {b"spark_sqs.receivedAt": b"1.0", BYTES: b"25000"}
     )
-    assert journal.write_part(1, 0, 0, earlier)
+    assert journal.entries.write_part(1, 0, 0, earlier)
     sqs = FakeSqs(script=[big_messages(10, 100 + 10 * k) for k in range(5)])
     part = ReceiverPartition(1, 0, 1000, QUEUE_URL, opts)
 
@@ -870,7 +873,7 @@ def test_delete_after_journal_parts_record_their_bytes_and_the_loop_stops_at_the
 ) -> None:
     opts = make_options(journal_dir, deleteAfterJournal="true")
     journal = Journal(journal_dir, opts)
-    journal.write_plan(
+    journal.plans.write(
         BatchPlan(1, (ReceiverPlan(0, 1000, max_bytes=250_000),), delete_after_journal=True)
     )
     sqs = FakeSqs(script=[big_messages(10, 10 * k) for k in range(5)])
@@ -878,7 +881,7 @@ def test_delete_after_journal_parts_record_their_bytes_and_the_loop_stops_at_the
         read_partition(ReceiverPartition(1, 0, 1000, QUEUE_URL, opts), client_factory=lambda: sqs)
     )
 
-    parts = journal.read_parts(1, 0, ID_COLUMNS)
+    parts = journal.entries.read_parts(1, 0, ID_COLUMNS)
     recorded = [int((t.schema.metadata or {}).get(BYTES, b"0")) for _, t in parts]
     assert out.num_rows == 30 and len(sqs.receive_calls) == 3
     assert recorded[:3] == [

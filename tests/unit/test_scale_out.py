@@ -82,9 +82,9 @@ def test_the_next_batch_s_receivers_delete_the_committed_batch(world: Any) -> No
     end = state.latest_offset({"batch": 1})
     parts = state.plan({"batch": 1}, end)
     assert deletes(sqs, calls) == []
-    plan = journal.read_plan(2)
+    plan = journal.plans.read(2)
     assert plan is not None
-    first_plan = journal.read_plan(1)
+    first_plan = journal.plans.read(1)
     assert first_plan is not None
     assert sorted(a.receiver for a in plan.acks) == [r.receiver for r in first_plan.receivers]
     assert {a.by for a in plan.acks} == {p.receiver for p in parts}, "spread over receivers"
@@ -99,9 +99,9 @@ def test_the_next_batch_s_receivers_delete_the_committed_batch(world: Any) -> No
     calls = len(sqs.batch_calls)
     assert state.latest_offset({"batch": 2}) == {"batch": 2}
     assert sorted(deletes(sqs, calls)) == sorted(f"AQEB-receipt-{n}-1" for n in range(9, 18))
-    assert journal.read_state().acked_batch == 2
-    assert journal.list_batches() == []
-    metrics = {m["batch"]: m for m in journal.read_metrics()}
+    assert journal.state.read().acked_batch == 2
+    assert journal.batches.list() == []
+    metrics = {m["batch"]: m for m in journal.metrics.read()}
     assert metrics[1]["deleted"] == 9 and metrics[1]["acknowledgedBy"] == 2
     assert metrics[2]["deleted"] == 9 and "acknowledgedBy" not in metrics[2]
 
@@ -121,7 +121,7 @@ def test_the_driver_reads_no_entry_in_steady_state(world: Any) -> None:
     state.acknowledge(2)  # Spark's commit(2) while batch 3 is constructed
     assert [k for m, k in store.calls if m == "read" and "/batches/" in f"/{k}"] == []
     # Batch 1 was settled from its receivers' reports, read by key: one GET each, no LIST.
-    assert journal.read_state().acked_batch == 1
+    assert journal.state.read().acked_batch == 1
     assert sorted(k for m, k in store.calls if m == "read" and k.startswith("acks/")) == [
         f"acks/000000000002/{r:05d}.json" for r in range(3)
     ]
@@ -144,7 +144,7 @@ def test_a_replayed_next_batch_acknowledges_again_harmlessly(world: Any) -> None
         # Replaying receivers (their entries exist) neither receive nor delete again.
         assert deletes(sqs, calls) == []
         assert restarted.latest_offset({"batch": 2}) == {"batch": 2}
-        assert journal.read_state().acked_batch == 2 and journal.list_batches() == []
+        assert journal.state.read().acked_batch == 2 and journal.batches.list() == []
     finally:
         restarted.close()
 
@@ -156,7 +156,7 @@ def test_the_last_batch_before_an_idle_queue_is_deleted_by_the_driver(world: Any
     calls = len(sqs.batch_calls)
     assert state.latest_offset({"batch": 1}) == {"batch": 1}
     assert len(deletes(sqs, calls)) == 5
-    assert journal.list_batches() == []
+    assert journal.batches.list() == []
 
 
 # -- acknowledge_assigned, alone -----------------------------------------------------------------
@@ -167,7 +167,7 @@ def entry(journal: Journal, batch: int, receiver: int, numbers: range) -> list[s
     table = messages_to_table(messages, QUEUE_URL).replace_schema_metadata(
         {b"spark_sqs.receivedAt": b"1000.0"}
     )
-    journal.write_entry(batch, receiver, table)
+    journal.entries.write(batch, receiver, table)
     return [m["MessageId"] for m in messages]
 
 
@@ -243,7 +243,7 @@ def test_a_committed_batch_that_fills_the_in_flight_limit_is_deleted_by_an_ackno
         assert state.latest_offset({"batch": 1}) == {"batch": 2}
         parts = state.plan({"batch": 1}, {"batch": 2})
         assert deletes(sqs, calls) == [], "the driver deletes nothing"
-        plan = journal.read_plan(2)
+        plan = journal.plans.read(2)
         assert plan is not None
         assert [(r.receiver, r.limit) for r in plan.receivers] == [(0, 0), (1, 0)]
         assert {a.by for a in plan.acks} == {0, 1}, "the deletes are shared by both receivers"
@@ -256,7 +256,7 @@ def test_a_committed_batch_that_fills_the_in_flight_limit_is_deleted_by_an_ackno
         calls = len(sqs.batch_calls)
         assert state.latest_offset({"batch": 2}) == {"batch": 3}
         assert deletes(sqs, calls) == []
-        assert journal.read_state().acked_batch == 1
+        assert journal.state.read().acked_batch == 1
         second = run(state.plan({"batch": 2}, {"batch": 3}), sqs, journal)
         assert len(second) == 6 and not set(first) & set(second)
     finally:
@@ -283,7 +283,7 @@ def test_a_committed_delete_after_journal_batch_does_not_count_against_the_in_fl
 
         assert state.latest_offset({"batch": 1}) == {"batch": 2}
         parts = state.plan({"batch": 1}, {"batch": 2})
-        plan = journal.read_plan(2)
+        plan = journal.plans.read(2)
         assert plan is not None
         assert [(r.receiver, r.limit) for r in plan.receivers] == [(0, 3), (1, 3)]
         second = run(parts, sqs, journal)
@@ -304,7 +304,7 @@ def test_a_committed_batch_that_fills_the_in_flight_limit_of_an_idle_queue_is_de
         calls = len(sqs.batch_calls)
         assert state.latest_offset({"batch": 1}) == {"batch": 1}
         assert len(deletes(sqs, calls)) == 6
-        assert journal.read_state().acked_batch == 1
+        assert journal.state.read().acked_batch == 1
     finally:
         state.close()
 
@@ -317,7 +317,7 @@ def test_an_entry_less_orphan_does_not_hold_back_acknowledgement_at_the_in_fligh
     it, since acknowledgement assignments list entries. It must not hold back the batches
     after it: at the in-flight limit every batch was acknowledge-only, for ever."""
     options, journal = at_in_flight_limit(tmp_path)
-    journal.write_plan(new_plan(1, 6, 2))
+    journal.plans.write(new_plan(1, 6, 2))
     StateMarkers(journal).advance(planned=1)
     sqs = FakeSqs(available=12)
     state = Coordinator(options, sqs, QUEUE_URL, journal, messages_per_receiver=1)
@@ -333,7 +333,7 @@ def test_an_entry_less_orphan_does_not_hold_back_acknowledgement_at_the_in_fligh
         # Batch 3 committed: batch 1 (nothing to delete) and batch 2 (deleted by batch 3's
         # receivers) are acknowledged, and batch 4 receives again.
         assert state.latest_offset({"batch": 3}) == {"batch": 4}
-        assert journal.read_state().acked_batch >= 2
+        assert journal.state.read().acked_batch >= 2
         second = run(state.plan({"batch": 3}, {"batch": 4}), sqs, journal)
         assert len(second) == 6 and not set(first) & set(second)
     finally:
@@ -390,7 +390,7 @@ def test_a_report_is_read_by_key_and_only_a_missing_one_makes_the_driver_delete(
             assert sorted(again) == sorted(f"AQEB-receipt-{n}-1" for n in range(9)), "deleted"
         else:
             assert again == [], "settled from the reports, nothing deleted twice"
-        assert journal.read_state().acked_batch == 1 and 1 not in journal.list_batches()
+        assert journal.state.read().acked_batch == 1 and 1 not in journal.batches.list()
     finally:
         state.close()
 
@@ -408,13 +408,13 @@ def test_an_assigned_entry_a_receiver_does_not_find_is_deleted_by_the_driver(wor
     run(parts, sqs, blind)
     reports = [r for r in (journal.read_ack_report(2, n) for n in range(3)) if r is not None]
     assert [m for r in reports for m in r.missing] == [(1, 1)]
-    receipts = journal.read_receipts(1, 1)
+    receipts = journal.entries.read_receipts(1, 1)
     assert receipts is not None and receipts.receipt_handles
     calls = len(sqs.batch_calls)
     state.acknowledge(2)
     # The driver deleted batch 1 itself, the hidden entry's messages included.
     assert set(receipts.receipt_handles) <= set(deletes(sqs, calls))
-    assert journal.read_state().acked_batch == 1
+    assert journal.state.read().acked_batch == 1
 
 
 class _Blind:

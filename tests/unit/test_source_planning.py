@@ -32,11 +32,11 @@ def test_a_replay_drops_what_an_attempt_killed_mid_loop_journaled_in_parts(drive
     # The killed run planned batch 1 with receivers 0, 1 and 3 (numPartitions was 4 then);
     # receivers 1 and 3 journaled receive calls as parts (maybe not yet deleted, so SQS hands
     # them out again once their visibility times out) and died.
-    journal.write_plan(BatchPlan(1, tuple(ReceiverPlan(r, 4) for r in (0, 1, 3))))
+    journal.plans.write(BatchPlan(1, tuple(ReceiverPlan(r, 4) for r in (0, 1, 3))))
     earlier = [sqs_message(n) for n in range(4)]
-    journal.write_part(1, 1, 0, messages_to_table(earlier[:2], QUEUE_URL))
-    journal.write_part(1, 1, 1, messages_to_table(earlier[2:3], QUEUE_URL))
-    journal.write_part(1, 3, 0, messages_to_table(earlier[3:], QUEUE_URL))
+    journal.entries.write_part(1, 1, 0, messages_to_table(earlier[:2], QUEUE_URL))
+    journal.entries.write_part(1, 1, 1, messages_to_table(earlier[2:3], QUEUE_URL))
+    journal.entries.write_part(1, 3, 0, messages_to_table(earlier[3:], QUEUE_URL))
     restarted = Coordinator(state.options, FakeSqs(), QUEUE_URL, journal)
 
     parts = restarted.plan({"batch": 0}, {"batch": 1})
@@ -69,14 +69,14 @@ def test_a_batch_logged_before_a_restart_is_planned_within_max_in_flight(tmp_pat
     StateMarkers(journal).advance(planned=2)
     died = Coordinator(options, FakeSqs(), QUEUE_URL, journal)
     died.plan({"batch": 0}, {"batch": 1})
-    journal.write_entry(1, 0, messages_to_table([sqs_message(n) for n in range(3)], QUEUE_URL))
+    journal.entries.write(1, 0, messages_to_table([sqs_message(n) for n in range(3)], QUEUE_URL))
     died.close()
 
     restarted = Coordinator(options, FakeSqs(), QUEUE_URL, journal)
     restarted.plan({"batch": 1}, {"batch": 2})
     restarted.close()
 
-    plan = journal.read_plan(2)
+    plan = journal.plans.read(2)
     assert plan is not None
     # Batch 1's three messages stay in flight until batch 2's receivers delete them.
     assert sum(r.limit for r in plan.receivers) == 5 - 3

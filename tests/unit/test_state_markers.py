@@ -58,7 +58,7 @@ def test_retirement_markers_of_an_earlier_version_become_the_batches_own(
 
     journal = Journal(journal_location)
     for batch in (3, 8):
-        journal.write_plan(BatchPlan(batch, (ReceiverPlan(0, 5),)))
+        journal.plans.write(BatchPlan(batch, (ReceiverPlan(0, 5),)))
         journal.store.create(f"state/retired-{batch:012d}", b"")
     journal.store.create("state/retired-000000000004", b"")  # its batch is gone already
 
@@ -66,8 +66,8 @@ def test_retirement_markers_of_an_earlier_version_become_the_batches_own(
 
     assert markers.current.retired == frozenset()
     assert not [k for k in _markers(journal) if "retired" in k]
-    assert journal.batch_status(3) == journal.batch_status(8) == "retired"
-    assert journal.batch_status(4) == "removed"
+    assert journal.batches.status(3) == journal.batches.status(8) == "retired"
+    assert journal.batches.status(4) == "removed"
 
 
 def test_the_newest_planned_marker_is_confirmed_by_key_when_a_listing_lags(

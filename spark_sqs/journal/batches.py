@@ -1,0 +1,123 @@
+"""A batch's life in the journal: live, retired, removed. Runs on: driver and executors.
+
+Keys::
+
+    batches/<N>/                 every file of batch N (plans.py, entries.py, poison.py)
+    batches/<N>/_retired.json    empty: the batch was adopted by a later one
+
+A batch is live while its plan (or, for a batch of carried messages, its carry record; for a
+released batch whose plan a crashed release left missing, its release record) exists. Removal
+deletes those first, so a batch whose removal a crash cut short is never live again: what is
+left is garbage, removed when found. An orphan that a later batch adopts is *retired* first
+(``_retired.json``): attempts of it stop before they delete or keep anything, while it stays
+live until every copy exists.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from .stores import JournalRoot, Record
+
+PREFIX = "batches"
+RETIRED = "_retired.json"
+_BATCH_KEY = re.compile(r"^batches/(\d{12})/")
+# Batches.status
+LIVE, RETIRED_STATUS, REMOVED = "live", "retired", "removed"
+
+
+def batch_dir(batch: int) -> str:
+    return f"{PREFIX}/{batch:012d}"
+
+
+class _Plan(Protocol):
+    """A batch's plan (plans.py ``BatchPlan``), as far as its receivers go."""
+
+    @property
+    def receivers(self) -> Sequence[Any]: ...
+
+
+class _Plans(Protocol):
+    """What a batch's life reads of its plan (plans.py ``Plans``)."""
+
+    def exists(self, batch: int) -> bool: ...
+    def read(self, batch: int) -> _Plan | None: ...
+    def remove(self, batch: int) -> None: ...
+
+
+class _Poison(Protocol):
+    """What it reads of the poison records (poison.py ``PoisonRecords``)."""
+
+    def is_carry(self, batch: int) -> bool: ...
+    def is_released(self, batch: int) -> bool: ...
+    def released_plan(self, batch: int) -> _Plan | None: ...
+    def carry_receivers(self, batch: int) -> tuple[int, ...] | None: ...
+    def remove_markers(self, batch: int) -> None: ...
+
+
+class Batches(Record):
+    def __init__(self, journal: JournalRoot, plans: _Plans, poison: _Poison) -> None:
+        super().__init__(journal)
+        self._plans = plans
+        self._poison = poison
+
+    def files(self, batch: int) -> list[str]:
+        """Base names of the files of ``batch`` (one LIST)."""
+        prefix = batch_dir(batch) + "/"
+        return [k[len(prefix) :] for k in self.store.list(batch_dir(batch))]
+
+    def retire(self, batch: int) -> None:
+        """Mark an orphaned batch as delivered by a later one, before its entries are read for
+        adoption: an attempt of it that journals later stops without deleting."""
+        self.store.create(f"{batch_dir(batch)}/{RETIRED}", b"")
+
+    def status(self, batch: int) -> str:
+        """``"live"``, ``"retired"`` (adopted by a later batch: an attempt stops, deleting
+        nothing and keeping what it journaled for the adoption) or ``"removed"`` (acknowledged
+        and removed, or adopted and removed: its plan is gone, and every attempt of a planned
+        batch read its plan when it started). Two reads (four for a batch without a plan).
+
+        The retirement marker is read first: a batch goes live, retired (the marker), removed
+        (the plan first, the marker last), so a plan read after a marker that was absent means
+        the batch was not retired before the first read, and anything journaled before it is
+        seen by any adoption or acknowledgement after it. The other order could read the plan
+        before a removal and the marker after it, and answer "live" for a removed batch."""
+        retired = self.store.read(f"{batch_dir(batch)}/{RETIRED}") is not None
+        if not self._plans.exists(batch):
+            # A batch of carried messages has no plan, nor has a released batch whose plan a
+            # crashed release left missing: both are live (``live_receivers``).
+            if not self._poison.is_carry(batch) and not self._poison.is_released(batch):
+                return REMOVED
+        return RETIRED_STATUS if retired else LIVE
+
+    def is_finished(self, batch: int) -> bool:
+        """True if no attempt of ``batch`` may journal, keep or delete anything any more."""
+        return self.status(batch) != LIVE
+
+    def list(self) -> list[int]:
+        """Batches with files in the journal (one LIST of ``batches/``). Discovery of garbage
+        only: which batches are live is read by key (``StateMarkers``, the driver's start)."""
+        return sorted(
+            {int(m.group(1)) for k in self.store.list(PREFIX) if (m := _BATCH_KEY.match(k))}
+        )
+
+    def live_receivers(self, batch: int) -> tuple[int, ...] | None:
+        """The receivers of ``batch`` if it is live, by key: those its plan names; for a batch
+        of messages carried out of a narrowed batch (no plan), those its carry record names;
+        for a released batch whose plan a crashed release left missing, its zero plan's. None
+        if the batch is not live (never planned, or acknowledged or adopted and removed)."""
+        plan = self._plans.read(batch) or self._poison.released_plan(batch)
+        if plan is not None:
+            return tuple(r.receiver for r in plan.receivers)
+        return self._poison.carry_receivers(batch)
+
+    def remove(self, batch: int) -> None:
+        """Remove every file of ``batch``: first what makes it live (plan, carry and release
+        records), by key, then the rest (one LIST; what it misses is garbage that the next
+        start removes)."""
+        self._plans.remove(batch)
+        self._poison.remove_markers(batch)
+        names = self.files(batch)
+        self.store.delete_many([f"{batch_dir(batch)}/{n}" for n in names])
