@@ -164,12 +164,11 @@ def _release(args: argparse.Namespace) -> int:
     import uuid
 
     from .driver import poison
-    from .journal import Journal, open_store
+    from .journal import Journal
     from .journal.lease import Lease
     from .sqs.client import make_client
 
-    meta = open_store(args.journal).read("_meta.json")
-    queue_url = args.queue_url or (json.loads(meta)["queueUrl"] if meta else None)
+    queue_url = args.queue_url or Journal(args.journal).meta.queue_url()
     if not queue_url:
         say(f"{args.journal} is not a spark-sqs journal (no _meta.json)", stream=sys.stderr)
         return 2

@@ -2,7 +2,7 @@
 
 Keys::
 
-    aliases/<journal id>-<N>.json    another journal's batch N, logged by Spark while this
+    aliases/<journalId>-<N>.json     another journal's batch N, logged by Spark while this
                                      checkpoint ran on that journal, stands for the batch it
                                      names here (driver/offsets.py ``CheckpointGuard.absorbs``)
 """

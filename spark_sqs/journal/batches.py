@@ -2,8 +2,9 @@
 
 Keys::
 
-    batches/<N>/                 every file of batch N (plans.py, entries.py, poison.py)
     batches/<N>/_retired.json    empty: the batch was adopted by a later one
+
+(the other files under ``batches/<N>/`` are plans.py's, entries.py's and poison.py's)
 
 A batch is live while its plan (or, for a batch of carried messages, its carry record; for a
 released batch whose plan a crashed release left missing, its release record) exists. Removal

@@ -5,7 +5,7 @@ executors (receivers acknowledging their share write them).
 
 Keys::
 
-    dedupe/<N>-<sha256>.arrow   ids of batch N whose acknowledgement is uncertain, with their
+    dedupe/<N>-<digest>.arrow   ids of batch N whose acknowledgement is uncertain, with their
                                 expiry in the schema metadata; the newest acknowledged marker
                                 (state.py) names the live ones, so a start reads them by key
 """

@@ -4,8 +4,9 @@ batches journaled). Runs on: driver (writes, collects) and executors (read).
 Keys::
 
     drops/<N>-<sha256>.arrow    a drop set of batch N (by content), referenced by its plan or by
-                                the partitions of its replay (``drops/<sha256>.arrow``: an
-                                earlier version's, without the batch)
+                                the partitions of its replay
+    drops/<sha256>.arrow        an earlier version's, without the batch (removed once no stored
+                                plan names it)
 """
 
 from __future__ import annotations

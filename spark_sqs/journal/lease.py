@@ -28,6 +28,10 @@ create only filled a hole (a claim on a journal someone else owns). The newest r
 by a LIST, then confirmed by reading the following numbers by key (records are created densely),
 so a listing that lags a write by less than the two intervals a newcomer watches cannot hide a
 renewal.
+
+Keys::
+
+    lease/<seq>.json    a record of the lease (the newest few are kept)
 """
 
 from __future__ import annotations

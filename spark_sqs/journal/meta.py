@@ -7,7 +7,7 @@ Keys::
                           carries it), never rewritten
     format/<F>            empty: a version of journal format F took over a journal of an
                           earlier format in place
-    queues/<sha256>.json  a queue added to the journal's family after it was created
+    queues/<digest>.json  a queue added to the journal's family after it was created
     _probe/<uuid>         the start-up probe of create-if-absent (removed)
 """
 
@@ -102,6 +102,12 @@ class Meta(Record):
                 )
             self._meta = doc
         return self._meta
+
+    def queue_url(self) -> str | None:
+        """The queue ``_meta.json`` names, as stored (no format check); None for a location
+        that holds no journal yet."""
+        data = self.store.read(META)
+        return None if data is None else json.loads(data)["queueUrl"]
 
     def identity(self) -> str | None:
         """The journal's identity, which offsets carry (driver/offsets.py); None for a location

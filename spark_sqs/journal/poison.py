@@ -32,9 +32,9 @@ own drop set), and batch N's acknowledgement may delete them from SQS as for eve
 of N, because the journal, not the queue, holds them from then on (as with
 ``deleteAfterJournal``).
 
-Keys (``PoisonRecords`` builds them all)::
+``PoisonRecords`` builds every key of these records. Keys::
 
-    batches/<N>/attempts/<receiver>-<run>-s<S>-t<T>-n<step>.json   an attempt that read N
+    batches/<N>/attempts/<receiver>-<run>-s<S>-t<T>-n<step>.json  an attempt that read N
     batches/<N>/_narrow-<step>.json       a narrowing step of N
     batches/<X>/_carry.json               X holds messages carried out of a narrowed batch
     batches/<N>/_carried-<step>.json      the carry batch of N's step was adopted

@@ -10,17 +10,17 @@ then deletes them; a receiver that later gets a message whose id is in a live se
 and deletes the copy. Writing before deleting means a copy can only exist after its segment
 does, so a receiver that looks the window up after its receive calls sees it.
 
-Layout under ``journalLocation``::
+Keys::
 
-    window/<expires>-<batch>-r<receiver>-ack.arrow    ids a receiver of <batch> acknowledged
-    window/<expires>-<batch>-r<receiver>-p<k>.arrow   deleteAfterJournal: part k's ids
-    window/<expires>-<batch>-r<receiver>-d<hash>.arrow  redeliveries the receiver dropped
-    window/<expires>-<batch>-driver.arrow             ids of <batch> the driver acknowledged
-    window/<expires>-<batch>-q-<hash>.arrow           a message sent to the dead-letter queue
-    window/<expires>-<batch>-merged.arrow             the r-segments of <batch>, merged by one
-                                                      receiver of the next batch (the one its
-                                                      stored plan puts at <batch> modulo the
-                                                      receivers: executor/receiver.py)
+    window/<expires>-<N>-r<receiver>-ack.arrow      ids a receiver of <N> acknowledged
+    window/<expires>-<N>-r<receiver>-p<k>.arrow     deleteAfterJournal: part k's ids
+    window/<expires>-<N>-r<receiver>-d<hash>.arrow  redeliveries the receiver dropped
+    window/<expires>-<N>-driver.arrow               ids of <N> the driver acknowledged
+    window/<expires>-<N>-q-<hash>.arrow             a message sent to the dead-letter queue
+    window/<expires>-<N>-merged.arrow               the r-segments of <N>, merged by one
+                                                    receiver of the next batch (the one its
+                                                    stored plan puts at <N> modulo the
+                                                    receivers: executor/receiver.py)
 
 ``<expires>`` is the epoch second after which the ids may be forgotten, first in the key so that
 expiry and collection read key names only. A segment stores no id itself: two unsigned 64-bit
