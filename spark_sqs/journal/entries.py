@@ -67,7 +67,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_ENTRY = re.compile(r"^(\d{5,})\.arrow$")
 _PART = re.compile(r"^(\d{5,})\.part-(\d{5})\.arrow$")
 _ACK_REPORT = re.compile(r"^acks/(\d{12})/")
 

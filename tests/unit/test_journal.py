@@ -1,4 +1,5 @@
-"""The journal: durable, write-once entries of what each receiver got, local and on S3."""
+"""The journal over its stores, local and on S3: files, permissions, pickling, retries; and the
+acknowledgement reports (journal/reports.py). Each record kind has its test_journal_<kind>.py."""
 
 from __future__ import annotations
 
