@@ -6,8 +6,9 @@ create-if-absent stores, local files and S3): ``plans``, ``batches`` (a batch's 
 object per kind), ``drops``, ``dedupe``, ``state`` (markers), ``window`` (ids of acknowledged
 messages kept for ``duplicateWindow``), ``metrics``, ``aliases``, ``meta`` (identity, ownership,
 the store probe), ``poison`` (attempts, narrowing steps, carries, quarantine, release),
-``reports`` (acknowledgement reports) and ``lease`` (the single-owner lease). docs/design.md
-("The journal") lists every key.
+``stops`` (why a receiver stopped receiving, recorded in its entry) and ``lease`` (the
+single-owner lease); the acknowledgement reports are ``spark_sqs.acknowledgement.reports``.
+docs/design.md ("The journal") lists every key.
 """
 
 from .batches import LIVE, REMOVED, RETIRED_STATUS
@@ -23,21 +24,17 @@ from .entries import (
     SEAL,
     WINDOW_DROPPED,
     WINDOW_KEYS,
-    AckedEntry,
-    AckReport,
     EntryReceipts,
     Journal,
     receipts_of,
 )
 from .plans import AckAssignment, BatchPlan, ReceiverPlan
-from .reports import STOPPED_BY
 from .state import JournalState
+from .stops import STOPPED_BY
 from .stores import JournalStore, LocalStore, S3Store, check_location, open_store
 
 __all__ = [
     "AckAssignment",
-    "AckedEntry",
-    "AckReport",
     "BYTES",
     "DROPPED",
     "EXPIRED_DROPPED",

@@ -13,7 +13,7 @@ import spark_sqs.journal
 
 DESIGN = Path(__file__).resolve().parents[2] / "docs" / "design.md"
 PREFIX = "<journalLocation>/"
-# reports.py describes its keys in prose (acknowledgement reports, moved separately).
+# spark_sqs/acknowledgement/reports.py (AckReports) describes its keys in prose.
 PROSE = {"acks/<N>/<receiver>.json", "acks/<N>/<receiver>.s-<summary>.json"}
 
 

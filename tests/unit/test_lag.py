@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from spark_sqs.driver.acknowledger import Acknowledger
+from spark_sqs.acknowledgement.acknowledger import Acknowledger
 from spark_sqs.journal import EntryReceipts
 from spark_sqs.lag import (
     LAG,
@@ -19,6 +19,7 @@ from spark_sqs.lag import (
     message_ages_ms,
     read_lag,
 )
+from tests.fakes import MemoryStore
 from tests.unit.factories import SENT_MS, sqs_message
 
 
@@ -80,6 +81,8 @@ def _receipts(ages: list[int]) -> EntryReceipts:
 
 
 class _Journal:
+    location = "memory://lag"
+
     def __init__(self, entries: list[EntryReceipts]) -> None:
         self.receipts = entries
         self.entries = _Records(batch_receipts=lambda batch, receivers: self.receipts)
@@ -88,12 +91,10 @@ class _Journal:
         self.window = _Records(collect=lambda now: 0)
         # Without a heartbeat nothing bounds the handles: every delete counts uncertain.
         self.dedupe = _Records(read=lambda now: {}, write=lambda *args, **kwargs: None)
+        self.store = MemoryStore()
 
     def _remove(self, batch: int) -> None:
         self.receipts = []
-
-    def collect_ack_reports(self, oldest_pending: int, keep: set[int]) -> int:
-        return 0
 
 
 class _Records:
@@ -104,6 +105,8 @@ class _Records:
 
 
 class _Caller:
+    queue_url = "https://sqs.example/lag"
+
     def delete(self, entries: list) -> object:  # type: ignore[type-arg]
         from spark_sqs.sqs.batching import BatchResult
 
