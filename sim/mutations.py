@@ -222,7 +222,7 @@ def _parts_from_a_listing() -> contextlib.AbstractContextManager[None]:
         for key in self.store.list(batch_dir(batch)):
             m = _PART.match(key.rsplit("/", 1)[-1])
             if m and int(m.group(1)) == receiver:
-                table = self.entries.read_part(batch, receiver, int(m.group(2)), columns)
+                table = self.read_part(batch, receiver, int(m.group(2)), columns)
                 if table is not None:
                     found.append((int(m.group(2)), table))
         return sorted(found, key=lambda kt: kt[0])
