@@ -178,13 +178,27 @@ def _source_cost_window(
 
 
 def _baseline_cost_window(
-    consumer: load.BaselineConsumer, counters: Counters, warmup: float, window: float
+    consumer: load.BaselineConsumer,
+    counters: Counters,
+    warmup: float,
+    window: float,
+    backlog: int | None = None,
 ) -> dict[str, Any]:
+    """``window`` seconds after ``warmup``; on a ``backlog``, from a tenth of it to four fifths
+    (or ``window`` seconds, whichever comes first), so the queue never runs dry inside."""
     consumer.start()
-    time.sleep(warmup)
+    if backlog:
+        _wait(lambda: consumer.deleted() >= backlog // 10, 300)
+    else:
+        time.sleep(warmup)
     counters.reset()
     d0, began = consumer.deleted(), time.monotonic()
-    time.sleep(window)
+    if backlog:
+        deadline = began + window
+        while consumer.deleted() < backlog * 4 // 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    else:
+        time.sleep(window)
     counted = counters.read()
     d1, seconds = consumer.deleted(), time.monotonic() - began
     consumer.stop()
@@ -223,8 +237,7 @@ def cost_point(
         url = run.new_queue(setup_ep, "cost-drain-base")
         load.fill(setup_ep, url, backlog, args.body_bytes)
         consumer = load.BaselineConsumer(consumer_ep, url, 4, BASELINE_WAIT_SECONDS)
-        base_window = min(window, backlog / 2 / 400)
-        row["baseline"] = _baseline_cost_window(consumer, counters, 1.0, base_window)
+        row["baseline"] = _baseline_cost_window(consumer, counters, 0.0, window, backlog)
         run.delete_queue(setup_ep, url)
         url = run.new_queue(setup_ep, "cost-drain-src")
         load.fill(setup_ep, url, backlog, args.body_bytes)

@@ -111,3 +111,58 @@ def test_every_kind_the_proxy_can_name_has_a_price_or_is_free() -> None:
     assert cost.price_key("S3 DELETE") is None
     with pytest.raises(ValueError):
         cost.price_key("DynamoDB GetItem")
+
+
+def _cost_row(load: str, plain: float, source: float) -> dict:
+    def side(total: float, batches: int | None) -> dict:
+        return {
+            "messages": 1000,
+            "batches": batches,
+            "counts": {"SQS ReceiveMessage": 100},
+            "per_1000_messages": {"SQS ReceiveMessage": 100.0},
+            "usd_per_million": {"SQS": total, "S3": 0.0, "KMS": 0.0, "total": total},
+        }
+
+    return {
+        "load": load,
+        "baseline": side(plain, None),
+        "source": side(source, 10),
+        "ratio": source / plain,
+        "load_average": [1.5, 1.0, 0.5],
+    }
+
+
+def test_the_cost_table_checks_each_load_against_its_target() -> None:
+    from bench.report import cost_lines
+
+    text = "\n".join(cost_lines([_cost_row("trickle", 0.8, 2.4), _cost_row("drain", 0.08, 0.1)]))
+    assert "| 3.00 | <= 3: met |" in text
+    assert "| 1.25 | <= 1.2: **not met** |" in text
+    assert "10 (100)" in text  # batches and messages per batch
+    assert "| 1.50 |" in text  # the load average of the run
+
+
+def test_cpu_targets_compare_the_source_s_processes_with_the_plain_consumer_s() -> None:
+    from bench.report import cpu_measure
+
+    base = {"bench process": 0.2, "JVM": 0.0, "source runner": 0.0, "Python workers": 0.0}
+    source = {
+        "bench process": 0.02,
+        "JVM": 0.05,
+        "source runner": 0.03,
+        "Python workers": 0.3,
+        "sqs server": 9.0,  # servers and proxies are not the consumer's
+        "delay proxy": 9.0,
+    }
+    rows = [
+        {
+            "receivers": r,
+            "baseline": {"cpu_ms_per_message": {**base, "sqs server": 1.0}},
+            "source": {"cpu_ms_per_message": source},
+        }
+        for r in (4, 16)
+    ]
+    assert cpu_measure(rows, 16, "Python workers, ms per message") == pytest.approx(0.3)
+    assert cpu_measure(rows, 16, "source's processes / plain consumer's") == pytest.approx(2.0)
+    assert cpu_measure(rows, 4, "Python workers / plain consumer's threads") == pytest.approx(1.5)
+    assert cpu_measure(rows, 8, "Python workers, ms per message") is None
