@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import parse_qs
 
 SQS_CHUNK_BYTES = 64 * 1024
+_NUMBERS = re.compile(r"[0-9a-f]{8,}|\d+")
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,18 @@ def request_kind(
         if "Action" in form:
             return "SQS " + form["Action"][0]
     return "S3 " + s3_class(method, path, query, headers)
+
+
+def s3_key_pattern(path: str, query: str) -> str:
+    """Which journal object a path-style S3 request is for, numbers and hashes replaced by
+    ``N``: the key (or a LIST's prefix) under the bucket and one prefix level, as the benchmark
+    lays out its journals (``/bucket/<journal>/batches/12/0.arrow`` -> ``batches/N/N.arrow``)."""
+    parts = path.strip("/").split("/")
+    if len(parts) <= 1:
+        prefix = parse_qs(query).get("prefix", [""])[0]
+        parts = [parts[0], *prefix.strip("/").split("/")]
+    key = "/".join(parts[2:])
+    return _NUMBERS.sub("N", key) or "(journal root)"
 
 
 def kms_requests(

@@ -9,6 +9,8 @@ of its requests count. Three loads:
 
 - ``trickle``: 20 msg/s, one ``SendMessage`` per message, moto;
 - ``steady``: 200 msg/s in ``SendMessageBatch`` calls of 10, moto;
+- ``trickle-trigger-5s``: the trickle with ``trigger(processingTime="5 seconds")``, the one
+  setting that is not the default: how a trigger interval moves the cost;
 - ``drain``: a backlog filled before the consumer starts (LocalStack when it runs).
 
 The source runs with its default options and an ``s3://`` journal on moto's S3 behind the
@@ -41,8 +43,13 @@ logger = logging.getLogger("bench")
 
 JOURNAL_BUCKET = "bench-journal"
 BASELINE_WAIT_SECONDS = 20
-# (name, msg/s, messages per send call); the drain has no producer.
-LOADS = (("trickle", 20.0, 1), ("steady", 200.0, 10))
+# (name, msg/s, messages per send call, trigger interval in s: 0 is Spark's default, back to
+# back); the drain has no producer. The last shows what a trigger interval does to a trickle.
+LOADS = (
+    ("trickle", 20.0, 1, 0),
+    ("steady", 200.0, 10, 0),
+    ("trickle-trigger-5s", 20.0, 1, 5),
+)
 
 
 # -- the counting proxies -----------------------------------------------------------------------
@@ -69,15 +76,13 @@ class Counters:
             proxy_counts(port, reset=True)
 
     def read(self) -> dict[str, dict[str, int]]:
-        counts: dict[str, int] = {}
-        units: dict[str, int] = {}
+        out: dict[str, dict[str, int]] = {"counts": {}, "units": {}, "objects": {}}
         for port in self.ports:
             data = proxy_counts(port)
-            for kind, n in data["counts"].items():
-                counts[kind] = counts.get(kind, 0) + n
-            for kind, n in data["units"].items():
-                units[kind] = units.get(kind, 0) + n
-        return {"counts": counts, "units": units}
+            for field, merged in out.items():
+                for kind, n in data.get(field, {}).items():
+                    merged[kind] = merged.get(kind, 0) + n
+        return out
 
 
 def summarise(counted: dict[str, dict[str, int]], messages: int, seconds: float) -> dict[str, Any]:
@@ -87,6 +92,8 @@ def summarise(counted: dict[str, dict[str, int]], messages: int, seconds: float)
         "messages": messages,
         "seconds": round(seconds, 1),
         "counts": dict(sorted(counted["counts"].items())),
+        # S3 requests by journal object (``bench.cost.s3_key_pattern``), most first.
+        "s3_objects": dict(sorted(counted.get("objects", {}).items(), key=lambda kv: -kv[1])),
         "per_1000_messages": {
             k: round(v, 1) for k, v in cost.per_thousand(billed, messages).items()
         },
@@ -253,8 +260,13 @@ def cost_point(
             spark_runs._stop(query)
         run.delete_queue(setup_ep, url)
     else:
-        rate, per_call = next((r, b) for name, r, b in LOADS if name == kind)
-        row.update(rate=rate, messages_per_send=per_call, options="defaults")
+        rate, per_call, trigger = next((r, b, t) for name, r, b, t in LOADS if name == kind)
+        row.update(
+            rate=rate,
+            messages_per_send=per_call,
+            options="defaults",
+            trigger_seconds=trigger,
+        )
         url = run.new_queue(setup_ep, f"cost-{kind}-base")
         producer = spark_runs.PacedProducer(setup_ep, url, rate, args.body_bytes, per_call)
         producer.start()
@@ -264,7 +276,12 @@ def cost_point(
         run.delete_queue(setup_ep, url)
         url = run.new_queue(setup_ep, f"cost-{kind}-src")
         df = spark_runs.source_stream(spark, consumer_ep, url, journal_location(moto_proxy))
-        query = spark_runs._start_noop(df, wd.fresh(f"cost-{kind}") / "checkpoint")
+        query = (
+            df.writeStream.format("noop")
+            .option("checkpointLocation", str(wd.fresh(f"cost-{kind}") / "checkpoint"))
+            .trigger(processingTime=f"{trigger} seconds")
+            .start()
+        )
         producer = spark_runs.PacedProducer(setup_ep, url, rate, args.body_bytes, per_call)
         producer.start()
         try:

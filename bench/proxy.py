@@ -126,6 +126,7 @@ class _ProxyServer(ThreadingHTTPServer):
         self.requests = 0
         self._counts: dict[str, int] = {}
         self._units: dict[str, int] = {}
+        self._objects: dict[str, int] = {}
         self._guard = threading.Lock()
 
     def count(
@@ -141,10 +142,12 @@ class _ProxyServer(ThreadingHTTPServer):
         kind = cost.request_kind(method, path, query, headers, body)
         units = 0
         kms = 0
+        obj = ""
         if kind.startswith("SQS "):
             units = cost.sqs_billed_requests(max(len(body or b""), len(data)))
         else:
             kms = cost.kms_requests(kind, headers, dict(response.getheaders()))
+            obj = f"{kind} {cost.s3_key_pattern(path, query)}"
         with self._guard:
             self.requests += 1
             self._counts[kind] = self._counts.get(kind, 0) + 1
@@ -152,6 +155,8 @@ class _ProxyServer(ThreadingHTTPServer):
                 self._units[kind] = self._units.get(kind, 0) + units
             if kms:
                 self._counts["KMS"] = self._counts.get("KMS", 0) + kms
+            if obj:
+                self._objects[obj] = self._objects.get(obj, 0) + 1
 
     def snapshot(self) -> dict[str, Any]:
         with self._guard:
@@ -159,6 +164,7 @@ class _ProxyServer(ThreadingHTTPServer):
                 "requests": self.requests,
                 "counts": dict(self._counts),
                 "units": dict(self._units),
+                "objects": dict(self._objects),
             }
 
     def reset(self) -> None:
@@ -166,6 +172,7 @@ class _ProxyServer(ThreadingHTTPServer):
             self.requests = 0
             self._counts.clear()
             self._units.clear()
+            self._objects.clear()
 
 
 class DelayProxy:
@@ -183,7 +190,8 @@ class DelayProxy:
         return self._server.requests
 
     def counts(self) -> dict[str, Any]:
-        """``{"requests": n, "counts": {kind: n}, "units": {SQS kind: 64 KiB units}}``."""
+        """``{"requests": n, "counts": {kind: n}, "units": {SQS kind: 64 KiB units},
+        "objects": {"S3 <class> <key pattern>": n}}``."""
         return self._server.snapshot()
 
     def stop(self) -> None:

@@ -77,6 +77,7 @@ COST_LOADS = {
     "trickle": "trickle: 20 msg/s, one `SendMessage` each",
     "steady": "steady: 200 msg/s, `SendMessageBatch` of 10",
     "drain": "backlog drain",
+    "trickle-trigger-5s": 'trickle, `trigger(processingTime="5 seconds")`',
 }
 
 

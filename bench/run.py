@@ -742,7 +742,7 @@ def main(argv: list[str] | None = None) -> int:
         from bench import per_message
 
         results["cost"] = []
-        for load_kind in ("trickle", "steady", "drain"):
+        for load_kind in ("trickle", "steady", "drain", "trickle-trigger-5s"):
             row = section(
                 f"cost-{load_kind}", per_message.cost_point, spark, wd, eps, load_kind, args
             )

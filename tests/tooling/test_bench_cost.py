@@ -166,3 +166,18 @@ def test_cpu_targets_compare_the_source_s_processes_with_the_plain_consumer_s() 
     assert cpu_measure(rows, 16, "source's processes / plain consumer's") == pytest.approx(2.0)
     assert cpu_measure(rows, 4, "Python workers / plain consumer's threads") == pytest.approx(1.5)
     assert cpu_measure(rows, 8, "Python workers, ms per message") is None
+
+
+@pytest.mark.parametrize(
+    ("path", "query", "expected"),
+    [
+        ("/bucket/j1/batches/12/0.arrow", "", "batches/N/N.arrow"),
+        ("/bucket/j1/batches/12/_plan.json", "", "batches/N/_plan.json"),
+        ("/bucket/j1/lease/000000000003.json", "", "lease/N.json"),
+        ("/bucket/j1/window/1764200000-12-3f9a1c2b7d.arrow", "", "window/N-N-N.arrow"),
+        ("/bucket", "list-type=2&prefix=j1%2Facks%2F12%2F", "acks/N"),
+        ("/bucket/j1", "", "(journal root)"),
+    ],
+)
+def test_s3_requests_are_grouped_by_journal_object(path: str, query: str, expected: str) -> None:
+    assert cost.s3_key_pattern(path, query) == expected

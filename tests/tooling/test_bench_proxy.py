@@ -79,7 +79,7 @@ def test_proxy_counts_requests_by_kind_and_resets_on_request() -> None:
             ("/", {"X-Amz-Target": "AmazonSQS.ReceiveMessage"}),
             ("/", {"X-Amz-Target": "AmazonSQS.ReceiveMessage"}),
             ("/bucket?delete", {}),
-            ("/bucket/key", {"x-amz-server-side-encryption": "aws:kms"}),
+            ("/bucket/journal/key", {"x-amz-server-side-encryption": "aws:kms"}),
         ]
         for path, headers in sent:
             conn.request("POST", path, body=b"{}", headers=headers)
@@ -90,7 +90,8 @@ def test_proxy_counts_requests_by_kind_and_resets_on_request() -> None:
         # with SSE-KMS implies a KMS request.
         assert counted["counts"] == {"SQS ReceiveMessage": 2, "S3 POST": 2, "KMS": 1}
         assert counted["units"] == {"SQS ReceiveMessage": 2}
+        assert counted["objects"] == {"S3 POST (journal root)": 1, "S3 POST key": 1}
         assert proxy.counts() == counted
         conn.request("POST", "/__bench/reset", body=b"")
         conn.getresponse().read()
-        assert proxy.counts() == {"requests": 0, "counts": {}, "units": {}}
+        assert proxy.counts() == {"requests": 0, "counts": {}, "units": {}, "objects": {}}
