@@ -25,16 +25,15 @@ from typing import Any
 import spark_sqs.executor.receiver as receiver
 from sim.spark import UNKIND, run_seed
 from sim.sweep import Variant
+from spark_sqs.acknowledgement import deletes
 from spark_sqs.driver import offsets
 from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.driver.flow_control import FlowControl
-from spark_sqs.driver.poison import Quarantine
 from spark_sqs.errors import JournalError, JournalOutcomeUnknown
 from spark_sqs.executor import duplicates
 from spark_sqs.journal import Journal
 from spark_sqs.journal.entries import _PART
 from spark_sqs.journal.lease import Lease, LeaseRecord
-from spark_sqs.sqs.batching import BatchCaller
 
 
 @contextlib.contextmanager
@@ -141,8 +140,9 @@ def _no_in_flight_cap() -> contextlib.AbstractContextManager[None]:
 def _segment_after_delete() -> contextlib.AbstractContextManager[None]:
     """Hole 7, the window's other rule: a deleter writes its window segment only after its
     delete returned, at every delete site (the driver's and the receivers' acknowledgements,
-    deleteAfterJournal's parts, dropped redeliveries, the quarantine): a copy received and
-    looked up in between, or after a deleter died between the two, is not in the window."""
+    deleteAfterJournal's parts, dropped redeliveries, the quarantine: all call
+    ``acknowledgement.deletes.delete_messages``): a copy received and looked up in between, or
+    after a deleter died between the two, is not in the window."""
     held = threading.local()  # per actor: each is a thread of its own (sim/sched.py)
     write_window = Journal.write_window
 
@@ -154,50 +154,21 @@ def _segment_after_delete() -> contextlib.AbstractContextManager[None]:
         for journal, args, kwargs in segments:
             write_window(journal, *args, **kwargs)
 
-    delete = BatchCaller.delete
+    delete_groups = deletes._delete_groups
 
-    def delete_then_write(self: BatchCaller, entries: Any) -> Any:
-        # Written once the delete returned or raised (an Exception; a crash writes nothing).
+    def delete_then_write(*args: Any, **kwargs: Any) -> Any:
+        # Written once the deletes returned or raised (an Exception; a crash writes nothing).
         try:
-            result = delete(self, entries)
+            result = delete_groups(*args, **kwargs)
         except Exception:
             write_held()
             raise
         write_held()
         return result
 
-    class _Client:
-        """The quarantine's SQS client, writing the held segment after ``delete_message``."""
-
-        def __init__(self, inner: Any) -> None:
-            self._inner = inner
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self._inner, name)
-
-        def delete_message(self, **kwargs: Any) -> Any:
-            try:
-                result = self._inner.delete_message(**kwargs)
-            except Exception:
-                write_held()
-                raise
-            write_held()
-            return result
-
-    quarantine = Quarantine._quarantine
-
-    def quarantine_then_write(self: Quarantine, *args: Any, **kwargs: Any) -> None:
-        client = self.client
-        self.client = _Client(client)
-        try:
-            quarantine(self, *args, **kwargs)
-        finally:
-            self.client = client
-
     stack = contextlib.ExitStack()
     stack.enter_context(patched(Journal, "write_window", hold_back))
-    stack.enter_context(patched(BatchCaller, "delete", delete_then_write))
-    stack.enter_context(patched(Quarantine, "_quarantine", quarantine_then_write))
+    stack.enter_context(patched(deletes, "_delete_groups", delete_then_write))
     return stack
 
 

@@ -10,7 +10,7 @@ a receiver needs travels in its ``ReceiverPartition`` (``spark_sqs.driver.planni
 The protocol, per micro-batch N (docs/design.md has the whole story):
 
 1. ``latestOffset(start)`` (``driver/coordinator.py``): every batch up to ``start`` is in Spark's
-   commit log, so their messages are acknowledged (``driver/acknowledger.py``, cumulative,
+   commit log, so their messages are acknowledged (``acknowledgement/``, cumulative,
    idempotent). If the queue has visible messages (``driver/queues.py``) and flow control allows
    a batch (``driver/flow_control.py``), or journaled batches unknown to Spark wait to be
    delivered, the next batch number is recorded in the journal state and returned
@@ -20,7 +20,7 @@ The protocol, per micro-batch N (docs/design.md has the whole story):
    are adopted into it.
 3. ``read`` on executors (``executor/receiver.py``): replay the journal entry, or receive,
    journal, then yield; and delete the committed entries assigned to the receiver
-   (``executor/acknowledgement.py``).
+   (``acknowledgement/assigned.py``).
 4. ``commit(end)``: acknowledges too, but Spark calls it late or never (docs/design.md, "Facts
    the design rests on"), so step 1 is what guarantees progress. Meanwhile
    ``driver/heartbeat.py`` keeps unacknowledged messages invisible.

@@ -245,13 +245,45 @@ class VisibilitySqs:
         return [h for c in self.calls for h in c.handles]
 
 
+class MemoryStore:
+    """A journal store in a dict (what the acknowledger's report records need of one)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+
+    def create(self, key: str, data: bytes) -> bool:
+        if key in self.objects:
+            return False
+        self.objects[key] = data
+        return True
+
+    def put(self, key: str, data: bytes) -> None:
+        self.objects[key] = data
+
+    def read(self, key: str) -> bytes | None:
+        return self.objects.get(key)
+
+    def list(self, prefix: str) -> list[str]:
+        return sorted(k for k in self.objects if k.startswith(prefix))
+
+    def delete(self, key: str) -> None:
+        self.objects.pop(key, None)
+
+    def delete_many(self, keys: list[str]) -> None:
+        for key in keys:
+            self.delete(key)
+
+
 class FakeJournal:
     """The journal's receipts in memory, as the heartbeat and the acknowledger read them
     (entries by batch and receiver, drop and dedupe records); records every read."""
 
+    location = "memory://fake"
+
     def __init__(
         self, batches: dict[int, list[tuple[str, str]]] | None = None, received_at: float = NOW
     ) -> None:
+        self.store = MemoryStore()
         self.entries: dict[int, dict[int, EntryReceipts]] = defaultdict(dict)
         self.listed: list[int] = []  # batches whose receivers were listed
         self.read: list[tuple[int, int]] = []  # entries read one by one
@@ -321,9 +353,6 @@ class FakeJournal:
     def remove_batch(self, batch: int) -> None:
         self.removed.append(batch)
         self.entries.pop(batch, None)
-
-    def collect_ack_reports(self, oldest_pending: int, keep: set[int]) -> int:
-        return 0
 
     def collect_drops(self, oldest_pending: int) -> int:
         self.collected.append(oldest_pending)

@@ -5,6 +5,6 @@ Spark calls the stream reader (``spark_sqs.source``) on the driver; it forwards 
 ``offsets`` (``{"batch": N}``), ``queues`` (backlog polling, receivers per queue),
 ``flow_control`` (how much the next batch may take), ``planning`` (one input partition per
 receiver, pickled to the executors), ``heartbeat`` (keeps unacknowledged messages invisible),
-``acknowledger`` (settles committed batches) and ``poison`` (narrows and quarantines batches that
-keep failing; also ``spark-sqs release``).
+``poison`` (narrows and quarantines batches that keep failing; also ``spark-sqs release``) and
+the acknowledgement of committed batches, a package of its own (``spark_sqs.acknowledgement``).
 """

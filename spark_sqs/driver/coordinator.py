@@ -5,7 +5,8 @@
 is created lazily on the first call and never pickled; it owns the journal's lease and drives the
 parts that live beside it in this package: the state markers (``state``), queue polling
 (``queues``), flow control (``flow_control``), planning (``planning``), the visibility heartbeat
-(``heartbeat``), the acknowledger (``acknowledger``) and the batch counters (``metrics``). The
+(``heartbeat``) and the batch counters (``metrics``), and the acknowledgement
+(``spark_sqs.acknowledgement``: its rule decides what the acknowledger deletes and when). The
 protocol it runs, per micro-batch, is described in ``spark_sqs/source.py`` and docs/design.md.
 """
 
@@ -20,6 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ..acknowledgement import rule
+from ..acknowledgement.acknowledger import Acknowledger, driver_parallelism
+from ..acknowledgement.rule import By
 from ..journal import BatchPlan, Journal
 from ..journal.lease import Lease
 from ..journal.poison import DEAD_LETTER, latest_narrowing
@@ -27,7 +31,6 @@ from ..options import SqsOptions
 from ..sqs.batching import BatchCaller
 from ..sqs.client import SqsClient, check_permissions, make_client, queue_attributes
 from . import offsets, poison
-from .acknowledger import Acknowledger, driver_parallelism
 from .flow_control import AvailableNow, FlowControl, ReadLimit, batch_size_warning
 from .heartbeat import EXTENSION_FLOOR_SECONDS, Heartbeat
 from .metrics import BatchReporter
@@ -298,12 +301,17 @@ class Coordinator:
                 self._note_committed(committed)
                 # Settle what the receivers of committed batches acknowledged; the rest waits
                 # to see whether a next batch's receivers will delete it.
-                self._acknowledge(committed, next_batch_follows=True)
+                self._acknowledge(committed, by=By.RECEIVERS)
             if self.heartbeat.fatal is not None:
                 # Raised only now: the heartbeat's thread cannot raise into Spark, and what
                 # Spark committed is acknowledged first (no next batch will do it).
                 if committed is not None:
-                    self._acknowledge(committed)
+                    self._acknowledge(
+                        committed,
+                        by=rule.once_planned(
+                            next_batch=False, available_now=False, heartbeat_failed=True
+                        ),
+                    )
                 raise self.heartbeat.fatal
             # Journaled batches beyond what Spark has committed, outside any replay (the
             # journal outlived its checkpoint, or this is the first call of a 4.0 run): a batch
@@ -312,18 +320,15 @@ class Coordinator:
             batch_limit = self.flow.batch_limit(limit, self.acknowledger.pending_messages())
             acknowledge_only = False
             if batch_limit == 0 and committed is not None and self.acknowledger.pending:
-                # The committed batches alone fill maxInFlightMessages: no batch may receive
-                # before they are deleted. While the queue has more, the next batch only
-                # acknowledges (its receivers delete them on the executors and receive
-                # nothing); otherwise (an idle queue, AvailableNow, deleteOnCommit=false) no
-                # next batch would come, and the driver deletes them itself.
-                acknowledge_only = (
-                    self.flow.available_now is None
-                    and bool(self.acknowledger.unassigned(committed))
-                    and self.poller.has_messages()
+                # The committed batches alone fill maxInFlightMessages (rule.py).
+                by = rule.when_in_flight_is_full(
+                    available_now=self.flow.available_now is not None,
+                    unassigned=bool(self.acknowledger.unassigned(committed)),
+                    queue_has_messages=self.poller.has_messages,
                 )
+                acknowledge_only = by is By.RECEIVERS
                 if not acknowledge_only:
-                    self._acknowledge(committed)
+                    self._acknowledge(committed, by=by)
                     batch_limit = self.flow.batch_limit(limit, self.acknowledger.pending_messages())
             remaining = self.flow.remaining_available_now(self.acknowledger.totals.messages)
             if remaining is not None:
@@ -337,11 +342,13 @@ class Coordinator:
                     and not self.flow.wait_for_more(self.poller.visible)
                 )
             )
-            if not start_batch or self.flow.available_now is not None:
-                # No next batch (an idle queue), or Trigger.AvailableNow, which counts what it
-                # delivered by what is acknowledged: the driver deletes the rest itself.
-                if committed is not None:
-                    self._acknowledge(committed)
+            by = rule.once_planned(
+                next_batch=start_batch, available_now=self.flow.available_now is not None
+            )
+            if by is By.DRIVER and committed is not None:
+                # No next batch (an idle queue), or Trigger.AvailableNow: the driver deletes
+                # the rest itself.
+                self._acknowledge(committed, by=by)
             if not start_batch:
                 if start is not None:
                     # Spark compares offsets as strings: an offset of an earlier version (no
@@ -682,7 +689,7 @@ class Coordinator:
         whose receivers will acknowledge ``batch``; what earlier receivers acknowledged is
         settled now."""
         with self.lock:
-            self._acknowledge(batch, next_batch_follows=True)
+            self._acknowledge(batch, by=By.RECEIVERS)
 
     def commit(self, end: Mapping[str, Any]) -> None:
         """Spark's ``commit(end)``, with the offset as Spark hands it back: Spark commits only
@@ -691,10 +698,12 @@ class Coordinator:
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _acknowledge(self, batch: int, next_batch_follows: bool = False) -> None:
+    def _acknowledge(self, batch: int, *, by: By) -> None:
+        """Acknowledge what is due up to ``batch`` (rule.py), ``by`` deleting what no
+        receivers were assigned yet."""
         # Transient failures are retried inside; what escapes (access denied, queue deleted,
         # journal unreadable) needs a person, and stopping beats redelivering everything.
-        stats = self.acknowledger.acknowledge_through(batch, next_batch_follows=next_batch_follows)
+        stats = self.acknowledger.acknowledge_through(batch, by=by)
         for counters in stats.per_batch:
             self.reporter.report(counters)
 

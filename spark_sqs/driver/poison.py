@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from ..acknowledgement.deletes import OneByOne, delete_messages
 from ..errors import InvalidOptionError, JournalError
-from ..journal import window
 from ..journal.poison import (
     CARRY,
     DEAD_LETTER,
@@ -39,6 +39,7 @@ from ..journal.poison import (
     read_attempts,
 )
 from ..schema import RECEIPT_HANDLE
+from ..sqs.batching import Entry
 from ..sqs.client import SqsClient
 from .planning import ADOPTED_FROM
 
@@ -320,22 +321,28 @@ class Quarantine:
             message_id,
             dead_letter,
         )
-        if self.options.duplicate_window > 0 and not window.is_fifo(source):
-            # Before the delete, like every acknowledgement: a copy SQS hands out afterwards
-            # must not reach the sink (the message is in the dead-letter queue).
-            self.journal.write_window(
-                [message_id],
-                batch=batch,
-                who="q-" + hashlib.sha256(message_id.encode()).hexdigest()[:12],
-                expires_at=self._wall() + self.options.duplicate_window,
-            )
-        try:
-            # Prompt; the batch's acknowledgement deletes it again (and records an uncertain
-            # delete for redelivery dedupe), so a failure here loses nothing.
-            self.client.delete_message(QueueUrl=source, ReceiptHandle=row[RECEIPT_HANDLE])
-        except Exception as exc:
+        # Prompt; the batch's acknowledgement deletes it again (and records an uncertain
+        # delete for redelivery dedupe), so a failure here loses nothing. Its window segment
+        # comes first, like every delete's: a copy SQS hands out afterwards must not reach the
+        # sink (the message is in the dead-letter queue).
+        deletion = delete_messages(
+            self.journal,
+            OneByOne(self.client, source),
+            [[Entry(message_id, row[RECEIPT_HANDLE])]],
+            window=[(message_id, None)],
+            queue_url=source,
+            duplicate_window=self.options.duplicate_window,
+            batch=batch,
+            who="q-" + hashlib.sha256(message_id.encode()).hexdigest()[:12],
+            now=self._wall(),
+            catch=Exception,
+        )
+        if deletion.error is not None:
             logger.warning(
-                "batch %d: could not delete quarantined message %s now: %s", batch, message_id, exc
+                "batch %d: could not delete quarantined message %s now: %s",
+                batch,
+                message_id,
+                deletion.error,
             )
 
     def _row(

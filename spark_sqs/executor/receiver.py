@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from botocore.exceptions import ClientError
 
+from ..acknowledgement.assigned import acknowledge_assigned
+from ..acknowledgement.deletes import delete_messages
 from ..driver.planning import ReceiverPartition
 from ..errors import JournalError, JournalOutcomeUnknown
 from ..journal import (
@@ -40,7 +42,7 @@ from ..journal import (
     window,
 )
 from ..journal.poison import FIRST_ATTEMPT
-from ..journal.reports import (
+from ..journal.stops import (
     STOP_BUDGET,
     STOP_BYTES,
     STOP_CAUGHT_UP,
@@ -55,7 +57,6 @@ from ..schema import RECEIPT_HANDLE, messages_to_table, output_batches
 from ..sqs.batching import BatchCaller, Entry
 from ..sqs.client import SqsClient, cached_client, classify, error_code
 from . import duplicates, memory, poison
-from .acknowledgement import acknowledge_assigned, record_window
 from .envelopes import PayloadDeleter, Prepared, merged_metadata, message_bytes, prepare
 from .extension import extend_journaled
 
@@ -104,7 +105,7 @@ class ReceiveStats:
     calls: int = 0
     received: int = 0
     duplicates_in_loop: int = 0
-    stopped_by: str = ""  # a ``STOP_*`` reason (journal/reports.py)
+    stopped_by: str = ""  # a ``STOP_*`` reason (journal/stops.py)
     seconds: float = 0.0
     # Bytes the loop holds (envelopes.message_bytes of each message it keeps).
     bytes: int = 0
@@ -874,20 +875,23 @@ def _receive_parts(
             raise _StopReceiving
         entries = [Entry(m["MessageId"], m["ReceiptHandle"]) for m in kept]
         # The window's segment precedes the delete: a copy can only come after it.
-        record_window(
+        deletion = delete_messages(
             journal,
-            partition.options.duplicate_window,
-            [(k, None) for m in kept for k in (m["MessageId"], *_window_keys(m, options))],
+            caller,
+            [entries],
+            window=[(k, None) for m in kept for k in (m["MessageId"], *_window_keys(m, options))],
             queue_url=partition.queue_url,
+            duplicate_window=partition.options.duplicate_window,
             batch=partition.batch,
             who=f"r{partition.receiver:06d}-p{next_part - 1:05d}",
             now=clocks.wall_clock(),
+            catch=Exception,
         )
-        try:
-            caller.delete(entries)
-        except Exception as exc:
+        if deletion.error is not None:
             # The entry lists every part's messages as awaiting deletion: the driver retries.
-            logger.warning("deleting journaled messages failed; deleting on commit: %s", exc)
+            logger.warning(
+                "deleting journaled messages failed; deleting on commit: %s", deletion.error
+            )
 
     already = sum(t.num_rows for _, t in earlier)
     already_bytes = sum(int((t.schema.metadata or {}).get(BYTES, b"0")) for _, t in earlier)
@@ -959,21 +963,23 @@ def _delete_redeliveries(
     entries = [Entry(m["MessageId"], m["ReceiptHandle"]) for m in dropped]
     ids = sorted(k for m in dropped for k in (m["MessageId"], *_window_keys(m, partition.options)))
     # Like every delete: a copy SQS hands out after it must find the id in the window.
-    record_window(
+    deletion = delete_messages(
         journal,
-        partition.options.duplicate_window,
-        [(i, None) for i in ids],
+        BatchCaller(client, partition.queue_url, sleep=clocks.sleep),
+        [entries],
+        window=[(i, None) for i in ids],
         queue_url=partition.queue_url,
+        duplicate_window=partition.options.duplicate_window,
         batch=partition.batch,
         who=f"r{partition.receiver:06d}-d{hashlib.sha256(' '.join(ids).encode()).hexdigest()[:10]}",
         now=clocks.wall_clock(),
+        catch=Exception,
     )
-    try:
-        result = BatchCaller(client, partition.queue_url, sleep=clocks.sleep).delete(entries)
-        failed = len(result.permanent) + len(result.transient)
-    except Exception:
-        logger.warning("could not delete redelivered messages", exc_info=True)
+    if deletion.error is not None:
+        logger.warning("could not delete redelivered messages", exc_info=deletion.error)
         failed = len(entries)
+    else:
+        failed = len(deletion.permanent) + len(deletion.transient)
     # If a delete failed the message comes back once more and is dropped again.
     logger.warning(
         "batch %d receiver %d: dropped %d redelivered messages already journaled by an earlier "

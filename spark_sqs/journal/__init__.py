@@ -2,7 +2,7 @@
 
 ``entries`` holds the record types and the ``Journal`` (entries, plans, drop sets, state
 markers); ``stores`` the create-if-absent stores (local files, S3) it writes through;
-``reports`` the acknowledgement reports receivers write for the driver; ``lease`` the
+``stops`` why a receiver stopped receiving (recorded in its entry); ``lease`` the
 single-owner lease of a journal; ``poison`` the records of poison batches
 (attempts, narrowing steps, carries) that the driver and the executors both read; ``window``
 the ids of acknowledged messages kept for ``duplicateWindow``.
@@ -24,8 +24,6 @@ from .entries import (
     WINDOW_DROPPED,
     WINDOW_KEYS,
     AckAssignment,
-    AckedEntry,
-    AckReport,
     BatchPlan,
     EntryReceipts,
     Journal,
@@ -33,13 +31,11 @@ from .entries import (
     ReceiverPlan,
     receipts_of,
 )
-from .reports import STOPPED_BY
+from .stops import STOPPED_BY
 from .stores import JournalStore, LocalStore, S3Store, check_location, open_store
 
 __all__ = [
     "AckAssignment",
-    "AckedEntry",
-    "AckReport",
     "BYTES",
     "DROPPED",
     "EXPIRED_DROPPED",

@@ -53,8 +53,7 @@ import pyarrow as pa
 
 from ..errors import JournalError, JournalInUseError, UnsafeStoreError
 from ..schema import RECEIPT_HANDLE as RECEIPT
-from . import poison, reports, window
-from .reports import AckedEntry, AckReport
+from . import poison, window
 from .stores import JournalStore, ObjectVanished, open_store
 
 if TYPE_CHECKING:
@@ -66,7 +65,6 @@ _ENTRY = re.compile(r"^(\d{5,})\.arrow$")
 _PART = re.compile(r"^(\d{5,})\.part-(\d{5})\.arrow$")
 _EXTENDED = re.compile(r"^(\d{5,})\.extended-(\d+)$")
 # drops/<batch>-<sha256>.arrow; a journal of an earlier version named them drops/<sha256>.arrow.
-_ACK_REPORT = re.compile(r"^acks/(\d{12})/")
 _DROPS = re.compile(r"^drops/(?:(\d{12})-)?([0-9a-f]{64})\.arrow$")
 _BATCH_KEY = re.compile(r"^batches/(\d{12})/")
 _MARKER = re.compile(r"^state/(planned|acked|initial|retired)-(\d{12})$")
@@ -101,7 +99,6 @@ EXPIRED_DROPPED = b"spark_sqs.expiredDropped"
 WINDOW_KEYS = b"spark_sqs.windowKeys"
 # With deleteAfterJournal: marks the empty part that closes a receiver's parts (see receiver).
 SEAL = b"spark_sqs.seal"
-# Why the receiver stopped receiving: ``reports.STOPPED_BY``, where the counters read it.
 # With deleteAfterJournal: the bytes of a part's messages as its receiver counted them
 # (executor/envelopes.py ``message_bytes``); a retried attempt counts them towards its byte
 # limit. Absent from parts written before byte limits (whose plans have none).
@@ -858,64 +855,6 @@ class Journal:
             # Storage, not correctness: the next acknowledgement tries again.
             logger.warning(
                 "journal %s: could not remove old drop sets", self.location, exc_info=True
-            )
-            return 0
-        return len(old)
-
-    # -- acknowledgement reports ---------------------------------------------------------------
-
-    def write_ack_report(
-        self,
-        batch: int,
-        receiver: int,
-        entries: Sequence[AckedEntry],
-        missing: Sequence[tuple[int, int]] = (),
-    ) -> None:
-        """What receiver ``receiver`` of ``batch`` acknowledged of earlier batches, created if
-        absent under a key the driver reads by name (journal/reports.py). A retried or
-        concurrent attempt repeats the same deletes; the first report stands: it was written
-        after that attempt's deletes, so what it calls certain was deleted with a valid
-        handle."""
-        self.store.create(reports.report_key(batch, receiver), reports.body_of(entries, missing))
-
-    def read_ack_report(self, batch: int, receiver: int) -> AckReport | None:
-        """The report of receiver ``receiver`` of ``batch``, by key; a report that an earlier
-        version named after its counters is found by a LIST, only when the key is absent."""
-        data = self.store.read(reports.report_key(batch, receiver))
-        if data is not None:
-            return AckReport(receiver, tuple(reports.parse_body(data)), reports.parse_missing(data))
-        for key in self.store.list(f"acks/{batch:012d}"):
-            parsed = reports.parse_key(key)
-            if parsed is not None and parsed[0] == receiver and parsed[1] is not None:
-                return AckReport(receiver, tuple(reports.entries_of_summary(parsed[1])))
-        return None
-
-    def remove_ack_reports(self, batch: int, receivers: Iterable[int]) -> None:
-        """Remove the reports of ``receivers`` of ``batch``, by key (what else is under
-        ``acks/``, e.g. reports named by an earlier version, ``collect_ack_reports`` finds)."""
-        self.store.delete_many([reports.report_key(batch, r) for r in sorted(set(receivers))])
-
-    def collect_ack_reports(self, oldest_pending: int, keep: set[int]) -> int:
-        """Remove the reports written by batches before ``oldest_pending`` (acknowledged or
-        retired) that no pending batch's acknowledgement still reads (``keep``): those of a
-        batch whose assignments went to a replanned or adopted batch, or were read by a driver
-        that died before it removed them. Returns how many were removed."""
-        try:
-            old = [
-                key
-                for key in self.store.list("acks")
-                if (m := _ACK_REPORT.match(key))
-                and int(m.group(1)) < oldest_pending
-                and int(m.group(1)) not in keep
-            ]
-            if old:
-                self.store.delete_many(old)
-        except Exception:
-            # Storage, not correctness: the next acknowledgement tries again.
-            logger.warning(
-                "journal %s: could not remove old acknowledgement reports",
-                self.location,
-                exc_info=True,
             )
             return 0
         return len(old)

@@ -155,7 +155,7 @@ def test_a_seed_replays_exactly() -> None:
         (106, False, False, "the final drain failed"),
         # A batch that adopted a dead run's entries counted them nowhere in what is in flight
         # (their receivers' plan limit is 0): the next batch took the whole option on top
-        # (spark_sqs/driver/acknowledger.py, pending_messages).
+        # (spark_sqs/acknowledgement/acknowledger.py, pending_messages).
         (532, False, False, "in-flight bound"),
     ],
 )

@@ -10,7 +10,10 @@ from typing import Any
 import pytest
 from botocore.stub import Stubber
 
-from spark_sqs.driver.acknowledger import Acknowledger
+from spark_sqs.acknowledgement.acknowledger import Acknowledger
+from spark_sqs.acknowledgement.assigned import acknowledge_assigned
+from spark_sqs.acknowledgement.reports import AckReports, report_key
+from spark_sqs.acknowledgement.rule import By
 from spark_sqs.driver.heartbeat import BatchVisibility, Heartbeat
 from spark_sqs.errors import (
     JournalInUseError,
@@ -19,9 +22,7 @@ from spark_sqs.errors import (
     SqsSourceError,
     TransientSqsError,
 )
-from spark_sqs.executor.acknowledgement import acknowledge_assigned
 from spark_sqs.journal import BatchPlan, EntryReceipts, Journal, LocalStore, ReceiverPlan
-from spark_sqs.journal.reports import report_key
 from spark_sqs.schema import messages_to_table
 from spark_sqs.sqs.batching import BatchCaller, BatchResult, Entry, chunks
 from tests.fakes import (
@@ -384,6 +385,8 @@ Outcome = BatchResult | Exception
 
 class FakeCaller:
     """Answers ``delete`` with ``outcomes(entries)``; succeeds for everything by default."""
+
+    queue_url = QUEUE_URL
 
     def __init__(self, outcomes: Callable[[list[Entry]], Outcome] | None = None) -> None:
         self.calls: list[list[str]] = []
@@ -1107,7 +1110,7 @@ def test_settlement_reads_the_reports_of_the_receivers_the_plan_names_by_key(
     run.clock.now += 30.0
     run.store.calls.clear()
 
-    stats = run.ack.acknowledge_through(2, next_batch_follows=True)
+    stats = run.ack.acknowledge_through(2, by=By.RECEIVERS)
 
     assert run.events == ["acked 1"]
     assert run.driver.calls == [], "settled from the reports: the driver deleted nothing"
@@ -1133,11 +1136,11 @@ def test_an_assigned_entry_whose_bound_passed_at_settlement_is_recorded_uncertai
     run.clock.now = START + VISIBILITY - 50.0
     plan = run.plan(2, {0: [3], 1: [4]})
     assert all(a.valid_until > run.wall.now for a in plan.acks)
-    reports = [run.journal.read_ack_report(2, r) for r in (0, 1)]
+    reports = [AckReports(run.journal).read(2, r) for r in (0, 1)]
     assert [e.uncertain for r in reports if r is not None for e in r.entries] == [(), ()]
     run.clock.now = START + VISIBILITY - MARGIN + 1.0
 
-    stats = run.ack.acknowledge_through(2, next_batch_follows=True)
+    stats = run.ack.acknowledge_through(2, by=By.RECEIVERS)
 
     assert stats.uncertain == 3
     assert stats.per_batch[0]["uncertainAcknowledgements"] == 3
@@ -1166,7 +1169,7 @@ def test_at_settlement_each_entry_is_judged_by_its_own_bound_as_the_heartbeat_kn
     }
     run.clock.now = START + VISIBILITY + 10.0
 
-    stats = run.ack.acknowledge_through(2, next_batch_follows=True)
+    stats = run.ack.acknowledge_through(2, by=By.RECEIVERS)
 
     assert run.dedupe() == ids_of(2)
     assert stats.uncertain == 1
@@ -1182,7 +1185,7 @@ def test_deletes_an_earlier_run_assigned_are_uncertain_at_settlement(tmp_path: P
 
     # A new driver on the same journal, its clock just started.
     again = Run(tmp_path, pending={1: (0, 1), 2: (0, 1)}, plans={2: plan})
-    stats = again.ack.acknowledge_through(2, next_batch_follows=True)
+    stats = again.ack.acknowledge_through(2, by=By.RECEIVERS)
 
     assert again.driver.calls == [], "settled from the reports"
     assert again.dedupe() == ids_of(0, 1, 2)
@@ -1198,7 +1201,7 @@ def test_settlement_confirms_the_lease_before_it_marks_the_batch(tmp_path: Path)
     run.plan(2, {0: [2]})
     events.clear()
 
-    run.ack.acknowledge_through(2, next_batch_follows=True)
+    run.ack.acknowledge_through(2, by=By.RECEIVERS)
 
     assert events == ["confirm", "acked 1"]
     assert run.journal.batch_status(1) == "removed"
@@ -1214,16 +1217,16 @@ def test_a_confirm_that_raises_stops_the_settlement(tmp_path: Path) -> None:
     lease.fail_from = lease.calls + 1
 
     with pytest.raises(JournalInUseError):
-        run.ack.acknowledge_through(2, next_batch_follows=True)
+        run.ack.acknowledge_through(2, by=By.RECEIVERS)
 
     assert "acked 1" not in events
     assert run.ack.acked_batch == 0 and run.ack.pending == [1, 2]
     assert run.journal.batch_status(1) == "live"
-    assert run.journal.read_ack_report(2, 0) is not None, "the reports are kept"
+    assert AckReports(run.journal).read(2, 0) is not None, "the reports are kept"
 
 
 def test_driver_parallelism_grows_with_receivers_within_bounds() -> None:
-    from spark_sqs.driver.acknowledger import driver_parallelism
+    from spark_sqs.acknowledgement.acknowledger import driver_parallelism
 
     assert driver_parallelism(1) == 8
     assert driver_parallelism(4) == 16

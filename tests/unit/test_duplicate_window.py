@@ -9,9 +9,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from spark_sqs.acknowledgement.assigned import acknowledge_assigned
+from spark_sqs.acknowledgement.deletes import delete_messages
 from spark_sqs.driver.planning import ReceiverPartition
 from spark_sqs.executor import duplicates
-from spark_sqs.executor.acknowledgement import acknowledge_assigned, record_window
 from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import (
     WINDOW_DROPPED,
@@ -113,12 +114,17 @@ def test_a_merge_that_died_before_removing_the_parts_leaves_readers_one_copy(loc
     assert window.list_segments(store) == [merged]
 
 
+class _NoDeletes:
+    def delete(self, entries: Any) -> Any:
+        raise AssertionError("nothing to delete")
+
+
 def test_nothing_is_recorded_with_the_window_off_or_for_a_fifo_queue(location: str) -> None:
     journal, store = journal_at(location)
-    record_window(journal, 0, [(i, None) for i in ids(1)], queue_url=QUEUE_URL, batch=1,
-                  who="r000000-ack", now=NOW)  # fmt: skip
-    record_window(journal, 600, [(i, None) for i in ids(1)], queue_url=FIFO_QUEUE_URL, batch=1,
-                  who="r000000-ack", now=NOW)  # fmt: skip
+    for seconds, queue in ((0, QUEUE_URL), (600, FIFO_QUEUE_URL)):
+        delete_messages(journal, _NoDeletes(), [], window=[(i, None) for i in ids(1)],
+                        queue_url=queue, duplicate_window=seconds, batch=1, who="r000000-ack",
+                        now=NOW)  # fmt: skip
     assert store.inner.list("window") == []
     # A FIFO queue is never looked up either: no store request at all.
     store.calls.clear()

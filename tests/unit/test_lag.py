@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from spark_sqs.driver.acknowledger import Acknowledger
+from spark_sqs.acknowledgement.acknowledger import Acknowledger
 from spark_sqs.journal import EntryReceipts
 from spark_sqs.lag import (
     LAG,
@@ -17,6 +17,7 @@ from spark_sqs.lag import (
     message_ages_ms,
     read_lag,
 )
+from tests.fakes import MemoryStore
 from tests.unit.factories import SENT_MS, sqs_message
 
 
@@ -78,17 +79,17 @@ def _receipts(ages: list[int]) -> EntryReceipts:
 
 
 class _Journal:
+    location = "memory://lag"
+
     def __init__(self, entries: list[EntryReceipts]) -> None:
         self.entries = entries
+        self.store = MemoryStore()
 
     def batch_receipts(self, batch: int, receivers: object) -> list[EntryReceipts]:
         return self.entries
 
     def remove_batch(self, batch: int) -> None:
         self.entries = []
-
-    def collect_ack_reports(self, oldest_pending: int, keep: set[int]) -> int:
-        return 0
 
     def collect_drops(self, oldest_pending: int) -> int:
         return 0
@@ -106,6 +107,8 @@ class _Journal:
 
 
 class _Caller:
+    queue_url = "https://sqs.example/lag"
+
     def delete(self, entries: list) -> object:  # type: ignore[type-arg]
         from spark_sqs.sqs.batching import BatchResult
 

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from spark_sqs.driver.acknowledger import Acknowledger
+from spark_sqs.acknowledgement.acknowledger import Acknowledger
+from spark_sqs.acknowledgement.assigned import acknowledge_assigned
 from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.driver.heartbeat import Heartbeat
 from spark_sqs.driver.planning import new_plan, partitions_of
 from spark_sqs.driver.queues import assign_queues, receivers_per_queue, with_queues
 from spark_sqs.errors import InvalidOptionError, JournalError
-from spark_sqs.executor.acknowledgement import acknowledge_assigned
 from spark_sqs.journal import RECEIVED_AT, AckAssignment, BatchPlan, Journal, ReceiverPlan
 from spark_sqs.options import SqsOptions
 from spark_sqs.schema import messages_to_table

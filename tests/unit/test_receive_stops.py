@@ -1,13 +1,14 @@
 """Why receivers stopped receiving, from their journal entries to their batch's metrics:
-carried by the acknowledgement reports (journal/reports.py)."""
+carried by the acknowledgement reports (acknowledgement/reports.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from spark_sqs.journal import AckedEntry, Journal, reports
-from spark_sqs.journal.reports import summed_stops
+from spark_sqs.acknowledgement import reports
+from spark_sqs.acknowledgement.reports import AckedEntry, AckReports, summed_stops
+from spark_sqs.journal import Journal
 from tests.unit.factories import make_options
 
 
@@ -27,8 +28,8 @@ def test_an_ack_report_carries_why_each_receiver_stopped(tmp_path: Path) -> None
         _ack_entry(4, 2, stops=(("empty receive", 1),), uncertain=("m1",)),
         _ack_entry(3, 0),
     ]
-    journal.write_ack_report(5, 7, entries)
-    read = journal.read_ack_report(5, 7)
+    AckReports(journal).write(5, 7, entries)
+    read = AckReports(journal).read(5, 7)
     assert read is not None
     assert [e.stops for e in read.entries] == [e.stops for e in entries]
     assert summed_stops(e.stops for e in read.of_batch(4)) == {
@@ -51,7 +52,7 @@ def test_a_report_named_by_an_earlier_version_counts_the_stops_in_its_name(tmp_p
     summary = reports.summary_of(entries)
     assert summary is not None and "xe2o1v1" in summary
     journal.store.create(f"acks/000000000005/00007.s-{summary}.json", reports.body_of(entries))
-    read = journal.read_ack_report(5, 7)
+    read = AckReports(journal).read(5, 7)
     assert read is not None
     (by_batch,) = read.entries
     assert dict(by_batch.stops) == {"empty receive": 2, "visible when planned": 1, "other": 1}

@@ -10,13 +10,14 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from spark_sqs.acknowledgement.assigned import acknowledge_assigned
+from spark_sqs.acknowledgement.reports import AckReport, AckReports
 from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.driver.planning import new_plan
 from spark_sqs.driver.state import StateMarkers
 from spark_sqs.errors import TransientSqsError
-from spark_sqs.executor.acknowledgement import acknowledge_assigned
 from spark_sqs.executor.receiver import read_partition
-from spark_sqs.journal import AckAssignment, AckReport, Journal, LocalStore
+from spark_sqs.journal import AckAssignment, Journal, LocalStore
 from spark_sqs.schema import messages_to_table
 from tests.fakes import FakeSqs, HookedStore, client_error
 from tests.unit.factories import QUEUE_URL, make_options, sqs_message
@@ -201,7 +202,7 @@ def test_handles_the_heartbeat_lost_are_reported_uncertain(tmp_path: Path) -> No
     assert by_entry[(1, 1)].uncertain == ()
     assert len(stale) == 2
     # The report is at its fixed key, which the driver reads by name.
-    assert journal.read_ack_report(2, 0) == AckReport(0, tuple(entries), missing=((1, 7),))
+    assert AckReports(journal).read(2, 0) == AckReport(0, tuple(entries), missing=((1, 7),))
     assert journal.store.list("acks/000000000002") == ["acks/000000000002/00000.json"]
 
 
@@ -223,7 +224,7 @@ def test_transient_delete_failures_fail_the_task_for_spark_to_retry(tmp_path: Pa
             [AckAssignment(1, 0, by=0, valid_until=10.0**10)],
         )
     # No report: the batch cannot commit, and the retry deletes again.
-    assert journal.read_ack_report(2, 0) is None
+    assert AckReports(journal).read(2, 0) is None
 
 
 def test_a_committed_batch_that_fills_the_in_flight_limit_is_deleted_by_an_acknowledge_only_batch(
@@ -406,7 +407,7 @@ def test_an_assigned_entry_a_receiver_does_not_find_is_deleted_by_the_driver(wor
     hidden = "batches/000000000001/00001.arrow"
     blind = Journal(journal.location, state.options, store=_Blind(journal.store, hidden))
     run(parts, sqs, blind)
-    reports = [r for r in (journal.read_ack_report(2, n) for n in range(3)) if r is not None]
+    reports = [r for r in (AckReports(journal).read(2, n) for n in range(3)) if r is not None]
     assert [m for r in reports for m in r.missing] == [(1, 1)]
     receipts = journal.read_receipts(1, 1)
     assert receipts is not None and receipts.receipt_handles

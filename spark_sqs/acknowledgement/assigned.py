@@ -3,56 +3,28 @@ receiver. Runs on: executors.
 
 Normally the driver does no per-message work to acknowledge a batch: the next batch's plan
 spreads the committed entries over its receivers (``AckAssignment``), each deletes its share
-with the 10-entry batch calls (``spark_sqs.sqs.batching``) and writes a report that the driver's
-``Acknowledger`` (``spark_sqs.driver.acknowledger``) settles the batch from.
+(``deletes``) and writes a report (``reports``) that the driver's ``Acknowledger``
+(``acknowledger``) settles the batch from.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import TransientSqsError
-from ..journal import AckAssignment, AckedEntry, Journal, window
-from ..journal.reports import stops_of
-from ..lag import LAG
+from ..journal import AckAssignment, Journal
 from ..sqs.batching import BatchCaller, entries_of
 from ..sqs.client import SqsClient
+from .deletes import delete_messages, lost_ids, window_ids
+from .reports import AckedEntry, AckReports, entry_of
 
 if TYPE_CHECKING:
-    from .envelopes import PayloadDeleter
+    from ..executor.envelopes import PayloadDeleter
 
 logger = logging.getLogger(__name__)
-
-
-def uncertain_ids(message_ids: Sequence[str], lost: Iterable[str]) -> set[str]:
-    """Messages whose delete may not take effect because the driver's heartbeat lost them
-    (their handle went stale or expired before the plan was made). Whether a handle expired
-    between the plan and the delete is judged by the driver, on its own clock, when it settles
-    the batch (``spark_sqs.driver.acknowledger``): never here, against the executor's clock."""
-    lost = set(lost)
-    return {i for i in message_ids if i in lost}
-
-
-def record_window(
-    journal: Journal,
-    seconds: float,
-    message_ids: Sequence[tuple[str, str | None]],
-    *,
-    queue_url: str,
-    batch: int,
-    who: str,
-    now: float,
-) -> None:
-    """Write the duplicate window's segment of ``message_ids`` (journal/window.py) before they
-    are deleted: (id, queue) pairs, a queue of None meaning ``queue_url``. Ids of FIFO queues
-    are left out (they never come back); nothing is written with the window off (0 s)."""
-    if seconds <= 0:
-        return
-    ids = [i for i, q in message_ids if not window.is_fifo(q or queue_url)]
-    journal.write_window(ids, batch=batch, who=who, expires_at=now + seconds)
 
 
 def acknowledge_assigned(
@@ -82,45 +54,36 @@ def acknowledge_assigned(
         for a in assignments
         if (receipts := journal.read_receipts(a.batch, a.receiver)) is not None
     ]
-    # Before any delete: a copy SQS delivers after it must find its id in the window.
-    record_window(
+    by_entry = {(a.batch, a.receiver): a for a in assignments}
+    # One window segment for every entry, before any delete; then one delete per entry.
+    deletion = delete_messages(
         journal,
-        duplicate_window,
-        [pair for r in found for pair in r.journaled]
-        # duplicateAttribute values: one receiver's entry is of one queue.
-        + [(k, r.journaled[0][1]) for r in found if r.journaled for k in r.window_keys],
+        caller,
+        [entries_of(r) for r in found],
+        window=window_ids(found),
         queue_url=queue_url,
+        duplicate_window=duplicate_window,
         batch=batch,
         who=f"r{receiver:06d}-ack",
         now=wall_clock(),
+        doubtful=[lost_ids(r.message_ids, by_entry[(r.batch, r.receiver)].lost) for r in found],
     )
-    by_entry = {(a.batch, a.receiver): a for a in assignments}
-    for receipts in found:
-        assignment = by_entry[(receipts.batch, receipts.receiver)]
-        doubtful = uncertain_ids(receipts.message_ids, assignment.lost)
-        result = caller.delete(entries_of(receipts))
+    for receipts, deleted in zip(found, deletion.groups, strict=False):
+        result = deleted.result
         if result.transient:
             raise TransientSqsError(
                 f"batch {batch} receiver {receiver}: {len(result.transient)} deletes of batch "
-                f"{assignment.batch} failed transiently ({sorted(set(result.transient.values()))})"
+                f"{receipts.batch} failed transiently ({sorted(set(result.transient.values()))})"
             )
-        doubtful.update(result.permanent)
         if on_deleted is not None:
-            on_deleted([receipts], doubtful)
-        uncertain |= doubtful
+            on_deleted([receipts], deleted.uncertain)
+        uncertain |= deleted.uncertain
         entries.append(
-            AckedEntry(
-                batch=assignment.batch,
-                receiver=assignment.receiver,
-                rows=receipts.rows,
-                dropped=receipts.dropped,
-                window_dropped=receipts.window_dropped,
-                expired_dropped=receipts.expired_dropped,
-                deleted=len(result.succeeded),
-                delete_failures=len(result.permanent),
-                uncertain=tuple(sorted(doubtful)),
-                lag=receipts.metadata.get(LAG, b"").decode() or None,
-                stops=stops_of(receipts.metadata),
+            entry_of(
+                receipts,
+                deleted=deleted.deleted,
+                delete_failures=deleted.failures,
+                uncertain=deleted.uncertain,
             )
         )
     found_keys = {(r.batch, r.receiver) for r in found}
@@ -137,7 +100,7 @@ def acknowledge_assigned(
             receiver,
             missing,
         )
-    journal.write_ack_report(batch, receiver, entries, missing)
+    AckReports(journal).write(batch, receiver, entries, missing)
     if entries:
         logger.info(
             "batch %d receiver %d: acknowledged %d entries of batches %s (%d messages deleted, "

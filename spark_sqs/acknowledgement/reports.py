@@ -1,42 +1,50 @@
-"""Acknowledgement reports: what the receivers of a batch deleted of earlier batches. Runs on:
-executors (written after a receiver's deletes) and the driver (read to settle a batch).
+"""Acknowledgement reports: what the receivers of a batch deleted of earlier batches, and the
+per-batch counters made from them. Runs on: both (executors write a report after their deletes,
+the driver reads it to settle a batch).
 
 A receiver of batch N+1 deletes the entries of batch N the plan assigned to it, then writes one
 report, ``acks/<N+1>/<receiver>.json``, with one ``AckedEntry`` per entry. The driver reads the
 reports of the receivers the plan assigned, by key: a LIST may lag a write, and a report it
 missed would make the driver forget an uncertain delete. An earlier version named reports after
 their counters (``<receiver>.s-<summary>.json``) so that a LIST alone settled a batch; such
-reports are still read (``entries_of_summary``).
+reports are still read (``entries_of_summary``). ``AckReports`` keeps them in the journal's
+store; the rest of the journal's records are ``spark_sqs.journal.Journal``'s.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..lag import combine
+from ..journal.stops import (
+    STOP_BUDGET,
+    STOP_BYTES,
+    STOP_CAUGHT_UP,
+    STOP_EMPTY,
+    STOP_ERROR,
+    STOP_IN_FLIGHT,
+    STOP_LIMIT,
+    STOP_VISIBLE,
+    STOP_WAITED,
+    STOPPED_BY,
+)
+from ..lag import LAG, batch_lag, combine
+
+if TYPE_CHECKING:
+    from ..journal import EntryReceipts, Journal
+
+logger = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^acks/\d{12}/(\d{5,})(?:\.s-([0-9a-z_-]+))?\.json$")
+_BATCH = re.compile(r"^acks/(\d{12})/")
 _SEGMENT = re.compile(
     r"^b(\d+)e(\d+)r(\d+)p(\d+)d(\d+)f(\d+)(?:w(\d+))?(?:l(\d+)-(\d+)-(\d+))?"
     r"(?:x((?:[a-z]\d+)+))?$"
 )
-# The key of an entry's metadata that holds its receiver's stop reason (below).
-STOPPED_BY = b"spark_sqs.stoppedBy"
-# Why a receiver stopped receiving (executor/receiver.py ``receive_messages``): logged,
-# recorded in its entry (``STOPPED_BY``) and counted in its batch's metrics (``receiveStops``).
-STOP_LIMIT = "limit"  # its share of the batch's limit
-STOP_EMPTY = "empty receive"
-STOP_CAUGHT_UP = "caught up"  # short answers
-STOP_WAITED = "long poll waited"
-STOP_VISIBLE = "visible when planned"  # its part of the planned count, and the margin
-STOP_BUDGET = "time budget"
-STOP_ERROR = "error"
-STOP_IN_FLIGHT = "in-flight limit"
-STOP_BYTES = "byte limit"  # maxBytesPerReceiver, or its share of maxBytesPerTrigger
 # One letter each in a summary's ``x`` part ("xe3v1": three empty receives, one at the count).
 STOP_CODES = {
     STOP_LIMIT: "l",
@@ -251,3 +259,130 @@ def entries_of_summary(summary: str) -> list[AckedEntry]:
             )
         )
     return out
+
+
+def entry_of(
+    receipts: EntryReceipts,
+    *,
+    deleted: int = 0,
+    delete_failures: int = 0,
+    uncertain: Iterable[str] = (),
+) -> AckedEntry:
+    """What was done about the journal entry ``receipts`` reads: its counters, lag and stop
+    reason, with the deletes made of it."""
+    return AckedEntry(
+        batch=receipts.batch,
+        receiver=receipts.receiver,
+        rows=receipts.rows,
+        dropped=receipts.dropped,
+        window_dropped=receipts.window_dropped,
+        expired_dropped=receipts.expired_dropped,
+        deleted=deleted,
+        delete_failures=delete_failures,
+        uncertain=tuple(sorted(uncertain)),
+        lag=receipts.metadata.get(LAG, b"").decode() or None,
+        stops=stops_of(receipts.metadata),
+    )
+
+
+def batch_counters(
+    batch: int,
+    entries: Sequence[AckedEntry],
+    *,
+    uncertain: int,
+    deleted: int | None = None,
+    delete_failures: int | None = None,
+    acknowledged_by: int | None = None,
+) -> dict[str, Any]:
+    """The counters of an acknowledged batch (its metrics, driver/metrics.py), from what was
+    done about its entries. ``deleted``, ``delete_failures``: when the driver deleted the batch
+    in one call, its totals (its entries then carry none); ``acknowledged_by``: the batch whose
+    receivers deleted it."""
+    counters: dict[str, Any] = {
+        "batch": batch,
+        "receivers": sum(e.entries for e in entries),
+        "journaled": sum(e.rows for e in entries),
+        "duplicatesDropped": sum(e.dropped for e in entries),
+        "duplicateWindowDropped": sum(e.window_dropped for e in entries),
+        "expiredHandlesDropped": sum(e.expired_dropped for e in entries),
+        "deleted": sum(e.deleted for e in entries) if deleted is None else deleted,
+        "deleteFailures": (
+            sum(e.delete_failures for e in entries) if delete_failures is None else delete_failures
+        ),
+        "uncertainAcknowledgements": uncertain,
+    }
+    if acknowledged_by is not None:
+        counters["acknowledgedBy"] = acknowledged_by
+    counters["receiveStops"] = summed_stops(e.stops for e in entries)
+    # oldestMessageAgeMs, medianMessageAgeMs (lag.py)
+    counters.update(batch_lag(_lag_metadata(e.lag) for e in entries))
+    return counters
+
+
+def _lag_metadata(value: str | None) -> dict[bytes, bytes] | None:
+    return {LAG: value.encode()} if value else None
+
+
+class AckReports:
+    """The acknowledgement reports of a journal, ``acks/<N>/<receiver>.json`` in its store
+    (``Journal.store``, opened lazily: the record is as cheap to pickle as the journal)."""
+
+    def __init__(self, journal: Journal) -> None:
+        self._journal = journal
+
+    def write(
+        self,
+        batch: int,
+        receiver: int,
+        entries: Sequence[AckedEntry],
+        missing: Sequence[tuple[int, int]] = (),
+    ) -> None:
+        """What receiver ``receiver`` of ``batch`` acknowledged of earlier batches, created if
+        absent under a key the driver reads by name. A retried or concurrent attempt repeats
+        the same deletes; the first report stands: it was written after that attempt's deletes,
+        so what it calls certain was deleted with a valid handle."""
+        self._journal.store.create(report_key(batch, receiver), body_of(entries, missing))
+
+    def read(self, batch: int, receiver: int) -> AckReport | None:
+        """The report of receiver ``receiver`` of ``batch``, by key; a report that an earlier
+        version named after its counters is found by a LIST, only when the key is absent."""
+        store = self._journal.store
+        data = store.read(report_key(batch, receiver))
+        if data is not None:
+            return AckReport(receiver, tuple(parse_body(data)), parse_missing(data))
+        for key in store.list(f"acks/{batch:012d}"):
+            parsed = parse_key(key)
+            if parsed is not None and parsed[0] == receiver and parsed[1] is not None:
+                return AckReport(receiver, tuple(entries_of_summary(parsed[1])))
+        return None
+
+    def remove(self, batch: int, receivers: Iterable[int]) -> None:
+        """Remove the reports of ``receivers`` of ``batch``, by key (what else is under
+        ``acks/``, e.g. reports named by an earlier version, ``collect`` finds)."""
+        self._journal.store.delete_many([report_key(batch, r) for r in sorted(set(receivers))])
+
+    def collect(self, oldest_pending: int, keep: set[int]) -> int:
+        """Remove the reports written by batches before ``oldest_pending`` (acknowledged or
+        retired) that no pending batch's acknowledgement still reads (``keep``): those of a
+        batch whose assignments went to a replanned or adopted batch, or were read by a driver
+        that died before it removed them. Returns how many were removed."""
+        try:
+            store = self._journal.store
+            old = [
+                key
+                for key in store.list("acks")
+                if (m := _BATCH.match(key))
+                and int(m.group(1)) < oldest_pending
+                and int(m.group(1)) not in keep
+            ]
+            if old:
+                store.delete_many(old)
+        except Exception:
+            # Storage, not correctness: the next acknowledgement tries again.
+            logger.warning(
+                "journal %s: could not remove old acknowledgement reports",
+                self._journal.location,
+                exc_info=True,
+            )
+            return 0
+        return len(old)

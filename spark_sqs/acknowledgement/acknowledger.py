@@ -1,10 +1,13 @@
-"""Cumulative, idempotent acknowledgement of committed micro-batches. Runs on: driver.
+"""Cumulative, idempotent acknowledgement of committed micro-batches: the driver's
+bookkeeping. Runs on: driver.
 
-The driver settles a committed batch from the reports of the receivers that deleted its entries
-on the executors (``spark_sqs.executor.acknowledgement``), or, when no next batch comes, deletes
-it itself with parallel 10-entry batch calls (``spark_sqs.sqs.batching``). Deletes that may not
-have taken effect are recorded for redelivery dropping; transient failures keep the batch
-pending and heartbeated until a retry succeeds.
+What is due and who deletes it is the rule's (``rule``). The driver settles a committed batch
+from the reports (``reports``) of the receivers that deleted its entries on the executors
+(``assigned``), or deletes it itself (``deletes``) with parallel 10-entry batch calls
+(``spark_sqs.sqs.batching``): when no next batch comes, or when a report it needs cannot be read
+or says an assigned entry was not found. Deletes that may not have taken effect are recorded for
+redelivery dropping; transient failures keep the batch pending and heartbeated until a retry
+succeeds.
 
 What a batch holds is read by key: the entries of the receivers its plan names, the reports of
 the receivers the next plan assigned. Whether a handle may have expired before its delete is
@@ -22,15 +25,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SqsSourceError
-from ..journal import AckAssignment, BatchPlan, window
-from ..journal.reports import stops_of, summed_stops
-from ..lag import LAG, batch_lag
+from ..journal import AckAssignment, BatchPlan
 from ..sqs.batching import BatchCaller, entries_of, handle_margin
+from .deletes import delete_messages, lost_ids, window_ids
+from .reports import AckReports, batch_counters, entry_of
+from .rule import By, due
 
 if TYPE_CHECKING:
+    from ..driver.heartbeat import BatchVisibility, Heartbeat
     from ..executor.envelopes import PayloadDeleter
     from ..journal import EntryReceipts, Journal
-    from .heartbeat import BatchVisibility, Heartbeat
 
 logger = logging.getLogger(__name__)
 
@@ -103,8 +107,10 @@ class Acknowledger:
         on_deleted: PayloadDeleter | None = None,
         duplicate_window: float = 0.0,
         confirm: Callable[[], None] | None = None,
+        reports: AckReports | None = None,
     ) -> None:
         self._journal = journal
+        self._reports = reports if reports is not None else AckReports(journal)
         self._duplicate_window = duplicate_window
         # Called with a batch's entries and its uncertain ids once its messages are deleted,
         # before its entries are removed (extended payloads are deleted there).
@@ -191,7 +197,7 @@ class Acknowledger:
         oldest = min([*self._pending, self._acked + 1])
         self._journal.collect_drops(oldest)
         reading = {by for b, by in self._assigned.items() if b in self._pending}
-        self._journal.collect_ack_reports(oldest, reading)
+        self._reports.collect(oldest, reading)
         if self._collections % WINDOW_COLLECT_EVERY == 0:
             self._journal.collect_window(self._wall())
         self._collections += 1
@@ -258,7 +264,7 @@ class Acknowledger:
             del self._valid_until[key]
         # An acknowledging batch no pending batch is assigned to any more: its reports are
         # settled or never will be (the driver deleted the batch itself); the LIST of
-        # collect_ack_reports removes what is left of them.
+        # AckReports.collect removes what is left of them.
         assigned = set(self._assigned.values())
         for by in [b for b in self._report_writers if b not in assigned]:
             del self._report_writers[by]
@@ -392,32 +398,21 @@ class Acknowledger:
             max(self._entry_valid_until(visibility, e), held.get(e, 0.0)) < needed for e in entries
         )
 
-    def acknowledge_through(self, batch: int, *, next_batch_follows: bool = False) -> AckStats:
-        """Acknowledge every pending batch up to ``batch`` (committed by Spark). With
-        ``next_batch_follows``, ``batch`` itself, if no receivers were assigned it yet, is left
-        for the batch about to be planned."""
+    def acknowledge_through(self, batch: int, *, by: By = By.DRIVER) -> AckStats:
+        """Acknowledge the pending batches up to ``batch`` (committed by Spark) that the rule
+        says are due (``rule.due``): with ``by=RECEIVERS``, ``batch`` itself, if no receivers
+        were assigned it yet, is left for the batch about to be planned."""
         stats = AckStats()
         # Only ever called with a batch Spark has committed.
         self._committed = batch if self._committed is None else max(self._committed, batch)
-        due = sorted(b for b in self._pending if b <= batch)
-        if not due or self._clock() < self._not_before:
+        if not any(b <= batch for b in self._pending) or self._clock() < self._not_before:
             return stats
-        for b in due:
-            by = self._assigned.get(b)
-            if by is not None:
-                if by > batch:
-                    break  # its receivers have not all run yet
-                if self._settle(b, by, stats):
-                    continue
-                self._not_before = self._clock() + self._retry_after
-                break
-            if next_batch_follows and self._delete and b == batch:
-                break
-            # A committed batch before ``batch`` that no batch's receivers were given: it had no
-            # entries when the next batch was planned (an orphan nothing adopted), or that batch
-            # had no receiver that receives (a replay). Waiting for a plan to assign it could
-            # wait forever (an entry-less batch is never assigned): the driver acknowledges it.
-            if not self._acknowledge(b, stats):
+        for step in due(self._pending, batch, self._assigned, by=by, deleting=self._delete):
+            if step.settle_from is not None:
+                done = self._settle(step.batch, step.settle_from, stats)
+            else:
+                done = self._acknowledge(step.batch, stats)
+            if not done:
                 # Later batches wait too: the acknowledged watermark must never pass a batch
                 # whose messages are still in SQS.
                 self._not_before = self._clock() + self._retry_after
@@ -450,7 +445,7 @@ class Acknowledger:
         moment, so a handle known valid until after it was valid for them. False if it must be
         retried later."""
         expected = sorted(self._reporters.get(batch, set()))
-        reports = {r: report for r in expected if (report := self._journal.read_ack_report(by, r))}
+        reports = {r: report for r in expected if (report := self._reports.read(by, r))}
         missing = [r for r in expected if r not in reports]
         unfound = [e for report in reports.values() for e in report.missing_of(batch)]
         if unfound:
@@ -481,30 +476,16 @@ class Acknowledger:
         uncertain = {i for e in mine for i in e.uncertain} | self._expired_before_settling(batch)
         self._record_uncertain(batch, uncertain, stats)
         rows = sum(e.rows for e in mine)
-        deleted = sum(e.deleted for e in mine)
-        stats.deleted += deleted
+        stats.deleted += sum(e.deleted for e in mine)
         stats.delete_failed += sum(e.delete_failures for e in mine)
         stats.per_batch.append(
-            {
-                "batch": batch,
-                "receivers": sum(e.entries for e in mine),
-                "journaled": rows,
-                "duplicatesDropped": sum(e.dropped for e in mine),
-                "duplicateWindowDropped": sum(e.window_dropped for e in mine),
-                "expiredHandlesDropped": sum(e.expired_dropped for e in mine),
-                "deleted": deleted,
-                "deleteFailures": sum(e.delete_failures for e in mine),
-                "uncertainAcknowledgements": len(uncertain),
-                "acknowledgedBy": by,
-                "receiveStops": summed_stops(e.stops for e in mine),
-                **batch_lag(_lag_metadata(e.lag) for e in mine),
-            }
+            batch_counters(batch, mine, uncertain=len(uncertain), acknowledged_by=by)
         )
         # Every receiver of ``by`` that reports: its record ends with the last batch it settles.
         writers = self._report_writers.get(by, set(expected))
         self._finish(batch, rows, stats)
         if not any(b for b, m in self._assigned.items() if m == by):
-            self._journal.remove_ack_reports(by, writers)
+            self._reports.remove(by, writers)
         return True
 
     def _expired_before_settling(self, batch: int) -> set[str]:
@@ -564,7 +545,6 @@ class Acknowledger:
 
     def _acknowledge(self, batch: int, stats: AckStats) -> bool:
         """The driver deletes ``batch`` itself (no next batch's receivers will)."""
-        deleted_before, failed_before = stats.deleted, stats.delete_failed
         receipts = self._journal.batch_receipts(batch, self.receivers_of(batch))
         entries = [e for r in receipts for e in entries_of(r)]
         if self._delete and entries and self._confirm is not None:
@@ -573,78 +553,71 @@ class Acknowledger:
         if self._heartbeat is not None:
             # From here on the batch is being deleted: extending it would only race.
             self._heartbeat.forget(batch)
-        if self._delete and entries and self._duplicate_window > 0:
-            queue = self._caller.queue_url
-            # Before the deletes: a copy SQS hands out after one must find its id here.
-            self._journal.write_window(
-                [i for r in receipts for i, q in r.journaled if not window.is_fifo(q or queue)]
-                + [
-                    k
-                    for r in receipts
-                    if r.journaled and not window.is_fifo(r.journaled[0][1] or queue)
-                    for k in r.window_keys
-                ],
+        deleted = failures = 0
+        if self._delete and entries:
+            deletion = delete_messages(
+                self._journal,
+                self._caller,
+                [entries],
+                window=window_ids(receipts),
+                queue_url=self._caller.queue_url,
+                duplicate_window=self._duplicate_window,
                 batch=batch,
                 who="driver",
-                expires_at=self._wall() + self._duplicate_window,
+                now=self._wall(),
+                doubtful=[uncertain],
+                catch=SqsSourceError,
             )
-        if self._delete and entries:
-            try:
-                result = self._caller.delete(entries)
-            except SqsSourceError as exc:
-                if not exc.retriable:
-                    raise
+            error = deletion.error
+            if isinstance(error, SqsSourceError):
+                if not error.retriable:
+                    raise error
                 logger.warning(
                     "batch %d: deleting %d messages failed, will retry: %s",
                     batch,
                     len(entries),
-                    exc,
+                    error,
                 )
                 stats.pending_retry += len(entries)
                 self._rewatch(batch)
                 return False
-            if result.transient:
+            transient = deletion.transient
+            if transient:
                 logger.warning(
                     "batch %d: %d of %d deletes failed transiently (%s), will retry",
                     batch,
-                    len(result.transient),
+                    len(transient),
                     len(entries),
-                    sorted(set(result.transient.values())),
+                    sorted(set(transient.values())),
                 )
-                stats.pending_retry += len(result.transient)
+                stats.pending_retry += len(transient)
                 self._rewatch(batch)
                 return False
-            stats.deleted += len(result.succeeded)
-            if result.permanent:
-                stats.delete_failed += len(result.permanent)
-                uncertain.update(result.permanent)
+            deleted = deletion.deleted
+            permanent = deletion.permanent
+            failures = len(permanent)
+            uncertain = deletion.uncertain
+            if permanent:
                 logger.warning(
                     "batch %d: %d deletes failed permanently (%s)",
                     batch,
-                    len(result.permanent),
-                    sorted(set(result.permanent.values())),
+                    len(permanent),
+                    sorted(set(permanent.values())),
                 )
+        stats.deleted += deleted
+        stats.delete_failed += failures
         self._record_uncertain(batch, uncertain, stats)
         if self._on_deleted is not None and self._delete:
             self._on_deleted(receipts, uncertain)
         rows = sum(r.rows for r in receipts)
         stats.per_batch.append(
-            {
-                "batch": batch,
-                "receivers": len(receipts),
-                "journaled": rows,
-                "duplicatesDropped": sum(r.dropped for r in receipts),
-                "duplicateWindowDropped": sum(r.window_dropped for r in receipts),
-                "expiredHandlesDropped": sum(r.expired_dropped for r in receipts),
-                "deleted": stats.deleted - deleted_before,
-                "deleteFailures": stats.delete_failed - failed_before,
-                "uncertainAcknowledgements": len(uncertain),
-                "receiveStops": summed_stops(
-                    stops_of(getattr(r, "metadata", None)) for r in receipts
-                ),
-                # oldestMessageAgeMs, medianMessageAgeMs (lag.py)
-                **batch_lag(getattr(r, "metadata", None) for r in receipts),
-            }
+            batch_counters(
+                batch,
+                [entry_of(r) for r in receipts],
+                uncertain=len(uncertain),
+                deleted=deleted,
+                delete_failures=failures,
+            )
         )
         self._finish(batch, rows, stats)
         logger.info(
@@ -673,17 +646,14 @@ class Acknowledger:
             baseline = max(
                 self._entry_valid_until(visibility, r.receiver), held.get(r.receiver, 0.0)
             )
+            lost = lost_ids(r.message_ids, visibility.lost) if visibility is not None else set()
+            out |= lost
             for message_id in r.message_ids:
+                if message_id in lost:
+                    continue
                 expires = baseline
                 if visibility is not None:
-                    if message_id in visibility.lost:
-                        out.add(message_id)
-                        continue
                     expires = max(expires, visibility.expires_at.get(message_id, 0.0))
                 if expires < needed:
                     out.add(message_id)
         return out
-
-
-def _lag_metadata(value: str | None) -> dict[bytes, bytes] | None:
-    return {LAG: value.encode()} if value else None
