@@ -9,12 +9,18 @@ Each connection gets its own thread and its own persistent upstream connection, 
 requests are delayed concurrently, as on a real network. Run standalone as
 ``python -m bench.proxy --upstream URL --delay 0.02`` (prints ``PORT <n>``), or embed
 ``DelayProxy``.
+
+The proxy also counts what passes through it by kind (``bench.cost.request_kind``: SQS by
+action, S3 by price class), with the 64 KiB units SQS bills and the KMS requests S3's SSE-KMS
+implies, for the cost section of ``make bench``. Control requests, never forwarded nor counted:
+``GET /__bench/counts`` (JSON) and ``POST /__bench/reset``.
 """
 
 from __future__ import annotations
 
 import argparse
 import http.client
+import json
 import socket
 import sys
 import threading
@@ -22,6 +28,10 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlparse
+
+from bench import cost
+
+CONTROL = "/__bench/"
 
 # Hop-by-hop headers are per connection and must not be forwarded (RFC 9110 7.6.1).
 _HOP_BY_HOP = {
@@ -46,9 +56,22 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         pass
 
+    def _control(self, body: bytes | None) -> None:
+        if self.path == CONTROL + "reset":
+            self.server.reset()
+        data = json.dumps(self.server.snapshot()).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def _forward(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
+        if self.path.startswith(CONTROL):
+            self._control(body)
+            return
         delay = self.server.delay
         if delay > 0:
             time.sleep(delay)
@@ -76,7 +99,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if attempt:
                     self.send_error(502, "upstream unreachable")
                     return
-        self.server.count()
+        self.server.count(self.command, self.path, self.headers, body, response, data)
         self.send_response(response.status, response.reason)
         for key, value in response.getheaders():
             if key.lower() not in _HOP_BY_HOP and key.lower() != "content-length":
@@ -101,11 +124,55 @@ class _ProxyServer(ThreadingHTTPServer):
         self.upstream_netloc = parsed.netloc
         self.delay = delay
         self.requests = 0
+        self._counts: dict[str, int] = {}
+        self._units: dict[str, int] = {}
+        self._objects: dict[str, int] = {}
         self._guard = threading.Lock()
 
-    def count(self) -> None:
+    def count(
+        self,
+        method: str,
+        target: str,
+        headers: Any,
+        body: bytes | None,
+        response: http.client.HTTPResponse,
+        data: bytes,
+    ) -> None:
+        path, _, query = target.partition("?")
+        kind = cost.request_kind(method, path, query, headers, body)
+        units = 0
+        kms = 0
+        obj = ""
+        if kind.startswith("SQS "):
+            units = cost.sqs_billed_requests(max(len(body or b""), len(data)))
+        else:
+            kms = cost.kms_requests(kind, headers, dict(response.getheaders()))
+            obj = f"{kind} {cost.s3_key_pattern(path, query)}"
         with self._guard:
             self.requests += 1
+            self._counts[kind] = self._counts.get(kind, 0) + 1
+            if units:
+                self._units[kind] = self._units.get(kind, 0) + units
+            if kms:
+                self._counts["KMS"] = self._counts.get("KMS", 0) + kms
+            if obj:
+                self._objects[obj] = self._objects.get(obj, 0) + 1
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._guard:
+            return {
+                "requests": self.requests,
+                "counts": dict(self._counts),
+                "units": dict(self._units),
+                "objects": dict(self._objects),
+            }
+
+    def reset(self) -> None:
+        with self._guard:
+            self.requests = 0
+            self._counts.clear()
+            self._units.clear()
+            self._objects.clear()
 
 
 class DelayProxy:
@@ -121,6 +188,11 @@ class DelayProxy:
     @property
     def requests(self) -> int:
         return self._server.requests
+
+    def counts(self) -> dict[str, Any]:
+        """``{"requests": n, "counts": {kind: n}, "units": {SQS kind: 64 KiB units},
+        "objects": {"S3 <class> <key pattern>": n}}``."""
+        return self._server.snapshot()
 
     def stop(self) -> None:
         self._server.shutdown()

@@ -71,6 +71,126 @@ def cpu_table(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+# Targets for cost per message against the plain consumer, by load (none for a steady rate).
+COST_TARGETS = {"trickle": 3.0, "drain": 1.2}
+COST_LOADS = {
+    "trickle": "trickle: 20 msg/s, one `SendMessage` each",
+    "steady": "steady: 200 msg/s, `SendMessageBatch` of 10",
+    "drain": "backlog drain",
+    "trickle-trigger-5s": 'trickle, `trigger(processingTime="5 seconds")`',
+}
+
+
+def _verdict(ratio: float | None, target: float | None) -> str:
+    if ratio is None or target is None:
+        return "-"
+    return f"<= {target:g}: " + ("met" if ratio <= target else "**not met**")
+
+
+def cost_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Cost per million messages and requests per 1,000 messages by kind, each load's source
+    beside the plain consumer measured in the same run."""
+    if not rows:
+        return []
+    out = [
+        "| load | consumer | messages counted | batches (msgs each) | SQS $/M | S3 $/M | KMS $/M "
+        "| total $/M | source / plain | target | load average (1 min) |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+    ]
+    for r in rows:
+        for kind, label in (("baseline", "plain consumer"), ("source", "source")):
+            c = r[kind]
+            usd = c.get("usd_per_million") or {}
+            ratio = r.get("ratio") if kind == "source" else None
+            batches = c.get("batches")
+            per_batch = f"{batches} ({_f(c['messages'] / batches)})" if batches else ""
+            out.append(
+                f"| {COST_LOADS.get(r['load'], r['load'])} | {label} | {_f(c['messages'])} "
+                f"| {per_batch} | {_f(usd.get('SQS'), 3)} | {_f(usd.get('S3'), 3)} "
+                f"| {_f(usd.get('KMS'), 3)} "
+                f"| **{_f(usd.get('total'), 3)}** | {_f(ratio, 2)} "
+                f"| {_verdict(ratio, COST_TARGETS.get(r['load'])) if kind == 'source' else ''} "
+                f"| {_f(r['load_average'][0], 2)} |"
+            )
+    kinds = sorted({k for r in rows for c in (r["baseline"], r["source"]) for k in c["counts"]})
+    out += [
+        "",
+        "Requests per 1,000 messages, by kind (SQS by action, S3 by price class: PUT, COPY, "
+        "POST and LIST are the dear class, GET and HEAD the cheap one, DELETE is free):",
+        "",
+        "| load | consumer | " + " | ".join(kinds) + " | all |",
+        "| --- | --- |" + " ---: |" * (len(kinds) + 1),
+    ]
+    for r in rows:
+        for kind, label in (("baseline", "plain consumer"), ("source", "source")):
+            per = r[kind].get("per_1000_messages") or {}
+            out.append(
+                f"| {r['load']} | {label} | "
+                + " | ".join(_f(per.get(k), 0) if k in per else "" for k in kinds)
+                + f" | {_f(sum(per.values()), 0)} |"
+            )
+    return out
+
+
+# The CPU targets per message at 16 and 4 receivers: (receivers, what, at most).
+CPU_TARGETS = (
+    (16, "Python workers, ms per message", 0.36),
+    (16, "source's processes / plain consumer's", 1.3),
+    (4, "Python workers / plain consumer's threads", 1.6),
+)
+SOURCE_ROLES = ("bench process", "JVM", "source runner", "Python workers")
+
+
+def cpu_window_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """CPU per message by process over a steady window, source beside the plain consumer."""
+    if not rows:
+        return []
+    out = [
+        "| receivers | messages a batch | consumer | messages measured | msgs/s | "
+        + " | ".join(title for _, title in CPU_COLUMNS)
+        + " | consumer's processes | load average (1 min) |",
+        "| ---: | ---: | --- | ---: | ---: |" + " ---: |" * (len(CPU_COLUMNS) + 2),
+    ]
+    for r in rows:
+        for kind, label in (("baseline", "plain consumer"), ("source", "source")):
+            c = r[kind]
+            cpu = c.get("cpu_ms_per_message") or {}
+            own = sum(cpu.get(k, 0.0) for k in SOURCE_ROLES)
+            out.append(
+                f"| {r['receivers']} | {_f(r['messages_per_batch'])} | {label} "
+                f"| {_f(c['messages'])} | {_f(c['rate'])} | "
+                + " | ".join(_f(cpu.get(k), 3) for k, _ in CPU_COLUMNS)
+                + f" | {_f(own, 3)} | {_f(r['load_average'][0], 2)} |"
+            )
+    lines = []
+    for receivers, what, limit in CPU_TARGETS:
+        value = cpu_measure(rows, receivers, what)
+        if value is not None:
+            verdict = "met" if value <= limit else "**not met**"
+            lines.append(
+                f"- {receivers} receivers, {what}: {value:.2f} (at most {limit:g}: {verdict})"
+            )
+    return out + ([""] + lines if lines else [])
+
+
+def cpu_measure(rows: list[dict[str, Any]], receivers: int, what: str) -> float | None:
+    """The value a CPU target is checked against, from the row with ``receivers``."""
+    row = next((r for r in rows if r["receivers"] == receivers), None)
+    if row is None:
+        return None
+    src = row["source"].get("cpu_ms_per_message") or {}
+    base = row["baseline"].get("cpu_ms_per_message") or {}
+    if not src or not base:
+        return None
+    if what.startswith("Python workers, ms"):
+        return src.get("Python workers")
+    if what.startswith("source's processes"):
+        mine = sum(base.get(k, 0.0) for k in SOURCE_ROLES)
+        return sum(src.get(k, 0.0) for k in SOURCE_ROLES) / mine if mine else None
+    threads = base.get("bench process", 0.0)
+    return src.get("Python workers", 0.0) / threads if threads else None
+
+
 def scaling_line(rows: list[dict[str, Any]], proxied: bool) -> str:
     sel = sorted((r for r in rows if r["proxied"] == proxied), key=lambda r: r["receivers"])
     if len(sel) < 2:
@@ -422,6 +542,40 @@ def write(results: dict[str, Any], out_dir: Path) -> Path:
             "equal concurrency, and near-linear from 1 to 8 receivers. Lowest ratio with the "
             f"proxy on {'LocalStack' if drain else 'moto'}: {_f(worst['ratio'], 2)} at "
             f"{worst['receivers']} receivers.",
+            "",
+        ]
+    cost_rows = results.get("cost") or []
+    if cost_rows:
+        lines += [
+            "## Cost per message against the plain consumer",
+            "",
+            "What each consumer's requests would cost at AWS list prices (us-east-1; "
+            "`bench/cost.py` has the prices and their sources), per million messages delivered. "
+            "Requests are counted by kind in the delay proxies the consumer talks to (the "
+            "producer's are not); the source runs with its default options and an `s3://` "
+            "journal (moto's S3 behind the delay proxy), the plain consumer loops one long-polled "
+            "`ReceiveMessage` (10 messages, 20 s) and one `DeleteMessageBatch`. Counted over a "
+            f"steady window ({_f(p.get('cost_window'))} s at a rate; "
+            f"{p.get('cost_drain_batches')} batches of {_f(p.get('cost_drain_batch'))} on the "
+            "drain): query start-up and shutdown do not count. KMS is counted where the journal "
+            "uses SSE-KMS without an S3 Bucket Key (not in these runs: default options).",
+            "",
+            *cost_lines(cost_rows),
+            "",
+        ]
+    cpu_rows = results.get("cpu") or []
+    if cpu_rows:
+        lines += [
+            "## CPU per message by process",
+            "",
+            "A steady window of a backlog drain "
+            f"({cpu_rows[0]['server']}, delay proxy, local journal) at a fixed batch size: for "
+            f"the source {p.get('cpu_batches')} batches after the first, for the plain consumer "
+            "(as many threads as receivers, in the bench process) from a tenth to four fifths "
+            "of the same backlog. Milliseconds of CPU per message, by process; the consumer's "
+            "processes are all but the SQS server and the proxy.",
+            "",
+            *cpu_window_lines(cpu_rows),
             "",
         ]
     ov = results.get("overhead")

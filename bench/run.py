@@ -70,6 +70,18 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--latency-servers", default="moto,localstack", help="latency: comma list of servers"
     )
+    p.add_argument("--cost-window", type=float, default=60.0, help="cost: seconds counted")
+    p.add_argument("--cost-warmup", type=float, default=5.0, help="cost: seconds not counted")
+    p.add_argument(
+        "--cost-drain-batch",
+        type=int,
+        default=10000,
+        help="cost drain: maxMessagesPerTrigger (10000 is the default option)",
+    )
+    p.add_argument("--cost-drain-batches", type=int, default=3, help="cost drain: batches counted")
+    p.add_argument("--cpu-receivers", default="4,16", help="CPU per message: receivers")
+    p.add_argument("--cpu-batch", type=int, default=500, help="CPU: messages/receiver/batch")
+    p.add_argument("--cpu-batches", type=int, default=4, help="CPU: batches measured")
     p.add_argument("--report-only", action="store_true", help="rewrite README from results.json")
     args = p.parse_args(argv)
     if args.quick:
@@ -80,6 +92,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         args.moto_batch = 100
         args.sink_messages, args.sink_repeats = 2000, 1
         args.latency_seconds = 10.0
+        args.cost_window, args.cost_warmup = 10.0, 2.0
+        args.cost_drain_batch, args.cost_drain_batches = 500, 2
+        args.cpu_receivers, args.cpu_batch, args.cpu_batches = "2", 100, 2
     return args
 
 
@@ -699,7 +714,8 @@ def main(argv: list[str] | None = None) -> int:
         results["hotpath"] = section("hotpath", hotpath_section, eps, args, out_dir)
         from bench import spark_runs
 
-        spark = spark_runs.session(args.cores)
+        cpu_receivers = [int(r) for r in args.cpu_receivers.split(",") if r]
+        spark = spark_runs.session(max([args.cores, *cpu_receivers]))
         wd = spark_runs.Workdir()
         section("warmup", warm_up, spark, wd, eps, args.cores)
         # (results key, section prefix, measurement, does its server run?)
@@ -723,6 +739,27 @@ def main(argv: list[str] | None = None) -> int:
                             row["source"]["rate"],
                             row["ratio"],
                         )
+        from bench import per_message
+
+        results["cost"] = []
+        for load_kind in ("trickle", "steady", "drain", "trickle-trigger-5s"):
+            row = section(
+                f"cost-{load_kind}", per_message.cost_point, spark, wd, eps, load_kind, args
+            )
+            if row:
+                results["cost"].append(row)
+                logger.info(
+                    "   $/million: source %.3f plain consumer %.3f ratio %.2f (load %s)",
+                    row["source"]["usd_per_million"].get("total", 0),
+                    row["baseline"]["usd_per_million"].get("total", 0),
+                    row["ratio"] or 0,
+                    row["load_average"][0],
+                )
+        results["cpu"] = []
+        for r in cpu_receivers:
+            row = section(f"cpu-{r}", per_message.cpu_point, spark, wd, eps, r, args)
+            if row:
+                results["cpu"].append(row)
         results["overhead"] = section("overhead", overhead_section, spark, wd, eps, args)
         results["latency"] = section("latency", latency_section, spark, wd, eps, args)
         results["memory"] = section("memory", memory_section, spark, wd, eps, args)

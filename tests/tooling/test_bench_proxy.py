@@ -70,3 +70,28 @@ def test_proxy_holds_each_request_for_the_delay() -> None:
         conn.getresponse().read()
         # A lower bound only: the delay is a sleep, so it can be longer, never shorter.
         assert time.monotonic() - started >= 0.2
+
+
+def test_proxy_counts_requests_by_kind_and_resets_on_request() -> None:
+    with _proxy(0.0) as proxy:
+        conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=10)
+        sent = [
+            ("/", {"X-Amz-Target": "AmazonSQS.ReceiveMessage"}),
+            ("/", {"X-Amz-Target": "AmazonSQS.ReceiveMessage"}),
+            ("/bucket?delete", {}),
+            ("/bucket/journal/key", {"x-amz-server-side-encryption": "aws:kms"}),
+        ]
+        for path, headers in sent:
+            conn.request("POST", path, body=b"{}", headers=headers)
+            conn.getresponse().read()
+        conn.request("GET", "/__bench/counts")
+        counted = json.loads(conn.getresponse().read())
+        # The control request is neither forwarded nor counted; a POST that writes an object
+        # with SSE-KMS implies a KMS request.
+        assert counted["counts"] == {"SQS ReceiveMessage": 2, "S3 POST": 2, "KMS": 1}
+        assert counted["units"] == {"SQS ReceiveMessage": 2}
+        assert counted["objects"] == {"S3 POST (journal root)": 1, "S3 POST key": 1}
+        assert proxy.counts() == counted
+        conn.request("POST", "/__bench/reset", body=b"")
+        conn.getresponse().read()
+        assert proxy.counts() == {"requests": 0, "counts": {}, "units": {}, "objects": {}}

@@ -1,0 +1,388 @@
+"""``make bench``'s cost and CPU per message, each beside the plain consumer in the same run.
+
+Runs on: the benchmark process (development tool; not in the wheel).
+
+**Cost** (``cost_point``): the requests a consumer sends, counted by kind in the counting delay
+proxies it talks to (``bench.proxy``: SQS by action, S3 by price class), priced at list prices
+(``bench.cost``), per message delivered. The producer talks to the servers directly, so none
+of its requests count. Three loads:
+
+- ``trickle``: 20 msg/s, one ``SendMessage`` per message, moto;
+- ``steady``: 200 msg/s in ``SendMessageBatch`` calls of 10, moto;
+- ``trickle-trigger-5s``: the trickle with ``trigger(processingTime="5 seconds")``, the one
+  setting that is not the default: how a trigger interval moves the cost;
+- ``drain``: a backlog filled before the consumer starts (LocalStack when it runs).
+
+The source runs with its default options and an ``s3://`` journal on moto's S3 behind the
+delay proxy; the plain consumer loops one long-polled ``ReceiveMessage`` (10 messages, 20 s)
+and one ``DeleteMessageBatch`` of what it got. Both are counted over a steady window: the
+source's from the end of one micro-batch to the end of a later one (its start-up and shutdown
+do not count; the messages are those of the batches in between), the consumer's over the same
+number of seconds.
+
+**CPU** (``cpu_point``): CPU seconds by process (``bench.run.CpuSampler``) over a steady window
+of a backlog drain on LocalStack through the delay proxy at a fixed batch size (``receivers``
+x ``per_receiver`` messages a batch; local journal), against the plain consumer with as many
+threads on the same backlog.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import urllib.request
+import uuid
+from typing import Any
+
+from bench import cost, load
+from bench.stats import Batch, batches_from_progress
+
+logger = logging.getLogger("bench")
+
+JOURNAL_BUCKET = "bench-journal"
+BASELINE_WAIT_SECONDS = 20
+# (name, msg/s, messages per send call, trigger interval in s: 0 is Spark's default, back to
+# back); the drain has no producer. The last shows what a trigger interval does to a trickle.
+LOADS = (
+    ("trickle", 20.0, 1, 0),
+    ("steady", 200.0, 10, 0),
+    ("trickle-trigger-5s", 20.0, 1, 5),
+)
+
+
+# -- the counting proxies -----------------------------------------------------------------------
+
+
+def proxy_counts(port: int | str, reset: bool = False) -> dict[str, Any]:
+    """The counts of the proxy on ``port`` (``bench.proxy``'s control requests)."""
+    path = "reset" if reset else "counts"
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/__bench/{path}", method="POST" if reset else "GET"
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+class Counters:
+    """The counting proxies one consumer talks to, read together."""
+
+    def __init__(self, *ports: int | str) -> None:
+        self.ports = tuple(dict.fromkeys(ports))
+
+    def reset(self) -> None:
+        for port in self.ports:
+            proxy_counts(port, reset=True)
+
+    def read(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {"counts": {}, "units": {}, "objects": {}}
+        for port in self.ports:
+            data = proxy_counts(port)
+            for field, merged in out.items():
+                for kind, n in data.get(field, {}).items():
+                    merged[kind] = merged.get(kind, 0) + n
+        return out
+
+
+def summarise(counted: dict[str, dict[str, int]], messages: int, seconds: float) -> dict[str, Any]:
+    """Requests per 1,000 messages by kind and cost per million messages by service."""
+    billed = cost.billed(counted["counts"], counted["units"])
+    return {
+        "messages": messages,
+        "seconds": round(seconds, 1),
+        "counts": dict(sorted(counted["counts"].items())),
+        # S3 requests by journal object (``bench.cost.s3_key_pattern``), most first.
+        "s3_objects": dict(sorted(counted.get("objects", {}).items(), key=lambda kv: -kv[1])),
+        "per_1000_messages": {
+            k: round(v, 1) for k, v in cost.per_thousand(billed, messages).items()
+        },
+        "usd_per_million": {
+            k: round(v, 4) for k, v in cost.cost_per_million(billed, messages).items()
+        },
+    }
+
+
+def journal_bucket(s3_endpoint: str) -> None:
+    import boto3
+
+    s3 = boto3.client(
+        "s3",
+        region_name=load.REGION,
+        endpoint_url=s3_endpoint,
+        aws_access_key_id="bench",
+        aws_secret_access_key="bench",
+    )
+    try:
+        s3.create_bucket(Bucket=JOURNAL_BUCKET)
+    except s3.exceptions.BucketAlreadyOwnedByYou:
+        pass
+
+
+def journal_location(proxy_port: int | str) -> str:
+    return (
+        f"s3://{JOURNAL_BUCKET}/{uuid.uuid4().hex[:12]}"
+        f"?endpoint_override=127.0.0.1:{proxy_port}&scheme=http"
+    )
+
+
+# -- windows over a running query ---------------------------------------------------------------
+
+
+def _batches(query: Any) -> list[Batch]:
+    return [b for b in batches_from_progress(query.recentProgress) if b.rows > 0]
+
+
+def next_batch(query: Any, after: int, timeout: float, poll: float = 0.2) -> Batch:
+    """The first batch with rows and an id above ``after``, once Spark reports it complete."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if query.exception() is not None:
+            raise RuntimeError(f"query failed: {query.exception()}")
+        done = [b for b in _batches(query) if b.batch_id > after]
+        if done:
+            return done[0]
+        time.sleep(poll)
+    raise RuntimeError(f"no batch after {after} within {timeout:.0f} s")
+
+
+def rows_between(batches: list[Batch], first: int, last: int) -> int:
+    """Rows of the batches with ids in (``first``, ``last``]."""
+    return sum(b.rows for b in batches if first < b.batch_id <= last)
+
+
+# -- cost ----------------------------------------------------------------------------------------
+
+
+def _source_cost_window(
+    query: Any,
+    counters: Counters,
+    warmup: float,
+    window: float,
+    batches_wanted: int | None = None,
+) -> dict[str, Any]:
+    first = next_batch(query, -1, 240)
+    time.sleep(warmup)
+    start = next_batch(query, first.batch_id, 120)
+    counters.reset()
+    began = time.monotonic()
+    if batches_wanted is None:
+        time.sleep(window)
+        end = next_batch(query, start.batch_id, 120)
+        while end.end < start.end + window:  # several batches may have completed
+            end = next_batch(query, end.batch_id, 120)
+    else:
+        end = start
+        for _ in range(batches_wanted):
+            end = next_batch(query, end.batch_id, 300)
+    counted = counters.read()
+    seconds = time.monotonic() - began
+    batches = _batches(query)
+    messages = rows_between(batches, start.batch_id, end.batch_id)
+    out = summarise(counted, messages, seconds)
+    out["batches"] = sum(1 for b in batches if start.batch_id < b.batch_id <= end.batch_id)
+    return out
+
+
+def _baseline_cost_window(
+    consumer: load.BaselineConsumer,
+    counters: Counters,
+    warmup: float,
+    window: float,
+    backlog: int | None = None,
+) -> dict[str, Any]:
+    """``window`` seconds after ``warmup``; on a ``backlog``, from a tenth of it to four fifths
+    (or ``window`` seconds, whichever comes first), so the queue never runs dry inside."""
+    consumer.start()
+    if backlog:
+        _wait(lambda: consumer.deleted() >= backlog // 10, 300)
+    else:
+        time.sleep(warmup)
+    counters.reset()
+    d0, began = consumer.deleted(), time.monotonic()
+    if backlog:
+        deadline = began + window
+        while consumer.deleted() < backlog * 4 // 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    else:
+        time.sleep(window)
+    counted = counters.read()
+    d1, seconds = consumer.deleted(), time.monotonic() - began
+    consumer.stop()
+    return summarise(counted, d1 - d0, seconds)
+
+
+def cost_point(
+    spark: Any,
+    wd: Any,
+    eps: Any,
+    kind: str,
+    args: Any,
+) -> dict[str, Any]:
+    """The source's and the plain consumer's requests and cost per message under one load."""
+    from bench import run, spark_runs
+
+    moto_proxy = eps.moto_proxy.value
+    journal_bucket(eps.moto.value)
+    load_before = os.getloadavg()
+    if kind == "drain":
+        server = "localstack" if eps.localstack is not None else "moto"
+    else:
+        server = "moto"
+    consumer_ep, setup_ep = eps.get(server, True)
+    sqs_proxy = consumer_ep.rsplit(":", 1)[1]
+    counters = Counters(sqs_proxy, moto_proxy)
+    row: dict[str, Any] = {"load": kind, "server": server, "journal": "s3:// (moto)"}
+    warmup, window = args.cost_warmup, args.cost_window
+    if kind == "drain":
+        # Default options plan batches of maxMessagesPerTrigger (10,000); the window is
+        # ``drain_batches`` full batches after the first.
+        per_batch = args.cost_drain_batch
+        if server == "moto":
+            # moto's cost per call grows with the messages it stores: keep its backlog small.
+            per_batch = min(per_batch, 1000)
+        options = {} if per_batch == 10000 else {"maxMessagesPerTrigger": per_batch}
+        backlog = per_batch * (args.cost_drain_batches + 2)
+        row.update(messages_queued=backlog, options=options or "defaults")
+        url = run.new_queue(setup_ep, "cost-drain-base")
+        load.fill(setup_ep, url, backlog, args.body_bytes)
+        consumer = load.BaselineConsumer(consumer_ep, url, 4, BASELINE_WAIT_SECONDS)
+        row["baseline"] = _baseline_cost_window(consumer, counters, 0.0, window, backlog)
+        run.delete_queue(setup_ep, url)
+        url = run.new_queue(setup_ep, "cost-drain-src")
+        load.fill(setup_ep, url, backlog, args.body_bytes)
+        df = spark_runs.source_stream(
+            spark, consumer_ep, url, journal_location(moto_proxy), **options
+        )
+        query = spark_runs._start_noop(df, wd.fresh("cost-drain") / "checkpoint")
+        try:
+            row["source"] = _source_cost_window(
+                query, counters, 0.0, 0.0, batches_wanted=args.cost_drain_batches
+            )
+        finally:
+            spark_runs._stop(query)
+        run.delete_queue(setup_ep, url)
+    else:
+        rate, per_call, trigger = next((r, b, t) for name, r, b, t in LOADS if name == kind)
+        row.update(
+            rate=rate,
+            messages_per_send=per_call,
+            options="defaults",
+            trigger_seconds=trigger,
+        )
+        url = run.new_queue(setup_ep, f"cost-{kind}-base")
+        producer = spark_runs.PacedProducer(setup_ep, url, rate, args.body_bytes, per_call)
+        producer.start()
+        consumer = load.BaselineConsumer(consumer_ep, url, 1, BASELINE_WAIT_SECONDS)
+        row["baseline"] = _baseline_cost_window(consumer, counters, warmup, window)
+        producer.stop()
+        run.delete_queue(setup_ep, url)
+        url = run.new_queue(setup_ep, f"cost-{kind}-src")
+        df = spark_runs.source_stream(spark, consumer_ep, url, journal_location(moto_proxy))
+        query = (
+            df.writeStream.format("noop")
+            .option("checkpointLocation", str(wd.fresh(f"cost-{kind}") / "checkpoint"))
+            .trigger(processingTime=f"{trigger} seconds")
+            .start()
+        )
+        producer = spark_runs.PacedProducer(setup_ep, url, rate, args.body_bytes, per_call)
+        producer.start()
+        try:
+            row["source"] = _source_cost_window(query, counters, warmup, window)
+        finally:
+            producer.stop()
+            spark_runs._stop(query)
+        run.delete_queue(setup_ep, url)
+    base = row["baseline"]["usd_per_million"].get("total")
+    src = row["source"]["usd_per_million"].get("total")
+    row["ratio"] = src / base if base and src is not None else None
+    row["load_average"] = [round(x, 2) for x in load_before]
+    row["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    return row
+
+
+# -- CPU -----------------------------------------------------------------------------------------
+
+
+def cpu_point(spark: Any, wd: Any, eps: Any, receivers: int, args: Any) -> dict[str, Any]:
+    """CPU milliseconds per message by process over a steady window at a fixed batch size."""
+    from bench import run, spark_runs
+
+    server = "localstack" if eps.localstack is not None else "moto"
+    consumer_ep, setup_ep = eps.get(server, True)
+    per_receiver = args.cpu_batch
+    window_batches = args.cpu_batches
+    backlog = receivers * per_receiver * (window_batches + 2)
+    row: dict[str, Any] = {
+        "server": server,
+        "proxied": True,
+        "receivers": receivers,
+        "messages_per_batch": receivers * per_receiver,
+        "messages_queued": backlog,
+        "journal": "local",
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+    pids = eps.pids(server)
+    # Baseline: from a tenth of the backlog to four fifths of it.
+    url = run.new_queue(setup_ep, "cpu-base")
+    load.fill(setup_ep, url, backlog, args.body_bytes)
+    consumer = load.BaselineConsumer(consumer_ep, url, receivers)
+    consumer.start()
+    _wait(lambda: consumer.deleted() >= backlog // 10, 300)
+    sampler = run.CpuSampler(*pids)
+    d0, t0 = consumer.deleted(), time.monotonic()
+    _wait(lambda: consumer.deleted() >= backlog * 4 // 5, 600)
+    d1 = consumer.deleted()
+    cpu = sampler.stop(d1 - d0)
+    seconds = time.monotonic() - t0
+    consumer.stop()
+    row["baseline"] = {
+        "messages": d1 - d0,
+        "seconds": round(seconds, 1),
+        "rate": (d1 - d0) / seconds if seconds else 0.0,
+        "cpu_ms_per_message": cpu,
+    }
+    run.delete_queue(setup_ep, url)
+    # Source: from the end of the first batch to the end of ``window_batches`` more.
+    url = run.new_queue(setup_ep, "cpu-src")
+    load.fill(setup_ep, url, backlog, args.body_bytes)
+    base = wd.fresh("cpu")
+    df = spark_runs.source_stream(
+        spark,
+        consumer_ep,
+        url,
+        base / "journal",
+        numPartitions=receivers,
+        maxMessagesPerTrigger=receivers * per_receiver,
+    )
+    query = spark_runs._start_noop(df, base / "checkpoint")
+    try:
+        start = next_batch(query, -1, 300)
+        sampler = run.CpuSampler(*pids)
+        t0 = time.monotonic()
+        end = start
+        for _ in range(window_batches):
+            end = next_batch(query, end.batch_id, 300)
+        seconds = time.monotonic() - t0
+        messages = rows_between(_batches(query), start.batch_id, end.batch_id)
+        cpu = sampler.stop(messages)
+    finally:
+        spark_runs._stop(query)
+    row["source"] = {
+        "messages": messages,
+        "seconds": round(seconds, 1),
+        "rate": messages / seconds if seconds else 0.0,
+        "batches": window_batches,
+        "cpu_ms_per_message": cpu,
+    }
+    run.delete_queue(setup_ep, url)
+    row["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    return row
+
+
+def _wait(condition: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError("timed out")
+        time.sleep(0.05)
