@@ -82,10 +82,18 @@ class DuplicateWindow:
     def nbytes(self) -> int:
         return sum(r.table.nbytes for runs in self._runs.values() for r in runs)
 
-    def refresh(self, store: JournalStore, now: float) -> int:
+    def refresh(
+        self,
+        store: JournalStore,
+        now: float,
+        listed: list[list[window.SegmentKey]] | None = None,
+    ) -> int:
         """Read the segments written since the last refresh and forget expired slices. Returns
-        how many segments were read."""
-        names = window.live(window.list_segments(store), now)
+        how many segments were read. ``listed``: gets the listing this refresh made appended."""
+        listing = window.list_segments(store)
+        if listed is not None:
+            listed.append(listing)
+        names = window.live(listing, now)
         with self._lock:
             for s in [s for s in self._runs if (s + 1) * self._slice <= now]:
                 del self._runs[s]
@@ -150,12 +158,13 @@ def copies(
     *,
     queue_url: str,
     now: float,
+    listed: list[list[window.SegmentKey]] | None = None,
 ) -> set[str]:
     """The ids among ``message_ids`` (just received from ``queue_url``) that are copies of
     messages acknowledged within the window. A FIFO queue never delivers such a copy: it is not
-    looked up and costs no store request."""
+    looked up and costs no store request. ``listed``: gets the segment listing appended."""
     if window_seconds <= 0 or not message_ids or window.is_fifo(queue_url):
         return set()
     cache = worker_window(location, window_seconds)
-    cache.refresh(store, now)
+    cache.refresh(store, now, listed)
     return cache.seen(message_ids)

@@ -98,6 +98,10 @@ class _Clocks:
     clock: Callable[[], float] = time.monotonic
     wall_clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
+    # The duplicate window's segment listings this task made (its lookups), newest last: each
+    # was taken after the task started, so after the previous batch committed, and the merge
+    # of that batch's segments reuses the newest instead of listing again.
+    window_listings: list[list[window.SegmentKey]] = field(default_factory=list)
 
 
 @dataclass
@@ -495,23 +499,30 @@ def read_partition(
         )
     if dropped:
         _delete_redeliveries(journal, client, partition, dropped, clocks)
-    _merge_window(journal, partition, plan)
+    _merge_window(journal, partition, plan, clocks)
     yield from output_batches(table, options.sns)
 
 
-def _merge_window(journal: Journal, partition: ReceiverPartition, plan: BatchPlan) -> None:
+def _merge_window(
+    journal: Journal, partition: ReceiverPartition, plan: BatchPlan, clocks: _Clocks
+) -> None:
     """One receiver of each batch merges the previous batch's window segments into one, so
     that the workers of later batches read one object per batch, not one per receiver. The
     previous batch is committed (Spark runs a batch only after the one before it), so all its
-    segments exist; the receiver is fixed by the stored plan, so a replay picks the same one."""
+    segments exist; the receiver is fixed by the stored plan, so a replay picks the same one.
+    The merge uses the listing of this task's newest window lookup (taken after the previous
+    batch committed), and lists only when the task made none. FIFO queues write no segments."""
     options = partition.options
     if options.duplicate_window <= 0 or partition.batch < 1 or not plan.receivers:
+        return
+    if window.is_fifo(partition.queue_url):
         return
     previous = partition.batch - 1
     if plan.receivers[previous % len(plan.receivers)].receiver != partition.receiver:
         return
     try:
-        window.merge_batch(journal.store, previous)
+        listing = clocks.window_listings[-1] if clocks.window_listings else None
+        window.merge_batch(journal.store, previous, listing)
     except Exception:
         # Storage, not correctness: readers read the parts until a later merge or expiry.
         logger.warning(
@@ -541,6 +552,7 @@ def _window_copies(
         [k for m in messages for k in (m["MessageId"], *keys[m["MessageId"]])],
         queue_url=partition.queue_url,
         now=clocks.wall_clock(),
+        listed=clocks.window_listings,
     )
     found: set[str] = set()
     first: set[str] = set()
@@ -792,7 +804,7 @@ def _read_deleting_after_journal(
         len(pending),
     )
     if plan is not None:
-        _merge_window(journal, partition, plan)
+        _merge_window(journal, partition, plan, clocks)
     yield from output_batches(combined, partition.options.sns)
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -138,14 +138,19 @@ def live(names: Iterable[SegmentKey], now: float) -> list[SegmentKey]:
     return [n for n in names if not n.who.startswith("r") or n.batch not in merged]
 
 
-def merge_batch(store: JournalStore, batch: int) -> SegmentKey | None:
+def merge_batch(
+    store: JournalStore, batch: int, names: Sequence[SegmentKey] | None = None
+) -> SegmentKey | None:
     """Merge the receivers' segments of ``batch`` into one (runs on the receiver its plan names):
     readers then fetch one object per batch instead of one per receiver. Idempotent: the merged
     segment is created if absent, then the parts are removed; a crash between leaves both, and
     readers prefer the merged one. A batch with one part (one receiver acknowledged) is left
     as it is: readers fetch one object for it already, and merging would cost a read, a write
-    and a removal for nothing."""
-    parts = [n for n in list_segments(store) if n.batch == batch and n.who.startswith("r")]
+    and a removal for nothing. ``names``: a listing of the segments taken after every writer of
+    ``batch`` finished (the caller's own lookup), which saves a LIST; by default one is made."""
+    if names is None:
+        names = list_segments(store)
+    parts = [n for n in names if n.batch == batch and n.who.startswith("r")]
     if len(parts) < 2:
         return None
     tables = [t for n in parts if (t := read_segment(store, n)) is not None]

@@ -88,6 +88,21 @@ def test_a_merged_segment_replaces_the_parts_of_its_batch(location: str) -> None
     assert cache.seen(ids(1, 2, 3, 4)) == set(ids(1, 2, 3))
 
 
+def test_a_merge_given_its_lookup_s_listing_lists_nothing(location: str) -> None:
+    """The merging receiver reuses the listing its own lookup made (taken after the previous
+    batch committed): the merge reads, creates and removes, and lists nothing."""
+    journal, store = journal_at(location)
+    journal.window.write(ids(1), batch=7, who="r000000-ack", expires_at=NOW + 60)
+    journal.window.write(ids(2), batch=7, who="r000001-ack", expires_at=NOW + 61)
+    listed: list[list[window.SegmentKey]] = []
+    duplicates.DuplicateWindow(600).refresh(store, NOW, listed)
+    store.calls.clear()
+    merged = window.merge_batch(store, 7, listed[-1])
+    assert merged is not None and merged.who == "merged"
+    assert "list" not in [m for m, _ in store.calls]
+    assert [(n.batch, n.who) for n in window.list_segments(store)] == [(7, "merged")]
+
+
 def test_a_batch_with_one_part_is_left_as_it_is(location: str) -> None:
     """One receiver acknowledged: readers fetch one object for the batch already, and a merge
     would cost a read, a write and a removal for nothing."""
