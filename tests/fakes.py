@@ -5,7 +5,7 @@ store that runs hooks around a real one."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -378,7 +378,7 @@ class FakeJournal:
         self.marker_reads.extend((batch, r) for r in asked)
         return {r for r in asked if r in self.extended.get(batch, {})}
 
-    def remove_batch(self, batch: int) -> None:
+    def remove_batch(self, batch: int, also: Sequence[str] = ()) -> None:
         self.removed.append(batch)
         self.stored.pop(batch, None)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -483,9 +483,10 @@ class Acknowledger:
         )
         # Every receiver of ``by`` that reports: its record ends with the last batch it settles.
         writers = self._report_writers.get(by, set(expected))
-        self._finish(batch, rows, stats)
-        if not any(b for b, m in self._assigned.items() if m == by):
-            self._reports.remove(by, writers)
+        # The last batch ``by`` settles takes its reports along in its removal's one
+        # multi-object delete (they were read above; the acked marker is written before it).
+        last = not any(m == by for b, m in self._assigned.items() if b != batch)
+        self._finish(batch, rows, stats, reports=self._reports.keys(by, writers) if last else ())
         return True
 
     def _expired_before_settling(self, batch: int) -> set[str]:
@@ -505,7 +506,7 @@ class Acknowledger:
                 out.update(self._journal.entries.receiver_ids(batch, receiver))
         return out
 
-    def _finish(self, batch: int, rows: int, stats: AckStats) -> None:
+    def _finish(self, batch: int, rows: int, stats: AckStats, reports: Sequence[str] = ()) -> None:
         if self._confirm is not None:
             # A driver paused past its lease must not mark batches another query may own.
             self._confirm()
@@ -513,7 +514,7 @@ class Acknowledger:
             self._heartbeat.forget(batch)
         self._acked = max(self._acked, batch)
         self._on_acked(self._acked)
-        self._journal.batches.remove(batch)
+        self._journal.batches.remove(batch, also=reports)
         self._pending.discard(batch)
         self._collect()
         self._limits.pop(batch, None)

@@ -359,7 +359,13 @@ class AckReports:
     def remove(self, batch: int, receivers: Iterable[int]) -> None:
         """Remove the reports of ``receivers`` of ``batch``, by key (what else is under
         ``acks/``, e.g. reports named by an earlier version, ``collect`` finds)."""
-        self._journal.store.delete_many([report_key(batch, r) for r in sorted(set(receivers))])
+        self._journal.store.delete_many(self.keys(batch, receivers))
+
+    @staticmethod
+    def keys(batch: int, receivers: Iterable[int]) -> list[str]:
+        """The keys of the reports of ``receivers`` of ``batch``, for a removal that deletes
+        them along with other keys (``Batches.remove(..., also=)``)."""
+        return [report_key(batch, r) for r in sorted(set(receivers))]
 
     def collect(self, oldest_pending: int, keep: set[int]) -> int:
         """Remove the reports written by batches before ``oldest_pending`` (acknowledged or

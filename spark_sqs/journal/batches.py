@@ -114,11 +114,12 @@ class Batches(Record):
             return tuple(r.receiver for r in plan.receivers)
         return self._poison.carry_receivers(batch)
 
-    def remove(self, batch: int) -> None:
+    def remove(self, batch: int, also: Sequence[str] = ()) -> None:
         """Remove every file of ``batch``: first what makes it live (plan, carry and release
         records), by key, then the rest (one LIST; what it misses is garbage that the next
-        start removes)."""
+        start removes). ``also``: other keys that go in the same multi-object delete (the
+        acknowledgement reports the settlement read: nothing reads them after the marker)."""
         self._plans.remove(batch)
         self._poison.remove_markers(batch)
         names = self.files(batch)
-        self.store.delete_many([f"{batch_dir(batch)}/{n}" for n in names])
+        self.store.delete_many([f"{batch_dir(batch)}/{n}" for n in names] + list(also))

@@ -781,9 +781,9 @@ def test_watermark_is_recorded_before_entries_are_removed() -> None:
     events: list[str] = []
     original_remove = journal.remove_batch
 
-    def remove(batch: int) -> None:
+    def remove(batch: int, also: Sequence[str] = ()) -> None:
         events.append(f"remove {batch}")
-        original_remove(batch)
+        original_remove(batch, also)
 
     journal.remove_batch = remove  # type: ignore[method-assign]
     ack = Acknowledger(
@@ -824,9 +824,9 @@ def recording(journal: FakeJournal, events: list[str]) -> FakeCaller:
     """A caller that records its deletes in ``events``; the journal records its removals."""
     original_remove = journal.remove_batch
 
-    def remove(batch: int) -> None:
+    def remove(batch: int, also: Sequence[str] = ()) -> None:
         events.append(f"remove {batch}")
-        original_remove(batch)
+        original_remove(batch, also)
 
     journal.remove_batch = remove  # type: ignore[method-assign]
 

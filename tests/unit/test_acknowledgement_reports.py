@@ -15,6 +15,7 @@ from spark_sqs.acknowledgement.reports import AckedEntry, AckReport, AckReports,
 from spark_sqs.journal import Journal, LocalStore
 from tests.fakes import HookedStore, ListHidingStore
 from tests.unit.factories import make_options
+from tests.unit.journals import table_of
 
 
 @pytest.fixture
@@ -162,3 +163,22 @@ def test_the_first_attempt_s_report_stands(journal: Journal) -> None:
     assert journal.store.list("acks/000000000005") == [report_key(5, 1), report_key(5, 2)]
     assert AckReports(journal).read(5, 1) == AckReport(1, tuple(first))
     assert AckReports(journal).read(5, 2) == AckReport(2, (_ack_entry(4, 1),))
+
+
+def test_a_settled_batch_and_the_reports_read_go_in_one_multi_object_delete(
+    journal: Journal,
+) -> None:
+    """The settlement's removal takes the reports it read along (``Batches.remove(also=)``):
+    one multi-object delete, not two."""
+    journal.entries.write(4, 0, table_of(0))
+    AckReports(journal).write(5, 0, (_ack_entry(4, 0),))
+    AckReports(journal).write(5, 1, (_ack_entry(4, 1),))
+    AckReports(journal).write(6, 0, (_ack_entry(5, 0),))
+    calls: list[list[str]] = []
+    delete_many = journal.store.delete_many
+    journal.store.delete_many = lambda keys: (calls.append(keys), delete_many(keys))[1]  # type: ignore[method-assign]
+    journal.batches.remove(4, also=AckReports.keys(5, {1, 0}))
+    assert len(calls) == 1 and {report_key(5, 0), report_key(5, 1)} <= set(calls[0])
+    assert journal.entries.read(4, 0) is None
+    assert AckReports(journal).read(5, 0) is None and AckReports(journal).read(5, 1) is None
+    assert AckReports(journal).read(6, 0) is not None

@@ -93,7 +93,7 @@ class _Journal:
         self.dedupe = _Records(read=lambda now: {}, write=lambda *args, **kwargs: None)
         self.store = MemoryStore()
 
-    def _remove(self, batch: int) -> None:
+    def _remove(self, batch: int, also: object = ()) -> None:
         self.receipts = []
 
 
