@@ -38,9 +38,13 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# Expired duplicate-window segments are collected (one LIST of window/) at start and then every
-# this many acknowledged batches: readers skip expired segments, so they cost storage only.
-WINDOW_COLLECT_EVERY = 10
+# The journal's garbage is swept by LIST (old drop sets, acknowledgement reports nobody reads,
+# expired duplicate-window segments) at start, then every this many acknowledged batches, and
+# when idle: it costs storage only (nothing reads it), so a batch pays no LIST for it.
+COLLECT_EVERY = 10
+# While idle (nothing pending), the sweep is repeated at most this often (the driver's
+# monotonic clock): stragglers of acknowledged batches may leave files after a sweep.
+IDLE_SWEEP_SECONDS = 60.0
 
 
 def driver_parallelism(receivers: int) -> int:
@@ -156,6 +160,9 @@ class Acknowledger:
         self._valid_until: dict[tuple[int, int], float] = {}
         self._acked = 0
         self._collections = 0
+        # Batches acknowledged since the last sweep, and when it ran (monotonic).
+        self._unswept = 0
+        self._swept_at = 0.0
         self._not_before = 0.0
         self.dedupe: dict[str, float] = {}
         self.totals = AckStats()
@@ -190,17 +197,40 @@ class Acknowledger:
         self._collect()  # what a run that died mid-collection left
 
     def _collect(self) -> None:
-        """Every batch before the oldest pending one is done: its drop sets can go, and the
-        acknowledgement reports no pending batch's acknowledgement reads (best effort).
-        Expired window segments go at start and then every ``WINDOW_COLLECT_EVERY``-th time:
-        readers skip expired ones, so until then they cost storage only, not a LIST a batch."""
+        """Sweep at start and then every ``COLLECT_EVERY``-th acknowledged batch (see
+        ``sweep``); the batches between pay no LIST. What a settled batch is known to leave
+        (its files, the reports read) is removed by key with it."""
+        if self._collections % COLLECT_EVERY == 0:
+            self.sweep()
+        else:
+            self._unswept += 1
+        self._collections += 1
+
+    def sweep(self) -> None:
+        """Remove what no live batch needs, found by LIST (best effort; storage only): every
+        batch before the oldest pending one is done, so its drop sets can go, and the
+        acknowledgement reports no pending batch's acknowledgement reads (those of replanned
+        or adopted batches, of stragglers that wrote after their batch's removal, of a driver
+        that died before removing them); expired window segments (readers skip them)."""
         oldest = min([*self._pending, self._acked + 1])
         self._journal.drops.collect(oldest)
         reading = {by for b, by in self._assigned.items() if b in self._pending}
         self._reports.collect(oldest, reading)
-        if self._collections % WINDOW_COLLECT_EVERY == 0:
-            self._journal.window.collect(self._wall())
-        self._collections += 1
+        self._journal.window.collect(self._wall())
+        self._unswept = 0
+        self._swept_at = self._clock()
+
+    def sweep_when_idle(self) -> None:
+        """Nothing is pending (an idle queue): sweep, if a batch was acknowledged since the last
+        sweep or ``IDLE_SWEEP_SECONDS`` have passed, so garbage never waits for a busy stream."""
+        if self._pending:
+            return
+        if not self._unswept and self._clock() - self._swept_at < IDLE_SWEEP_SECONDS:
+            return
+        if self._confirm is not None:
+            # Only the journal's owner removes anything from it.
+            self._confirm()
+        self.sweep()
 
     def track(
         self,

@@ -350,6 +350,7 @@ class Coordinator:
                 # the rest itself.
                 self._acknowledge(committed, by=by)
             if not start_batch:
+                self.acknowledger.sweep_when_idle()
                 if start is not None:
                     # Spark compares offsets as strings: an offset of an earlier version (no
                     # journal identity) must come back as it was, or Spark sees new data.

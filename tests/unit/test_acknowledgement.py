@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from botocore.stub import Stubber
 
-from spark_sqs.acknowledgement.acknowledger import Acknowledger
+from spark_sqs.acknowledgement.acknowledger import IDLE_SWEEP_SECONDS, Acknowledger
 from spark_sqs.acknowledgement.assigned import acknowledge_assigned
 from spark_sqs.acknowledgement.reports import AckReports, report_key
 from spark_sqs.acknowledgement.rule import By
@@ -465,6 +465,22 @@ def this_run(
     return ack, acked, clock
 
 
+def test_garbage_is_swept_every_tenth_acknowledgement_and_when_idle() -> None:
+    journal = FakeJournal({b: handles(b, 1) for b in range(1, 13)})
+    ack, _, clock = this_run(journal, FakeCaller(), *range(1, 13))
+    ack.acknowledge_through(11)
+    # At start, then at the tenth acknowledgement (the oldest pending was 11 then).
+    assert journal.collected == [1, 11]
+    ack.acknowledge_through(12)
+    ack.sweep_when_idle()  # batch 12 acknowledged since the sweep
+    assert journal.collected == [1, 11, 13]
+    ack.sweep_when_idle()  # nothing new, and too soon
+    assert journal.collected == [1, 11, 13]
+    clock.sleep(IDLE_SWEEP_SECONDS)  # stragglers may have left files since
+    ack.sweep_when_idle()
+    assert journal.collected == [1, 11, 13, 13]
+
+
 def test_acknowledges_every_pending_batch_up_to_n() -> None:
     journal = FakeJournal({1: handles(1, 3), 2: handles(2, 2), 3: handles(3, 1)})
     fake = FakeCaller()
@@ -475,12 +491,14 @@ def test_acknowledges_every_pending_batch_up_to_n() -> None:
     assert [batch_of_call(c) for c in fake.calls] == [1, 2]
     assert fake.calls[0] == ["b1-m0", "b1-m1", "b1-m2"]
     assert journal.removed == [1, 2]
-    # Drop sets of the batches before the oldest pending one go at start (what a dead run
-    # left) and after each acknowledgement.
-    assert journal.collected == [1, 2, 3]
+    # Drop sets of the batches before the oldest pending one are swept at start (what a dead
+    # run left), then every COLLECT_EVERY-th acknowledgement and when idle: not per batch.
+    assert journal.collected == [1]
     assert acked == [1, 2]
     assert ack.acked_batch == 2
     assert ack.pending == [3]
+    ack.sweep_when_idle()  # batch 3 is pending: not idle
+    assert journal.collected == [1]
     assert (stats.batches, stats.deleted, stats.delete_failed, stats.pending_retry) == (2, 5, 0, 0)
     # Planned in this run a moment ago: their handles are valid by this driver's clock.
     assert stats.uncertain == 0
