@@ -449,6 +449,12 @@ class SparkSim:
         self.lease_written: dict[str, float] = {}
         self.lease_released: set[str] = set()  # owners whose released record took effect
         self.lease_previous: dict[str, str | None] = {}  # owner -> whose record it followed
+        # Entries and attempt records a task created in a batch that was no longer live
+        # (acknowledged and removed), by (store, key): the attempt must remove its own (the
+        # straggler check) unless it was killed first or a store fault hid the batch's state.
+        # The driver removes a batch by key and sweeps leftovers later, so a leftover at the
+        # end no longer shows a missing check: this does.
+        self._straggler_entries: dict[tuple[int, str], Actor] = {}
         # The unkind world: the run whose journal diverged from its checkpoint (and how), the
         # second queries that run batches, and how many of each were made.
         self.diverged: dict[str, str] = {}
@@ -805,6 +811,25 @@ class SparkSim:
             self._check_in_flight()
         if method == "create" and key.startswith("lease/"):
             self._lease_written(store, key)
+        if _ENTRY_FILE.match(key):
+            self._straggler_entry(store, method, key)
+
+    def _straggler_entry(self, store: SimJournalStore, method: str, key: str) -> None:
+        """Note an entry a task created in a batch that is not live (no plan, carry, release or
+        retirement record): its attempt must remove it itself; forget it once that attempt
+        does."""
+        actor = self.sched.current()
+        if actor is None or actor.kind != "task":
+            return
+        if method == "delete":
+            if self._straggler_entries.get((id(store), key)) is actor:
+                del self._straggler_entries[(id(store), key)]
+            return
+        created = bool(store.writes) and store.writes[-1][1:] == ("create", key)
+        directory = "/".join(key.split("/", 2)[:2])  # batches/<N>
+        live = ("_plan.json", "_carry.json", "_released.json", "_retired.json")
+        if created and all(store.peek(f"{directory}/{name}") is None for name in live):
+            self._straggler_entries[(id(store), key)] = actor
 
     def _lease_written(self, store: SimJournalStore, key: str) -> None:
         """When each owner last renewed (a lease record of its that took effect, answer lost
@@ -1814,6 +1839,17 @@ class SparkSim:
         left = [k for k in keys if k.startswith("batches/")]
         if left:
             self.violations.append(f"the journal ends with batch files: {left[:6]}")
+        kept = sorted(
+            key
+            for (_, key), actor in self._straggler_entries.items()
+            if actor.done and not actor.killed and actor.error is None
+        )
+        if self.config.store_faults or self.config.unkind:
+            kept = []  # a failed read of the batch's state leaves them, by design
+        if kept:
+            self.violations.append(
+                f"attempts that wrote into an acknowledged batch kept their files: {kept[:6]}"
+            )
         # Bounded size: the journal ends empty but for what a journal always holds (its queue,
         # its state markers, the lease, the last metrics, dedupe records within their window).
         # Drop sets, acknowledgement reports and probes of dead drivers must have gone.
@@ -1857,6 +1893,9 @@ _KEPT = (
 )
 _ACKED_MARKER = re.compile(r"^state/acked-(\d+)$")
 _BATCH_FILE = re.compile(r"^batches/(\d+)/")
+# What an attempt writes into its batch and must remove itself if the batch was finished by
+# then: its entry, its poison attempt record.
+_ENTRY_FILE = re.compile(r"^batches/\d+/(\d{5,}\.arrow|attempts/[^/]+\.json)$")
 _LEASE_KEY = re.compile(r"^lease/(\d{12})\.json$")
 # SQS calls that receive, acknowledge, delete or release messages.
 _MESSAGE_CALLS = frozenset(

@@ -35,6 +35,9 @@ class Variant:
     # Dimensions of the unkind world (sim/spark.py UNKIND), drawn per seed (Config.draw_unkind).
     unkind: frozenset[str] = frozenset()
     max_bytes: bool = False  # byte limits of a few messages (maxBytesPerReceiver/-Trigger)
+    # The journal store's fault rate in every seed (half before, half after the effect: an
+    # unknown outcome), instead of the drawn one (none in about half the seeds).
+    store_faults: float | None = None
 
     def __call__(self, config: Config) -> None:
         if self.fixed_delete_mode:
@@ -42,6 +45,8 @@ class Variant:
         config.queues = self.queues
         config.poison = self.poison
         config.max_bytes = self.max_bytes
+        if self.store_faults is not None:
+            config.store_faults = self.store_faults
         if self.unkind:
             config.draw_unkind(self.unkind)
 

@@ -319,8 +319,9 @@ class FakeJournal:
             receiver_ids="receiver_ids",
             batch_message_ids="batch_message_ids",
             extended_receivers="extended_receivers",
+            names="entry_names",
         )
-        self.batches = _Records(self, remove="remove_batch")
+        self.batches = _Records(self, remove="remove_batch", collect="collect_batches")
         self.drops = _Records(self, collect="collect_drops")
         self.window = _Records(self, write="write_window", collect="collect_window")
         self.dedupe = _Records(self, write="write_dedupe", read="read_dedupe")
@@ -378,9 +379,17 @@ class FakeJournal:
         self.marker_reads.extend((batch, r) for r in asked)
         return {r for r in asked if r in self.extended.get(batch, {})}
 
-    def remove_batch(self, batch: int, also: Sequence[str] = ()) -> None:
+    def remove_batch(
+        self, batch: int, also: Sequence[str] = (), files: Sequence[str] | None = None
+    ) -> None:
         self.removed.append(batch)
         self.stored.pop(batch, None)
+
+    def entry_names(self, receivers: Iterable[int]) -> list[str]:
+        return [f"{r:05d}.arrow" for r in sorted(set(receivers))]
+
+    def collect_batches(self, below: int) -> int:
+        return 0
 
     def collect_drops(self, oldest_pending: int) -> int:
         self.collected.append(oldest_pending)

@@ -208,15 +208,17 @@ class Acknowledger:
 
     def sweep(self) -> None:
         """Remove what no live batch needs, found by LIST (best effort; storage only): every
-        batch before the oldest pending one is done, so its drop sets can go, and the
-        acknowledgement reports no pending batch's acknowledgement reads (those of replanned
-        or adopted batches, of stragglers that wrote after their batch's removal, of a driver
-        that died before removing them); expired window segments (readers skip them)."""
+        batch before the oldest pending one is done, so its drop sets and leftover files (those
+        not live by key) can go, and the acknowledgement reports no pending batch's
+        acknowledgement reads (those of replanned or adopted batches, of stragglers that wrote
+        after their batch's removal, of a driver that died before removing them); expired
+        window segments (readers skip them)."""
         oldest = min([*self._pending, self._acked + 1])
         self._journal.drops.collect(oldest)
         reading = {by for b, by in self._assigned.items() if b in self._pending}
         self._reports.collect(oldest, reading)
         self._journal.window.collect(self._wall())
+        self._journal.batches.collect(oldest)
         self._unswept = 0
         self._swept_at = self._clock()
 
@@ -544,7 +546,15 @@ class Acknowledger:
             self._heartbeat.forget(batch)
         self._acked = max(self._acked, batch)
         self._on_acked(self._acked)
-        self._journal.batches.remove(batch, also=reports)
+        # A batch planned in this run without deleteAfterJournal holds what its receivers
+        # write under their names (read by key); anything else goes by LIST, or to the sweep.
+        by_key = batch in self._receivers and batch not in self._inherited
+        files = (
+            self._journal.entries.names(self.receivers_of(batch))
+            if by_key and batch not in self._deleting
+            else None
+        )
+        self._journal.batches.remove(batch, also=reports, files=files)
         self._pending.discard(batch)
         self._collect()
         self._limits.pop(batch, None)

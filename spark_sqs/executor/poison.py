@@ -53,8 +53,9 @@ def record_attempt(journal: Journal, batch: int, receiver: int, key: str, step: 
 
     A straggler may read the entry just before the batch is acknowledged and its files
     removed: its record would outlive the batch. The acknowledgement marks the batch finished
-    before it removes the files, so a record created before that marker is removed with them,
-    and one created after it sees the marker here and removes itself."""
+    (its plan removed) first, so one created after that sees it here and removes itself; one
+    created before is not named by the removal (by key) and goes with the driver's next sweep
+    of finished batches (``Batches.collect``)."""
     try:
         journal.poison.write_attempt(batch, receiver, key, step, time.time())
         if journal.batches.is_finished(batch):

@@ -16,11 +16,14 @@ live until every copy exists.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 from .stores import JournalRoot, Record
+
+logger = logging.getLogger(__name__)
 
 PREFIX = "batches"
 RETIRED = "_retired.json"
@@ -114,12 +117,39 @@ class Batches(Record):
             return tuple(r.receiver for r in plan.receivers)
         return self._poison.carry_receivers(batch)
 
-    def remove(self, batch: int, also: Sequence[str] = ()) -> None:
-        """Remove every file of ``batch``: first what makes it live (plan, carry and release
-        records), by key, then the rest (one LIST; what it misses is garbage that the next
-        start removes). ``also``: other keys that go in the same multi-object delete (the
-        acknowledgement reports the settlement read: nothing reads them after the marker)."""
+    def remove(
+        self, batch: int, also: Sequence[str] = (), files: Sequence[str] | None = None
+    ) -> None:
+        """Remove the files of ``batch``: first what makes it live (plan, carry and release
+        records), by key, then the rest in one multi-object delete. ``files``: the base names
+        its receivers are known to write (entries, extension markers: ``Entries.names``),
+        removed by key with the retirement record, without a LIST; files a batch holds only
+        when something went wrong (parts, attempt and poison records, a straggler's writes
+        after the removal) are then left to ``collect``. Without it, one LIST finds them (what
+        it misses is garbage that a sweep removes). ``also``: other keys that go in the same
+        multi-object delete (the acknowledgement reports the settlement read: nothing reads
+        them after the acked marker)."""
         self._plans.remove(batch)
         self._poison.remove_markers(batch)
-        names = self.files(batch)
+        names = self.files(batch) if files is None else [*files, RETIRED]
         self.store.delete_many([f"{batch_dir(batch)}/{n}" for n in names] + list(also))
+
+    def collect(self, below: int) -> int:
+        """Remove the files left of batches before ``below`` (every one acknowledged or
+        retired) that are not live by key: what a by-key removal leaves (parts, attempt and
+        poison records, writes of stragglers after their batch's removal) and what a removal
+        a crash cut short left. One LIST of ``batches/``; best effort (storage only). Returns
+        how many batches were removed."""
+        try:
+            done = [b for b in self.list() if b < below and self.live_receivers(b) is None]
+            for batch in done:
+                self.remove(batch)
+        except Exception:
+            # Storage, not correctness: the next sweep tries again.
+            logger.warning(
+                "journal %s: could not remove files of finished batches",
+                self.location,
+                exc_info=True,
+            )
+            return 0
+        return len(done)

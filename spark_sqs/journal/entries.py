@@ -162,6 +162,13 @@ def _extended_key(batch: int, receiver: int) -> str:
 class Entries(Record):
     """Entries and parts of receivers, with their extension markers and adoption."""
 
+    @staticmethod
+    def names(receivers: Iterable[int]) -> list[str]:
+        """The base names under ``batches/<N>/`` that ``receivers`` write when nothing went
+        wrong (entries, extension markers), for a removal by key (``Batches.remove``)."""
+        named = sorted(set(receivers))
+        return [*(entry_name(r) for r in named), *(f"{r:05d}.extended" for r in named)]
+
     def __init__(self, journal: JournalRoot, options: JournalOptions | None = None) -> None:
         super().__init__(journal)
         self._options = options

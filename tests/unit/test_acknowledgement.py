@@ -799,9 +799,9 @@ def test_watermark_is_recorded_before_entries_are_removed() -> None:
     events: list[str] = []
     original_remove = journal.remove_batch
 
-    def remove(batch: int, also: Sequence[str] = ()) -> None:
+    def remove(batch: int, also: Sequence[str] = (), files: Sequence[str] | None = None) -> None:
         events.append(f"remove {batch}")
-        original_remove(batch, also)
+        original_remove(batch, also, files)
 
     journal.remove_batch = remove  # type: ignore[method-assign]
     ack = Acknowledger(
@@ -842,9 +842,9 @@ def recording(journal: FakeJournal, events: list[str]) -> FakeCaller:
     """A caller that records its deletes in ``events``; the journal records its removals."""
     original_remove = journal.remove_batch
 
-    def remove(batch: int, also: Sequence[str] = ()) -> None:
+    def remove(batch: int, also: Sequence[str] = (), files: Sequence[str] | None = None) -> None:
         events.append(f"remove {batch}")
-        original_remove(batch, also)
+        original_remove(batch, also, files)
 
     journal.remove_batch = remove  # type: ignore[method-assign]
 

@@ -588,3 +588,34 @@ def test_two_writers_at_the_commit_point_of_one_local_entry_have_one_winner(
     for t in threads:
         t.join(60)
     assert sorted(results) == [False, True]
+
+
+def test_a_batch_removed_by_key_lists_nothing_and_leaves_the_rest_to_the_sweep(
+    location: str,
+) -> None:
+    """A settled batch of this run goes by key: its plan, its receivers' entries and extension
+    markers. What only a mishap writes (an attempt record of a replay) is left for the sweep
+    (``Batches.collect``), which removes the files of finished batches that are not live."""
+    from spark_sqs.driver.planning import new_plan
+
+    journal = Journal(location, make_options(location))
+    journal.plans.write(new_plan(4, 10, 2))
+    journal.entries.write(4, 0, messages_to_table([sqs_message(0)], QUEUE_URL))
+    journal.entries.write(4, 1, messages_to_table([sqs_message(1)], QUEUE_URL))
+    journal.entries.write_extension(4, 1, until=5)
+    journal.store.create("batches/000000000004/attempts/00000-run-s0-t1-n0.json", b"{}")
+    journal.plans.write(new_plan(5, 10, 1))
+    journal.entries.write(5, 0, messages_to_table([sqs_message(2)], QUEUE_URL))
+    listed: list[str] = []
+    list_ = journal.store.list
+    journal.store.list = lambda prefix: (listed.append(prefix), list_(prefix))[1]  # type: ignore[method-assign]
+    journal.batches.remove(4, files=journal.entries.names((0, 1)))
+    assert listed == []
+    assert journal.entries.read(4, 0) is None and journal.batches.is_finished(4)
+    assert journal.store.list("batches/000000000004") == [
+        "batches/000000000004/attempts/00000-run-s0-t1-n0.json"
+    ]
+    # Batch 5 is live (its plan): the sweep leaves it, whatever the bound.
+    assert journal.batches.collect(6) == 1
+    assert journal.batches.list() == [5]
+    assert journal.entries.read(5, 0) is not None

@@ -85,15 +85,17 @@ class _Journal:
 
     def __init__(self, entries: list[EntryReceipts]) -> None:
         self.receipts = entries
-        self.entries = _Records(batch_receipts=lambda batch, receivers: self.receipts)
-        self.batches = _Records(remove=self._remove)
+        self.entries = _Records(
+            batch_receipts=lambda batch, receivers: self.receipts, names=lambda receivers: []
+        )
+        self.batches = _Records(remove=self._remove, collect=lambda below: 0)
         self.drops = _Records(collect=lambda oldest_pending: 0)
         self.window = _Records(collect=lambda now: 0)
         # Without a heartbeat nothing bounds the handles: every delete counts uncertain.
         self.dedupe = _Records(read=lambda now: {}, write=lambda *args, **kwargs: None)
         self.store = MemoryStore()
 
-    def _remove(self, batch: int, also: object = ()) -> None:
+    def _remove(self, batch: int, also: object = (), files: object = None) -> None:
         self.receipts = []
 
 
