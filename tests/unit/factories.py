@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from spark_sqs.driver.planning import ReceiverPartition
+from spark_sqs.journal import BatchPlan, Journal, ReceiverPlan
 from spark_sqs.options import SqsOptions
 
 QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/orders"
@@ -52,3 +54,36 @@ def sqs_message(
         message["MessageAttributes"] = attributes
         message["MD5OfMessageAttributes"] = "0" * 32
     return message
+
+
+def partition(
+    max_messages: int = 100,
+    *,
+    batch: int = 1,
+    receiver: int = 0,
+    journal: str = "/tmp/unused-journal",
+    drop_ids: frozenset[str] = frozenset(),
+    visible: int | None = None,
+    **options: Any,
+) -> ReceiverPartition:
+    """A partition; with a real journal directory, its batch's plan is stored there first, as
+    the driver does before any receiver runs. ``visible``: its part of the messages the driver
+    saw visible when it planned (None: no count, as in plans written before counts)."""
+    opts = make_options(journal, **options)
+    if journal != "/tmp/unused-journal":
+        store = Journal(journal, opts)
+        plan = BatchPlan(
+            batch,
+            (ReceiverPlan(receiver, max_messages, visible=visible),),
+            drops=store.drops.write(drop_ids),
+            drop_count=len(drop_ids),
+        )
+        store.plans.write(plan)
+    return ReceiverPartition(
+        batch=batch,
+        receiver=receiver,
+        max_messages=max_messages,
+        queue_url=QUEUE_URL,
+        options=opts,
+        visible=visible,
+    )

@@ -7,11 +7,11 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
-from pathlib import Path
 
 import spark_sqs.journal
+from tests import REPO
 
-DESIGN = Path(__file__).resolve().parents[2] / "docs" / "design.md"
+DESIGN = REPO / "docs" / "design.md"
 PREFIX = "<journalLocation>/"
 # spark_sqs/acknowledgement/reports.py (AckReports) describes its keys in prose.
 PROSE = {"acks/<N>/<receiver>.json", "acks/<N>/<receiver>.s-<summary>.json"}

@@ -44,41 +44,7 @@ from spark_sqs.journal import (
 from spark_sqs.journal.entries import Entries
 from spark_sqs.schema import arrow_output_schema, messages_to_table
 from tests.fakes import Clock, FakeSqs, client_error
-from tests.unit.factories import QUEUE_URL, make_options, sqs_message
-
-
-def partition(
-    max_messages: int = 100,
-    *,
-    batch: int = 1,
-    receiver: int = 0,
-    journal: str = "/tmp/unused-journal",
-    drop_ids: frozenset[str] = frozenset(),
-    visible: int | None = None,
-    **options: Any,
-) -> ReceiverPartition:
-    """A partition; with a real journal directory, its batch's plan is stored there first, as
-    the driver does before any receiver runs. ``visible``: its part of the messages the driver
-    saw visible when it planned (None: no count, as in plans written before counts)."""
-    opts = make_options(journal, **options)
-    if journal != "/tmp/unused-journal":
-        store = Journal(journal, opts)
-        plan = BatchPlan(
-            batch,
-            (ReceiverPlan(receiver, max_messages, visible=visible),),
-            drops=store.drops.write(drop_ids),
-            drop_count=len(drop_ids),
-        )
-        store.plans.write(plan)
-    return ReceiverPartition(
-        batch=batch,
-        receiver=receiver,
-        max_messages=max_messages,
-        queue_url=QUEUE_URL,
-        options=opts,
-        visible=visible,
-    )
-
+from tests.unit.factories import QUEUE_URL, make_options, partition, sqs_message
 
 # -- receive_messages --------------------------------------------------------------------------
 

@@ -303,9 +303,10 @@ def test_the_sink_and_the_source_parse_one_connection_alike():
 
 def test_sink_option_table_is_documented(tmp_path):
     import re
-    from pathlib import Path
 
-    doc = Path(__file__).resolve().parents[2] / "docs" / "sink.md"
+    from tests import REPO
+
+    doc = REPO / "docs" / "sink.md"
     documented = {}
     for line in doc.read_text().splitlines():
         match = re.match(r"^\| `([A-Za-z]+)` \| (`[^`]*`)? \|", line)
