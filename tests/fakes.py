@@ -12,7 +12,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from spark_sqs.journal import EntryReceipts, JournalStore
-from tests.unit.factories import QUEUE_URL, sqs_message
+from tests.factories import QUEUE_URL, sqs_message
 
 Hook = Callable[[str, str], None]
 

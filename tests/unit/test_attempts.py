@@ -22,8 +22,8 @@ from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import BatchPlan, Journal, JournalState, ReceiverPlan, open_store
 from spark_sqs.options import SqsOptions
 from spark_sqs.schema import messages_to_table
+from tests.factories import QUEUE_URL, make_options, sqs_message
 from tests.fakes import FakeSqs, HookedStore
-from tests.unit.factories import QUEUE_URL, make_options, sqs_message
 
 REGION = "us-east-1"
 

@@ -16,7 +16,7 @@ import pytest
 from spark_sqs.journal import ID_COLUMNS, Journal, S3Store
 from spark_sqs.journal.stores import READ_AHEAD, TAIL_BYTES, RangedObject
 from spark_sqs.schema import messages_to_table, output_batches
-from tests.unit.factories import QUEUE_URL, make_options, sqs_message
+from tests.factories import QUEUE_URL, make_options, sqs_message
 
 KIB64 = "x" * (64 << 10)
 

@@ -17,7 +17,7 @@ from spark_sqs.executor import poison as executor_poison
 from spark_sqs.journal import BatchPlan, Journal, JournalState, ReceiverPlan
 from spark_sqs.journal import poison as records
 from spark_sqs.schema import messages_to_table
-from tests.unit.factories import QUEUE_URL, make_options, sqs_message
+from tests.factories import QUEUE_URL, make_options, sqs_message
 
 DLQ_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq"
 

@@ -16,8 +16,8 @@ from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import Journal
 from spark_sqs.journal.stores import S3Store
+from tests.factories import QUEUE_URL, make_options, sqs_message
 from tests.fakes import FakeSqs
-from tests.unit.factories import QUEUE_URL, make_options, sqs_message
 
 # Each S3 operation as the kind of request it is billed as.
 KINDS = {

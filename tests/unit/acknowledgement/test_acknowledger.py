@@ -25,6 +25,7 @@ from spark_sqs.errors import (
 from spark_sqs.journal import BatchPlan, EntryReceipts, Journal, LocalStore, ReceiverPlan
 from spark_sqs.schema import messages_to_table
 from spark_sqs.sqs.batching import BatchCaller, BatchResult, Entry, chunks
+from tests.factories import QUEUE_URL, make_options, sqs_message
 from tests.fakes import (
     NOW,
     Clock,
@@ -34,7 +35,6 @@ from tests.fakes import (
     VisibilitySqs,
     stub_sqs_client,
 )
-from tests.unit.factories import QUEUE_URL, make_options, sqs_message
 
 
 def entries(count: int, start: int = 0) -> list[Entry]:

@@ -19,8 +19,8 @@ from spark_sqs.errors import TransientSqsError
 from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import AckAssignment, Journal, LocalStore
 from spark_sqs.schema import messages_to_table
+from tests.factories import QUEUE_URL, make_options, sqs_message
 from tests.fakes import FakeSqs, HookedStore, client_error
-from tests.unit.factories import QUEUE_URL, make_options, sqs_message
 
 
 def deletes(sqs: FakeSqs, since: int = 0) -> list[str]:

@@ -11,7 +11,7 @@ import pytest
 from spark_sqs.acknowledgement.deletes import OneByOne, delete_messages, lost_ids
 from spark_sqs.errors import TransientSqsError
 from spark_sqs.sqs.batching import BatchResult, Entry
-from tests.unit.factories import FIFO_QUEUE_URL, QUEUE_URL
+from tests.factories import FIFO_QUEUE_URL, QUEUE_URL
 
 NOW = 1_000_000.0
 

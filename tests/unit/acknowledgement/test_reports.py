@@ -13,8 +13,8 @@ import pytest
 from spark_sqs.acknowledgement import reports
 from spark_sqs.acknowledgement.reports import AckedEntry, AckReport, AckReports, report_key
 from spark_sqs.journal import Journal, LocalStore
+from tests.factories import make_options
 from tests.fakes import HookedStore, ListHidingStore
-from tests.unit.factories import make_options
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from typing import Any
 from spark_sqs.acknowledgement import reports
 from spark_sqs.acknowledgement.reports import AckedEntry, AckReports, summed_stops
 from spark_sqs.journal import Journal
-from tests.unit.factories import make_options
+from tests.factories import make_options
 
 
 def _ack_entry(

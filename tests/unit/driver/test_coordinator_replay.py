@@ -13,8 +13,8 @@ from spark_sqs.driver.state import StateMarkers
 from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import BatchPlan, Journal, ReceiverPlan
 from spark_sqs.schema import messages_to_table
+from tests.factories import QUEUE_URL, make_options, sqs_message
 from tests.fakes import FakeSqs
-from tests.unit.factories import QUEUE_URL, make_options, sqs_message
 
 
 @pytest.fixture

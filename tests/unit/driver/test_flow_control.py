@@ -7,8 +7,8 @@ import pytest
 from spark_sqs.driver import flow_control
 from spark_sqs.driver.flow_control import AvailableNow, FlowControl, default_read_limit
 from spark_sqs.options import SqsOptions
+from tests.factories import make_options
 from tests.fakes import Clock
-from tests.unit.factories import make_options
 
 needs_limits = pytest.mark.skipif(
     flow_control.ReadMaxRows is None, reason="read limits exist from Spark 4.2"

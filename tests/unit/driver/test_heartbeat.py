@@ -24,6 +24,7 @@ from spark_sqs.errors import SqsAccessError
 from spark_sqs.journal import EntryReceipts, Journal, LocalStore
 from spark_sqs.schema import messages_to_table
 from spark_sqs.sqs.batching import BatchCaller
+from tests.factories import QUEUE_URL, make_options, sqs_message
 from tests.fakes import (
     NOW,
     TWELVE_HOURS,
@@ -34,7 +35,6 @@ from tests.fakes import (
     VisibilitySqs,
     client_error,
 )
-from tests.unit.factories import QUEUE_URL, make_options, sqs_message
 
 VISIBILITY = 120
 INTERVAL = 24.0  # visibilityTimeout / 5, the default

@@ -21,8 +21,8 @@ from spark_sqs.options import SqsOptions
 from spark_sqs.schema import messages_to_table
 from spark_sqs.sink.options import SinkOptions
 from spark_sqs.sqs.batching import BatchCaller, Entry
+from tests.factories import QUEUE_URL, make_options, sqs_message
 from tests.fakes import FakeSqs
-from tests.unit.factories import QUEUE_URL, make_options, sqs_message
 
 BASE = "https://sqs.us-east-1.amazonaws.com/123456789012/"
 OTHER = BASE + "payments"

@@ -36,9 +36,9 @@ from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import BatchPlan, Journal, ReceiverPlan
 from spark_sqs.lag import LAG, read_lag
 from spark_sqs.schema import SNS_KEY, arrow_output_schema, messages_to_table, output_batches
+from tests.factories import QUEUE_URL, SENT_MS, make_options, partition, sqs_message
 from tests.fakes import FakeSqs
 from tests.helpers import extended_sqs_client
-from tests.unit.factories import QUEUE_URL, SENT_MS, make_options, partition, sqs_message
 
 TOPIC = "arn:aws:sns:us-east-1:123456789012:orders"
 SNS = make_options(messageFormat="sns")

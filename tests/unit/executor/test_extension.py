@@ -21,8 +21,8 @@ from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import BatchPlan, Journal, LocalStore, ReceiverPlan
 from spark_sqs.journal.entries import RECEIVED_AT
 from spark_sqs.schema import RECEIPT_HANDLE, messages_to_table
+from tests.factories import QUEUE_URL, make_options, sqs_message
 from tests.fakes import FakeSqs, HookedStore, client_error
-from tests.unit.factories import QUEUE_URL, make_options, sqs_message
 
 VISIBILITY = 30
 # Real time: the deletes of acknowledgement compare handle deadlines with time.time().

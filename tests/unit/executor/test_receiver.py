@@ -43,8 +43,8 @@ from spark_sqs.journal import (
 )
 from spark_sqs.journal.entries import Entries
 from spark_sqs.schema import arrow_output_schema, messages_to_table
+from tests.factories import QUEUE_URL, make_options, partition, sqs_message
 from tests.fakes import Clock, FakeSqs, client_error
-from tests.unit.factories import QUEUE_URL, make_options, partition, sqs_message
 
 # -- receive_messages --------------------------------------------------------------------------
 

@@ -16,9 +16,8 @@ from spark_sqs.journal import (
     LocalStore,
     ReceiverPlan,
 )
+from tests.factories import make_options, pairs, table_of
 from tests.fakes import HookedStore
-from tests.unit.factories import make_options
-from tests.unit.journals import pairs, table_of
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from spark_sqs.journal import Journal, JournalState
+from tests.factories import make_options
 from tests.fakes import ListHidingStore
-from tests.unit.factories import make_options
 
 
 @pytest.fixture

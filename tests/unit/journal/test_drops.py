@@ -8,7 +8,7 @@ import pytest
 
 from spark_sqs.errors import JournalError
 from spark_sqs.journal import Journal
-from tests.unit.factories import make_options
+from tests.factories import make_options
 
 
 @pytest.fixture

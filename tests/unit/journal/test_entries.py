@@ -10,9 +10,8 @@ import pytest
 
 from spark_sqs.errors import JournalError
 from spark_sqs.journal import RECEIVED_AT, EntryReceipts, Journal, LocalStore, receipts_of
+from tests.factories import handles_of, make_options, pairs, sqs_message, table_of
 from tests.fakes import ListHidingStore
-from tests.unit.factories import make_options, sqs_message
-from tests.unit.journals import handles_of, pairs, table_of
 
 
 @pytest.fixture

@@ -12,9 +12,8 @@ import pytest
 from spark_sqs.errors import JournalError, UnsafeStoreError
 from spark_sqs.journal import Journal, open_store
 from spark_sqs.journal.meta import FORMAT_VERSION
+from tests.factories import OTHER_QUEUE_URL, QUEUE_URL, make_options
 from tests.fakes import CreateIgnoresExistenceStore
-from tests.unit.factories import QUEUE_URL, make_options
-from tests.unit.journals import OTHER_QUEUE_URL
 
 
 @pytest.fixture

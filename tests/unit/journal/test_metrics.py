@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from spark_sqs.journal import Journal
-from tests.unit.factories import make_options
+from tests.factories import make_options
 
 
 @pytest.fixture

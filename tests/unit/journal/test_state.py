@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from spark_sqs.journal import Journal, JournalState
+from tests.factories import make_options
 from tests.fakes import HookedStore
-from tests.unit.factories import make_options
 
 
 @pytest.fixture

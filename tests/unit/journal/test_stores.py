@@ -16,8 +16,7 @@ import pytest
 
 from spark_sqs.errors import JournalError
 from spark_sqs.journal import Journal, JournalState
-from tests.unit.factories import QUEUE_URL, make_options
-from tests.unit.journals import OTHER_QUEUE_URL, handles_of, pairs, table_of
+from tests.factories import OTHER_QUEUE_URL, QUEUE_URL, handles_of, make_options, pairs, table_of
 
 
 @pytest.fixture

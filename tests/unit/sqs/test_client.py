@@ -67,7 +67,7 @@ def test_assumed_role_credentials_are_used_and_refreshable(monkeypatch) -> None:
     from moto import mock_aws
 
     from spark_sqs.sqs.client import make_client, make_session
-    from tests.unit.factories import make_options
+    from tests.factories import make_options
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
@@ -89,7 +89,7 @@ def test_assumed_role_credentials_are_used_and_refreshable(monkeypatch) -> None:
 
 def test_unknown_profile_says_where_to_define_it(monkeypatch, tmp_path) -> None:
     from spark_sqs.sqs.client import make_client
-    from tests.unit.factories import make_options
+    from tests.factories import make_options
 
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))

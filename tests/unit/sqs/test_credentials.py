@@ -24,7 +24,7 @@ from moto import mock_aws
 from spark_sqs.errors import InvalidOptionError, SqsAccessError
 from spark_sqs.options import SqsOptions
 from spark_sqs.sink.options import SinkOptions
-from tests.unit.factories import QUEUE_URL, make_options
+from tests.factories import QUEUE_URL, make_options
 
 SERVICE_KEY = "AKIASERVICECREDENTIAL"
 

@@ -1,17 +1,22 @@
-"""Builders shared by the unit tests: realistic ReceiveMessage results and parsed options."""
+"""Builders of test data shared by the tests: realistic ReceiveMessage results, parsed options,
+journal tables and receivers' partitions (the test doubles are in tests/fakes.py)."""
 
 from __future__ import annotations
 
 import hashlib
 from typing import Any
 
+import pyarrow as pa
+
 from spark_sqs.driver.planning import ReceiverPartition
 from spark_sqs.journal import BatchPlan, Journal, ReceiverPlan
 from spark_sqs.options import SqsOptions
+from spark_sqs.schema import messages_to_table
 
 QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/orders"
 FIFO_QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/orders.fifo"
 SENT_MS = 1_700_000_000_123  # 2023-11-14T22:13:20.123Z
+OTHER_QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/payments"
 
 
 def make_options(journal: str = "/tmp/unused-journal", **extra: Any) -> SqsOptions:
@@ -86,4 +91,26 @@ def partition(
         queue_url=QUEUE_URL,
         options=opts,
         visible=visible,
+    )
+
+
+# -- journal tables --
+
+
+def table_of(*numbers: int, **kwargs: Any) -> pa.Table:
+    return messages_to_table([sqs_message(n, **kwargs) for n in numbers], QUEUE_URL)
+
+
+def pairs(receipts: list[Any]) -> list[tuple[str, str]]:
+    """(message id, receipt handle) of journal receipts, in order."""
+    return [pair for r in receipts for pair in zip(r.message_ids, r.receipt_handles, strict=True)]
+
+
+def handles_of(table: pa.Table) -> list[tuple[str, str]]:
+    return list(
+        zip(
+            table.column("messageId").to_pylist(),
+            table.column("_receiptHandle").to_pylist(),
+            strict=True,
+        )
     )
