@@ -20,7 +20,7 @@ from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import AckAssignment, Journal, LocalStore
 from spark_sqs.schema import messages_to_table
 from tests.factories import QUEUE_URL, make_options, sqs_message
-from tests.fakes import FakeSqs, HookedStore, client_error
+from tests.fakes import BlindStore, FakeSqs, HookedStore, ListHidingStore, client_error
 
 
 def deletes(sqs: FakeSqs, since: int = 0) -> list[str]:
@@ -341,17 +341,6 @@ def test_an_entry_less_orphan_does_not_hold_back_acknowledgement_at_the_in_fligh
         state.close()
 
 
-class HidingStore(HookedStore):
-    """A store whose LIST misses the keys ``hidden`` names (written, but not listed)."""
-
-    def __init__(self, inner: Any, hidden: Any) -> None:
-        super().__init__(inner)
-        self.hidden = hidden
-
-    def list(self, prefix: str) -> list[str]:
-        return [k for k in super().list(prefix) if not self.hidden(k)]
-
-
 @pytest.mark.parametrize("report", ["hidden from LIST", "missing"])
 def test_a_report_is_read_by_key_and_only_a_missing_one_makes_the_driver_delete(
     tmp_path: Path, report: str
@@ -368,7 +357,9 @@ def test_a_report_is_read_by_key_and_only_a_missing_one_makes_the_driver_delete(
         waitTimeSeconds="0",
         queuePollInterval="0.01",
     )
-    store = HidingStore(LocalStore(location), lambda k: k.startswith("acks/000000000002/00001."))
+    store = ListHidingStore(
+        LocalStore(location), lambda k: k.startswith("acks/000000000002/00001.")
+    )
     sqs = FakeSqs(available=27)
     state = Coordinator(
         options,
@@ -405,7 +396,7 @@ def test_an_assigned_entry_a_receiver_does_not_find_is_deleted_by_the_driver(wor
     run(state.plan({"batch": 0}, state.latest_offset({"batch": 0})), sqs, journal)
     parts = state.plan({"batch": 1}, state.latest_offset({"batch": 1}))
     hidden = "batches/000000000001/00001.arrow"
-    blind = Journal(journal.location, state.options, store=_Blind(journal.store, hidden))
+    blind = Journal(journal.location, state.options, store=BlindStore(journal.store, hidden))
     run(parts, sqs, blind)
     reports = [r for r in (AckReports(journal).read(2, n) for n in range(3)) if r is not None]
     assert [m for r in reports for m in r.missing] == [(1, 1)]
@@ -416,20 +407,3 @@ def test_an_assigned_entry_a_receiver_does_not_find_is_deleted_by_the_driver(wor
     # The driver deleted batch 1 itself, the hidden entry's messages included.
     assert set(receipts.receipt_handles) <= set(deletes(sqs, calls))
     assert journal.state.read().acked_batch == 1
-
-
-class _Blind:
-    """A store on which one key reads as absent (an executor that does not see it)."""
-
-    def __init__(self, inner: Any, hidden: str) -> None:
-        self.inner, self.hidden = inner, hidden
-
-    def read(self, key: str) -> bytes | None:
-        return None if key == self.hidden else self.inner.read(key)
-
-    def open_random(self, key: str) -> Any:
-        # Ranged reads (entries' receipt columns) miss it too.
-        return None if key == self.hidden else self.inner.open_random(key)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)

@@ -31,6 +31,7 @@ from tests.fakes import (
     Clock,
     Failure,
     FakeJournal,
+    FlakyJournal,
     ListHidingStore,
     VisibilitySqs,
     client_error,
@@ -1036,25 +1037,6 @@ def test_the_lock_is_reentrant_for_the_thread_that_holds_it() -> None:
 
 
 # -- the thread --------------------------------------------------------------------------------
-
-
-class FlakyJournal(FakeJournal):
-    """Raises on the first entry read; signals once a later tick got through."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls = 0
-        self.recovered = threading.Event()
-        self.threads: set[threading.Thread] = set()
-
-    def read_receipts(self, batch: int, receiver: int) -> EntryReceipts | None:
-        self.threads.add(threading.current_thread())
-        self.calls += 1
-        if self.calls == 1:
-            raise OSError("journal store unreachable (injected)")
-        if self.calls >= 3:
-            self.recovered.set()
-        return super().read_receipts(batch, receiver)
 
 
 def test_the_thread_survives_a_failing_tick_and_stops(caplog: pytest.LogCaptureFixture) -> None:

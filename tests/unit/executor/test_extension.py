@@ -22,19 +22,11 @@ from spark_sqs.journal import BatchPlan, Journal, LocalStore, ReceiverPlan
 from spark_sqs.journal.entries import RECEIVED_AT
 from spark_sqs.schema import RECEIPT_HANDLE, messages_to_table
 from tests.factories import QUEUE_URL, make_options, sqs_message
-from tests.fakes import FakeSqs, HookedStore, client_error
+from tests.fakes import Clock, FakeSqs, HookedStore, client_error
 
 VISIBILITY = 30
 # Real time: the deletes of acknowledgement compare handle deadlines with time.time().
 NOW = float(int(time.time()))
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class QueueSqs(FakeSqs):

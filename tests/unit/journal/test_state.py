@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from spark_sqs.journal import Journal, JournalState
 from tests.factories import make_options
-from tests.fakes import HookedStore
+from tests.fakes import GhostListingStore
 
 
 @pytest.fixture
@@ -37,18 +36,6 @@ def test_state_round_trip_and_overwrite(journal: Journal, location: str) -> None
     assert Journal(location, make_options(location)).state.read() == JournalState(6, 6)
 
 
-class _GhostListingStore(HookedStore):
-    """A real store whose LIST still shows keys deleted within the lag (``ghosts``), as a
-    listing that lags a delete."""
-
-    def __init__(self, inner: Any, ghosts: list[str]) -> None:
-        super().__init__(inner)
-        self.ghosts = ghosts
-
-    def list(self, prefix: str) -> list[str]:
-        return sorted({*super().list(prefix), *(g for g in self.ghosts if g.startswith(prefix))})
-
-
 def test_state_markers_a_lagging_listing_still_shows_count_only_once_read(
     journal_location: str,
 ) -> None:
@@ -62,12 +49,12 @@ def test_state_markers_a_lagging_listing_still_shows_count_only_once_read(
     ghosts = old.store.list("state")
     old.store.delete_many(ghosts)
 
-    deleted = Journal(journal_location, options, store=_GhostListingStore(old.store, ghosts))
+    deleted = Journal(journal_location, options, store=GhostListingStore(old.store, ghosts))
     assert deleted.state.read().planned_batch == 0
     assert deleted.state.read().acked_batch == 0
 
     # A newer marker that exists beside a listed one that is gone: the newest that exists.
-    again = Journal(journal_location, options, store=_GhostListingStore(old.store, ghosts))
+    again = Journal(journal_location, options, store=GhostListingStore(old.store, ghosts))
     again.state.write(JournalState(planned_batch=2, acked_batch=1))
     state = again.state.read()
     assert (state.planned_batch, state.acked_batch) == (2, 1)

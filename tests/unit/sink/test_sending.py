@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import random
-import threading
-import time
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
 from botocore.stub import ANY, Stubber
 
 from spark_sqs.errors import QueueNotFoundError
 from spark_sqs.sink.errors import SinkSendError
 from spark_sqs.sink.rows import Entry
 from spark_sqs.sink.sending import Sender
-from tests.fakes import stub_sqs_client
+from tests.fakes import FakeFifoSqs, stub_sqs_client
 
 URL = "https://sqs.us-east-1.amazonaws.com/123456789012/q"
 FIFO_URL = URL + ".fifo"
@@ -145,55 +141,6 @@ def test_a_missing_queue_fails_at_once():
         )
         with pytest.raises(QueueNotFoundError):
             _sender(client).send(_entries(3))
-
-
-class FakeFifoSqs:
-    """A FIFO queue's SendMessageBatch: slow calls, random per-entry and whole-call failures.
-    Records the order in which each group's messages were accepted, and what was in flight."""
-
-    def __init__(self, fail_rate: float, seed: int) -> None:
-        self.random = random.Random(seed)
-        self.fail_rate = fail_rate
-        self.lock = threading.Lock()
-        self.accepted: dict[str, list[int]] = {}
-        self.in_flight_groups: set[str] = set()
-        self.overlap: list[str] = []
-        self.max_concurrent = 0
-        self.concurrent = 0
-        self.calls: list[list[str]] = []
-
-    def send_message_batch(self, QueueUrl: str, Entries: list[dict]) -> dict:  # noqa: N803
-        groups = [e["MessageGroupId"] for e in Entries]
-        assert len(groups) == len(set(groups)), "one entry per group per call"
-        with self.lock:
-            self.calls.append(groups)
-            self.overlap.extend(g for g in groups if g in self.in_flight_groups)
-            self.in_flight_groups.update(groups)
-            self.concurrent += 1
-            self.max_concurrent = max(self.max_concurrent, self.concurrent)
-            call_fails = self.random.random() < self.fail_rate
-            fails = [self.random.random() < self.fail_rate for _ in Entries]
-        time.sleep(0.002)
-        try:
-            if call_fails:
-                raise ClientError(
-                    {"Error": {"Code": "ThrottlingException"}, "ResponseMetadata": {}},
-                    "SendMessageBatch",
-                )
-            ok, failed = [], []
-            with self.lock:
-                for entry, fail in zip(Entries, fails, strict=True):
-                    if fail:
-                        failed.append({"Id": entry["Id"], "Code": "InternalError"})
-                    else:
-                        n = int(entry["MessageBody"][1:])
-                        self.accepted.setdefault(entry["MessageGroupId"], []).append(n)
-                        ok.append({"Id": entry["Id"]})
-            return {"Successful": ok, "Failed": failed}
-        finally:
-            with self.lock:
-                self.in_flight_groups.difference_update(groups)
-                self.concurrent -= 1
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -12,7 +12,6 @@ request is read from the request itself (its ``Authorization`` header) against m
 from __future__ import annotations
 
 import sys
-import textwrap
 import types
 from pathlib import Path
 
@@ -25,25 +24,9 @@ from spark_sqs.errors import InvalidOptionError, SqsAccessError
 from spark_sqs.options import SqsOptions
 from spark_sqs.sink.options import SinkOptions
 from tests.factories import QUEUE_URL, make_options
+from tests.fakes import install_databricks_service_credentials
 
 SERVICE_KEY = "AKIASERVICECREDENTIAL"
-
-STAND_IN = '''
-"""Stand-in for Databricks' databricks.service_credentials (the documented UDF API only)."""
-import botocore.session
-
-CALLS = []
-KNOWN = {"sqs-orders": ("AKIASERVICECREDENTIAL", "service-secret")}
-
-
-def getServiceCredentialsProvider(name):
-    CALLS.append(name)
-    if name not in KNOWN:
-        raise PermissionError(f"service credential {name} does not exist or no ACCESS")
-    session = botocore.session.Session()
-    session.set_credentials(*KNOWN[name])
-    return session
-'''
 
 
 @pytest.fixture
@@ -57,16 +40,7 @@ def aws(monkeypatch: pytest.MonkeyPatch):
 
 @pytest.fixture
 def udf_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
-    package = tmp_path / "databricks"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "service_credentials.py").write_text(textwrap.dedent(STAND_IN))
-    for name in ("databricks", "databricks.service_credentials"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    import databricks.service_credentials as module
-
-    yield module
+    yield install_databricks_service_credentials(tmp_path, monkeypatch)
     for name in ("databricks", "databricks.service_credentials"):
         sys.modules.pop(name, None)
 
