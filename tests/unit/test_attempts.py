@@ -1,7 +1,9 @@
-"""Exactly-once under every attempt Spark may run (issue 13), on a local journal and on an
-``s3://`` journal against moto's S3 server: concurrent attempts of one receiver, stragglers
+"""Exactly-once under every attempt Spark may run, on a local journal and on an ``s3://``
+journal against moto's S3 server: concurrent attempts of one receiver, stragglers
 after acknowledgement, unknown-outcome journal writes, retried ``deleteAfterJournal`` tasks,
-crash-interrupted orphan adoption, and executors that cannot see the driver's journal."""
+crash-interrupted orphan adoption, and executors that cannot see the driver's journal. A
+behaviour of the receiver, the coordinator and the journal together, driven through the real
+driver and receivers, so no single module's test file is theirs."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Poison batches (spark_sqs/journal/, driver/ and executor/poison.py): attempt counting,
 narrowing, idempotent quarantine, release. Journal on a tmp dir; SQS in-process (moto's
-mock_aws)."""
+mock_aws). One decision spread over three modules, so one file here beside the
+modules' own tests."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Batch deletes / visibility changes (BatchCaller) and cumulative acknowledgement."""
+"""The driver's acknowledgement (spark_sqs/acknowledgement/acknowledger.py): cumulative
+acknowledgement, settlement from the next batch's reports, the lease and the heartbeat around
+it; and the batched deletes and visibility changes it sends (``BatchCaller``,
+spark_sqs/sqs/batching.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Acknowledgement on the executors (issue 14): the receivers of batch N+1 delete batch N's
-messages, and the driver's work per batch does not grow with the number of messages. Driven
-through the real driver and receivers, on a local journal whose requests are counted."""
+"""Acknowledgement on the executors (spark_sqs/acknowledgement/assigned.py): the receivers of
+batch N+1 delete batch N's messages, and the driver's work per batch does not grow with the
+number of messages. Driven through the real driver and receivers, on a local journal whose
+requests are counted."""
 
 from __future__ import annotations
 

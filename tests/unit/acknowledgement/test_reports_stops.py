@@ -1,5 +1,6 @@
 """Why receivers stopped receiving, from their journal entries to their batch's metrics:
-carried by the acknowledgement reports (acknowledgement/reports.py)."""
+carried by the acknowledgement reports (spark_sqs/acknowledgement/reports.py; the reports' own
+records are tested in test_reports.py)."""
 
 from __future__ import annotations
 

@@ -7,9 +7,10 @@ reader of ``spark_sqs/source.py``), driven through the call orders Spark uses, w
 write, ``commit`` of the previous batch, ``partitions(start, end)``, the tasks (``read`` on
 pickled partitions) and the commit log; and, on restart, the replay of a logged but uncommitted
 batch with ``partitions`` alone. SQS, the journal store and the clock are the in-memory
-simulations of sim/. What ``tests/unit/test_source_planning.py``, ``test_attempts.py`` (a
-replay's stored plan, orphan adoption interrupted by a crash) and ``test_scale_out.py``
-(acknowledgement by the next batch's receivers) check on ``Coordinator`` alone is not repeated.
+simulations of sim/. What ``test_coordinator_replay.py`` beside this file,
+``tests/unit/test_attempts.py`` (a replay's stored plan, orphan adoption interrupted by a crash)
+and ``tests/unit/acknowledgement/test_assigned.py`` (acknowledgement by the next batch's
+receivers) check on ``Coordinator`` alone is not repeated.
 """
 
 from __future__ import annotations

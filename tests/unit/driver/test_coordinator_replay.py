@@ -1,5 +1,6 @@
-"""The driver's planning of a batch that is replayed after a crash (``Coordinator.plan``), on a
-real journal and a fake SQS client."""
+"""The driver's planning of a batch that is replayed after a crash (``Coordinator.plan`` of
+spark_sqs/driver/coordinator.py), on a real journal and a fake SQS client; test_coordinator.py
+drives the coordinator through Spark's call orders."""
 
 from __future__ import annotations
 

@@ -997,7 +997,7 @@ def test_a_batch_forgotten_during_an_extension_stays_forgotten() -> None:
 
 def test_a_batch_planned_now_is_not_read_until_it_could_need_extending() -> None:
     # A batch acknowledged well within its visibility timeout costs the heartbeat nothing: no
-    # journal read, no SQS call (issue 14: no per-message work on the driver).
+    # journal read, no SQS call: no per-message work on the driver.
     world = World()
     hb = world.heartbeat
     world.watch(1, planned=True)
@@ -1139,7 +1139,7 @@ def test_the_driver_extends_by_the_floor_unless_messages_must_come_back(
 
 
 def test_an_entry_its_receiver_extended_is_read_only_once_its_marker_reach_nears() -> None:
-    """Issue 14: a receiver extended its own entry and recorded it in a marker: the heartbeat
+    """A receiver extended its own entry and recorded it in a marker: the heartbeat
     costs nothing for it until the marker's reach (the planning time plus the plan's
     extend_by, on the driver's clock) nears, and still keeps it invisible after. Receiver 1
     died between journaling and its marker (or its extension failed): the heartbeat reads and

@@ -1,4 +1,5 @@
-"""Several queues in one stream: option parsing, spreading receivers by backlog, plans that
+"""Several queues in one stream (spark_sqs/driver/queues.py, and the acknowledgement's deletes by
+queue): option parsing, spreading receivers by backlog, plans that
 record each receiver's queue, and deletes/visibility changes sent to each message's own queue."""
 
 from __future__ import annotations

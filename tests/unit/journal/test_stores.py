@@ -1,5 +1,6 @@
-"""The journal over its stores, local and on S3: files, permissions, pickling, retries. Each
-record kind has its test_journal_<kind>.py."""
+"""The journal over its stores (spark_sqs/journal/stores.py), local and on S3: files,
+permissions, pickling, retries. Each record kind of spark_sqs/journal/ has its test_<kind>.py
+beside this file."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Input checks, row conversion and deduplication ids of the SQS sink, and its options."""
+"""Input checks, row conversion and deduplication ids of the SQS sink (spark_sqs/sink/rows.py),
+and its options (sink/options.py) and commit messages (sink/writer.py)."""
 
 from __future__ import annotations
 
