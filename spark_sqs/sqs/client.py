@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import boto3
-import botocore
 import botocore.session
 from botocore.config import Config
 from botocore.exceptions import (
@@ -84,11 +83,12 @@ class SqsClient(Protocol):
 
 # botocore rebuilds its default User-Agent twice for every request (about a tenth of the CPU of
 # a ReceiveMessage of 10 messages, most of it sanitising the same components again); a fixed
-# header is joined from these strings instead. It names the same SDK, language and versions,
-# without botocore's per-request feature codes.
+# header is joined from these strings instead (boto3's session appends ``Botocore/<version>``,
+# the clients ``spark-sqs``): the same SDK, language and versions, without botocore's
+# per-request feature codes.
 USER_AGENT = (
-    f"Boto3/{boto3.__version__} md/Botocore#{botocore.__version__} "
-    f"lang/python#{platform.python_version()} md/pyimpl#{platform.python_implementation()}"
+    f"Boto3/{boto3.__version__} lang/python#{platform.python_version()} "
+    f"md/pyimpl#{platform.python_implementation()}"
 )
 
 
