@@ -18,8 +18,8 @@ How: moto runs as a threaded HTTP server in this process (Spark's executors reac
 
 ``python -m bench.receiver_memory [--caps 16m,64m] [--receivers 2] [--batches 2] [--quick]``
 writes ``bench/results/receiver-memory.json`` and ``receiver-memory.md``. RSS is reported,
-never asserted (tests/unit/test_receiver.py and test_memory.py assert the deterministic bounds:
-bytes received per receiver, bytes read for receipts).
+never asserted (tests/unit/executor/test_receiver.py and tests/unit/test_memory.py assert the
+deterministic bounds: bytes received per receiver, bytes read for receipts).
 """
 
 from __future__ import annotations

@@ -1,18 +1,29 @@
-"""Test doubles shared by the tests: a clock that moves only when told, a scripted SQS client
-(and one that models SQS's visibility rules), an in-memory journal of receipts, and a journal
-store that runs hooks around a real one."""
+"""Test doubles shared by the tests, each once (the builders of test data are in
+tests/factories.py): a clock that moves only when told; SQS clients (scripted receives, SQS's
+visibility rules, a FIFO queue's sends); an in-memory journal of receipts and in-memory or hooked
+journal stores, some of which misbehave as real stores may (listings that lag, a create that
+ignores existence, a key an executor does not see); and a stand-in for Databricks' service
+credentials, which cannot run here. A double that only one test needs and that is part of
+what that test says stays in the test."""
 
 from __future__ import annotations
 
+import random
+import sys
+import textwrap
+import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from spark_sqs.journal import EntryReceipts, JournalStore
-from tests.unit.factories import QUEUE_URL, sqs_message
+from tests.factories import QUEUE_URL, sqs_message
 
 Hook = Callable[[str, str], None]
 
@@ -429,3 +440,141 @@ class CreateIgnoresExistenceStore(HookedStore):
         self.calls.append(("create", key))
         self.inner.put(key, data)
         return True
+
+
+class FakeFifoSqs:
+    """A FIFO queue's SendMessageBatch: slow calls, random per-entry and whole-call failures.
+    Records the order in which each group's messages were accepted, and what was in flight."""
+
+    def __init__(self, fail_rate: float, seed: int) -> None:
+        self.random = random.Random(seed)
+        self.fail_rate = fail_rate
+        self.lock = threading.Lock()
+        self.accepted: dict[str, list[int]] = {}
+        self.in_flight_groups: set[str] = set()
+        self.overlap: list[str] = []
+        self.max_concurrent = 0
+        self.concurrent = 0
+        self.calls: list[list[str]] = []
+
+    def send_message_batch(self, QueueUrl: str, Entries: list[dict]) -> dict:  # noqa: N803
+        groups = [e["MessageGroupId"] for e in Entries]
+        assert len(groups) == len(set(groups)), "one entry per group per call"
+        with self.lock:
+            self.calls.append(groups)
+            self.overlap.extend(g for g in groups if g in self.in_flight_groups)
+            self.in_flight_groups.update(groups)
+            self.concurrent += 1
+            self.max_concurrent = max(self.max_concurrent, self.concurrent)
+            call_fails = self.random.random() < self.fail_rate
+            fails = [self.random.random() < self.fail_rate for _ in Entries]
+        time.sleep(0.002)
+        try:
+            if call_fails:
+                raise ClientError(
+                    {"Error": {"Code": "ThrottlingException"}, "ResponseMetadata": {}},
+                    "SendMessageBatch",
+                )
+            ok, failed = [], []
+            with self.lock:
+                for entry, fail in zip(Entries, fails, strict=True):
+                    if fail:
+                        failed.append({"Id": entry["Id"], "Code": "InternalError"})
+                    else:
+                        n = int(entry["MessageBody"][1:])
+                        self.accepted.setdefault(entry["MessageGroupId"], []).append(n)
+                        ok.append({"Id": entry["Id"]})
+            return {"Successful": ok, "Failed": failed}
+        finally:
+            with self.lock:
+                self.in_flight_groups.difference_update(groups)
+                self.concurrent -= 1
+
+
+class FlakyJournal(FakeJournal):
+    """Raises on the first entry read; signals once a later tick got through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+        self.recovered = threading.Event()
+        self.threads: set[threading.Thread] = set()
+
+    def read_receipts(self, batch: int, receiver: int) -> EntryReceipts | None:
+        self.threads.add(threading.current_thread())
+        self.calls += 1
+        if self.calls == 1:
+            raise OSError("journal store unreachable (injected)")
+        if self.calls >= 3:
+            self.recovered.set()
+        return super().read_receipts(batch, receiver)
+
+
+class GhostListingStore(HookedStore):
+    """A real store whose LIST still shows keys deleted within the lag (``ghosts``), as a
+    listing that lags a delete."""
+
+    def __init__(self, inner: Any, ghosts: list[str]) -> None:
+        super().__init__(inner)
+        self.ghosts = ghosts
+
+    def list(self, prefix: str) -> list[str]:
+        return sorted({*super().list(prefix), *(g for g in self.ghosts if g.startswith(prefix))})
+
+
+class BlindStore:
+    """A store on which one key reads as absent, by key and by range: an executor that does not
+    see what the driver wrote (another mount, a lagging store)."""
+
+    def __init__(self, inner: Any, hidden: str) -> None:
+        self.inner, self.hidden = inner, hidden
+
+    def read(self, key: str) -> bytes | None:
+        return None if key == self.hidden else self.inner.read(key)
+
+    def open_random(self, key: str) -> Any:
+        # Ranged reads (entries' receipt columns) miss it too.
+        return None if key == self.hidden else self.inner.open_random(key)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+# -- Databricks ----------------------------------------------------------------------------------
+
+# Databricks' service-credential provider cannot run here (it exists only on a Databricks
+# runtime): this module implements exactly the UDF API Databricks documents and nothing more;
+# nothing here ran on Databricks.
+DATABRICKS_SERVICE_CREDENTIALS = '''
+"""Stand-in for Databricks' databricks.service_credentials (the documented UDF API only)."""
+import botocore.session
+
+CALLS = []
+KNOWN = {"sqs-orders": ("AKIASERVICECREDENTIAL", "service-secret")}
+
+
+def getServiceCredentialsProvider(name):
+    CALLS.append(name)
+    if name not in KNOWN:
+        raise PermissionError(f"service credential {name} does not exist or no ACCESS")
+    session = botocore.session.Session()
+    session.set_credentials(*KNOWN[name])
+    return session
+'''
+
+
+def install_databricks_service_credentials(directory: Path, monkeypatch: Any) -> ModuleType:
+    """A stand-in for Databricks' ``databricks.service_credentials`` module, which cannot run
+    here: ``getServiceCredentialsProvider(name)`` as Databricks documents it (a botocore session
+    for a known name, ``PermissionError`` otherwise), written under ``directory`` and importable
+    for the rest of the test (``monkeypatch`` puts it on ``sys.path``)."""
+    package = directory / "databricks"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "service_credentials.py").write_text(textwrap.dedent(DATABRICKS_SERVICE_CREDENTIALS))
+    for name in ("databricks", "databricks.service_credentials"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.syspath_prepend(str(directory))
+    import databricks.service_credentials as module  # type: ignore[import-not-found]
+
+    return module

@@ -1,8 +1,8 @@
-"""The driver benchmark's deterministic counts (issue 14): tiny points through ``bench.driver``.
+"""The driver benchmark's deterministic counts: tiny points through ``bench.driver``.
 
 Each point runs the reader's driver-side calls in this process and ``read`` in worker processes,
 against the stub SQS and moto's S3 in their own processes, exactly as ``make bench-driver`` does.
-Only counts are asserted, never times. Two targets of issue 14 failed on the code before the
+Only counts are asserted, never times. Two of its targets failed on the code before the
 acknowledgement moved to the executors (they were ``xfail(strict=True)`` then): the pickled
 partition does not grow with the drop set, and the driver reads an entry in at most 2 requests.
 

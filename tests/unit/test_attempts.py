@@ -1,7 +1,9 @@
-"""Exactly-once under every attempt Spark may run (issue 13), on a local journal and on an
-``s3://`` journal against moto's S3 server: concurrent attempts of one receiver, stragglers
+"""Exactly-once under every attempt Spark may run, on a local journal and on an ``s3://``
+journal against moto's S3 server: concurrent attempts of one receiver, stragglers
 after acknowledgement, unknown-outcome journal writes, retried ``deleteAfterJournal`` tasks,
-crash-interrupted orphan adoption, and executors that cannot see the driver's journal."""
+crash-interrupted orphan adoption, and executors that cannot see the driver's journal. A
+behaviour of the receiver, the coordinator and the journal together, driven through the real
+driver and receivers, so no single module's test file is theirs."""
 
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import BatchPlan, Journal, JournalState, ReceiverPlan, open_store
 from spark_sqs.options import SqsOptions
 from spark_sqs.schema import messages_to_table
+from tests.factories import QUEUE_URL, make_options, sqs_message
 from tests.fakes import FakeSqs, HookedStore
-from tests.unit.factories import QUEUE_URL, make_options, sqs_message
 
 REGION = "us-east-1"
 

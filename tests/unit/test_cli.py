@@ -10,7 +10,7 @@ import pytest
 from spark_sqs.cli import main
 from spark_sqs.journal import BatchPlan, Journal, JournalState, ReceiverPlan
 from spark_sqs.schema import messages_to_table
-from tests.unit.factories import make_options, sqs_message
+from tests.factories import make_options, sqs_message
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""The documented option table is the option table the code accepts, word for word."""
+"""The docs say what the code does: the documented option table is the option table the code
+accepts, word for word, and every test the docs cite exists."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from spark_sqs.options import (
     render_markdown,
     rewrite_markdown,
 )
+from tests import REPO
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "options.md"
+DOC = REPO / "docs" / "options.md"
 
 
 def test_docs_option_table_is_the_rendered_option_table() -> None:
@@ -64,3 +66,66 @@ def test_rewrite_refuses_a_file_without_markers() -> None:
         rewrite_markdown(DOC.read_text().replace(MARKDOWN_END, ""))
     with pytest.raises(ValueError, match="markers"):
         rewrite_markdown(DOC.read_text().replace(MARKDOWN_BEGIN, ""))
+
+
+# -- tests the docs cite -------------------------------------------------------------------------
+
+TESTS = REPO / "tests"
+# `tests/unit/x/test_y.py`, `tests/unit/x/test_y.py::test_z`, or the short forms of the crash
+# tables, `x/test_y::test_z…` and `test_y` (a file) or `test_z` (a test), where … stands for
+# words left out.
+CITATION = re.compile(r"(?<![\w/.-])((?:tests/)?(?:\w+/)*test_\w+(?:\.py)?)(?:::([\w…]+))?")
+
+
+def _test_names(path: Path) -> set[str]:
+    return set(re.findall(r"^\s*def (test_\w+)\(", path.read_text(), re.MULTILINE))
+
+
+def cited_tests(text: str) -> list[tuple[str, str | None]]:
+    """The tests that ``text`` cites in code spans: (file or test, name pattern or None)."""
+    spans = re.findall(r"`([^`\n]+)`", text)
+    return [(m.group(1), m.group(2)) for span in spans for m in CITATION.finditer(span)]
+
+
+def unresolved(citations: list[tuple[str, str | None]]) -> list[str]:
+    files = sorted(TESTS.rglob("test_*.py"))
+    every_name = set().union(*(_test_names(f) for f in files))
+    missing = []
+    for cited, name in citations:
+        stem = cited.removesuffix(".py")
+        if stem.startswith("tests/"):
+            candidates = [f for f in files if f == REPO / f"{stem}.py"]
+        else:
+            candidates = [f for f in files if f.with_suffix("").as_posix().endswith(f"/{stem}")]
+        if name is None:
+            # A bare `test_x`: a test file or a test function of that name.
+            if not candidates and stem not in every_name:
+                missing.append(cited)
+            continue
+        pattern = re.compile(".*".join(re.escape(part) for part in name.split("…")))
+        if not any(pattern.fullmatch(t) for f in candidates for t in _test_names(f)):
+            missing.append(f"{cited}::{name}")
+    return missing
+
+
+def test_every_test_the_docs_cite_exists() -> None:
+    texts = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    missing = {
+        doc.name: found for doc in texts if (found := unresolved(cited_tests(doc.read_text())))
+    }
+    assert missing == {}
+
+
+def test_a_citation_of_a_moved_or_renamed_test_is_caught() -> None:
+    assert unresolved(cited_tests("`tests/unit/test_receiver.py`")) == [
+        "tests/unit/test_receiver.py"
+    ]
+    assert unresolved(cited_tests("`executor/test_receiver::test_no_such…`")) == [
+        "executor/test_receiver::test_no_such…"
+    ]
+    assert unresolved(cited_tests("`test_scale_out::test_a…`, `test_nothing_like_it`")) == [
+        "test_scale_out::test_a…",
+        "test_nothing_like_it",
+    ]
+    found = "`executor/test_receiver::…replay_yields_identical…`, `tests/unit/test_docs.py`"
+    assert unresolved(cited_tests(found)) == []

@@ -24,8 +24,8 @@ from spark_sqs.journal import (
     window,
 )
 from spark_sqs.schema import messages_to_table
+from tests.factories import FIFO_QUEUE_URL, QUEUE_URL, make_options, sqs_message
 from tests.fakes import FakeSqs, HookedStore
-from tests.unit.factories import FIFO_QUEUE_URL, QUEUE_URL, make_options, sqs_message
 
 NOW = 1_700_000_000.0
 

@@ -19,8 +19,8 @@ from spark_sqs.lag import (
     message_ages_ms,
     read_lag,
 )
+from tests.factories import SENT_MS, sqs_message
 from tests.fakes import MemoryStore
-from tests.unit.factories import SENT_MS, sqs_message
 
 
 def test_ages_are_measured_from_sent_timestamp_and_never_negative() -> None:

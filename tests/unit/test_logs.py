@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from spark_sqs import logs
-from tests.unit.factories import make_options
+from tests.factories import make_options
 
 
 @pytest.fixture

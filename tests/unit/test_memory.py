@@ -1,6 +1,8 @@
 """The memory bound of the journal's readers and writers: receipts read without the bodies,
 entries written and adopted one part at a time. Deterministic counts (bytes and requests the
-store served, Python allocations while reading), on a local and an ``s3://`` journal (moto)."""
+store served, Python allocations while reading), on a local and an ``s3://`` journal (moto). A bound
+that spans journal/stores.py (ranged reads), journal/entries.py (parts), schema.py (slices) and
+executor/memory.py (the heap handed back), so no single module's test file is its home."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import pytest
 from spark_sqs.journal import ID_COLUMNS, Journal, S3Store
 from spark_sqs.journal.stores import READ_AHEAD, TAIL_BYTES, RangedObject
 from spark_sqs.schema import messages_to_table, output_batches
-from tests.unit.factories import QUEUE_URL, make_options, sqs_message
+from tests.factories import QUEUE_URL, make_options, sqs_message
 
 KIB64 = "x" * (64 << 10)
 

@@ -10,7 +10,7 @@ import pytest
 from spark_sqs.connection import AwsCredentials, Connection
 from spark_sqs.errors import InvalidOptionError
 from spark_sqs.options import OPTIONS, OptionSpec, SqsOptions
-from tests.unit.factories import QUEUE_URL
+from tests.factories import QUEUE_URL
 
 URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders"
 JOURNAL = "/data/journals/orders"

@@ -1,6 +1,7 @@
 """Poison batches (spark_sqs/journal/, driver/ and executor/poison.py): attempt counting,
 narrowing, idempotent quarantine, release. Journal on a tmp dir; SQS in-process (moto's
-mock_aws)."""
+mock_aws). One decision spread over three modules, so one file here beside the
+modules' own tests."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from spark_sqs.executor import poison as executor_poison
 from spark_sqs.journal import BatchPlan, Journal, JournalState, ReceiverPlan
 from spark_sqs.journal import poison as records
 from spark_sqs.schema import messages_to_table
-from tests.unit.factories import QUEUE_URL, make_options, sqs_message
+from tests.factories import QUEUE_URL, make_options, sqs_message
 
 DLQ_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq"
 

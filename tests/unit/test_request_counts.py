@@ -1,7 +1,9 @@
 """What the journal costs per micro-batch: S3 requests by kind, counted on moto's S3 server
 while the real driver (``Coordinator``) and receivers (``read_partition``) run steady-state
 batches where nothing goes wrong. Start-up (the probe, the lease, the first batches) and
-work on timers (the heartbeat, lease renewals) are not counted: they do not grow per batch."""
+work on timers (the heartbeat, lease renewals) are not counted: they do not grow per batch. A
+cost of the driver, the receivers and the journal together, so no single module's test file is
+its home."""
 
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import Journal
 from spark_sqs.journal.stores import S3Store
+from tests.factories import QUEUE_URL, make_options, sqs_message
 from tests.fakes import FakeSqs
-from tests.unit.factories import QUEUE_URL, make_options, sqs_message
 
 # Each S3 operation as the kind of request it is billed as.
 KINDS = {

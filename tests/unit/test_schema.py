@@ -18,7 +18,7 @@ from spark_sqs.schema import (
     messages_to_table,
     output_batches,
 )
-from tests.unit.factories import FIFO_QUEUE_URL, QUEUE_URL, SENT_MS, sqs_message
+from tests.factories import FIFO_QUEUE_URL, QUEUE_URL, SENT_MS, sqs_message
 
 UTC = timezone.utc
 SENT = datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=UTC)
