@@ -201,7 +201,7 @@ def _sent_requests(client) -> list:
 
 def test_receivers_client_sends_requests_unchecked_with_a_fixed_user_agent(monkeypatch) -> None:
     from spark_sqs.sqs import client as module
-    from tests.unit.factories import make_options
+    from tests.factories import make_options
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
@@ -223,7 +223,7 @@ def test_other_clients_keep_botocore_parameter_checks(monkeypatch) -> None:
     from botocore.exceptions import ParamValidationError
 
     from spark_sqs.sqs.client import USER_AGENT, make_client
-    from tests.unit.factories import make_options
+    from tests.factories import make_options
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
