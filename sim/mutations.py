@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import spark_sqs.executor.receiver as receiver
 from sim.spark import UNKIND, run_seed
 from sim.sweep import Variant
 from spark_sqs.acknowledgement import deletes
@@ -30,7 +29,7 @@ from spark_sqs.driver import offsets
 from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.driver.flow_control import FlowControl
 from spark_sqs.errors import JournalError, JournalOutcomeUnknown
-from spark_sqs.executor import duplicates
+from spark_sqs.executor import duplicates, filtering, journaling, parts
 from spark_sqs.journal.batches import Batches, batch_dir
 from spark_sqs.journal.entries import _PART, Entries
 from spark_sqs.journal.lease import Lease, LeaseRecord
@@ -62,7 +61,7 @@ def _replan_every_time() -> contextlib.AbstractContextManager[None]:
 
 def _loser_releases_everything() -> contextlib.AbstractContextManager[None]:
     """Hole 2: the attempt that loses the entry releases all it received."""
-    return patched(receiver, "_without", lambda table, ids: table)
+    return patched(journaling, "without", lambda table, ids: table)
 
 
 def _unknown_outcome_releases() -> contextlib.AbstractContextManager[None]:
@@ -87,13 +86,13 @@ def _no_straggler_check() -> contextlib.AbstractContextManager[None]:
 def _parts_not_filtered() -> contextlib.AbstractContextManager[None]:
     """Hole 4: a retried deleteAfterJournal attempt filters only the plan's drop ids, not what
     its own earlier parts journaled."""
-    original = receiver._receive_parts
+    original = parts._receive_parts
 
-    def receive_parts(journal, client, partition, drop_ids, earlier, clocks, plan=None):  # type: ignore[no-untyped-def]
+    def receive_parts(journal, client, partition, drops, earlier, clocks, plan):  # type: ignore[no-untyped-def]
         blind = [(k, t.slice(0, 0)) for k, t in earlier]
-        return original(journal, client, partition, drop_ids, blind, clocks, plan)
+        return original(journal, client, partition, drops, blind, clocks, plan)
 
-    return patched(receiver, "_receive_parts", receive_parts)
+    return patched(parts, "_receive_parts", receive_parts)
 
 
 def _adoption_renumbers() -> contextlib.AbstractContextManager[None]:
@@ -178,7 +177,7 @@ def _not_held_elsewhere() -> contextlib.AbstractContextManager[None]:
     """The defence that masks both hole-2 mutations and the window's segment written after its
     delete: a receiver drops (and deletes) messages that other entries and parts of the batch
     or pending batches hold."""
-    return patched(receiver, "_held_elsewhere", lambda *args, **kwargs: frozenset())
+    return patched(filtering, "_held_elsewhere", lambda *args, **kwargs: frozenset())
 
 
 def _both(*mutations: Callable[[], Any]) -> Callable[[], contextlib.AbstractContextManager[None]]:
@@ -233,7 +232,7 @@ def _parts_from_a_listing() -> contextlib.AbstractContextManager[None]:
 def _stale_handles_journaled() -> contextlib.AbstractContextManager[None]:
     """Stalls: a receiver journals what it received however long ago, without asking SQS
     whether its handles are still its own."""
-    return patched(receiver, "_still_held", lambda client, part, messages, *a: (messages, 0))
+    return patched(journaling, "_still_held", lambda client, part, messages, *a: (messages, 0))
 
 
 def _liveness_by_the_owner_s_clock() -> contextlib.AbstractContextManager[None]:

@@ -174,7 +174,7 @@ class Coordinator:
         up to the newest planned whose plan (or carry record) exists, with its receivers. A
         LIST finds the rest only to remove it: files of acknowledged or adopted batches whose
         removal a crash cut short, and entries that attempts of such batches wrote afterwards
-        (see executor/receiver.py). None of them holds a message that must still be
+        (see executor/journaling.py and parts.py). None of them holds a message that must still be
         delivered, so they are removed, never adopted; a listing that misses some only leaves
         them for a later start."""
         pending: dict[int, tuple[int, ...]] = {}

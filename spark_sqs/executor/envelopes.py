@@ -235,7 +235,7 @@ def message_bytes(message: Mapping[str, Any], options: SqsOptions) -> int:
     message and system attributes, its id and receipt handle (UTF-8, as SQS counts a body),
     and with ``extendedPayloads`` the payload its pointer names, at the size its sender
     declared (``declared_payload_size``), since the payload is fetched only after receiving.
-    The receive loop's memory bound counts this (executor/receiver.py)."""
+    The receive loop's memory bound counts this (executor/receiving.py)."""
     size = sum(
         _text_bytes(message.get(k)) for k in ("MessageId", "ReceiptHandle", "Body", "MD5OfBody")
     )

@@ -1,6 +1,7 @@
 """Poison batches on executors: counting the attempts that read a batch, refusing a batch that
 failed too often (``poisonMessagePolicy=fail``) and delivering only what a narrowed batch keeps.
-Runs on: executors (the hooks of ``read_partition``).
+Runs on: executors (the hooks of ``read_partition``). The receiver's poison decisions are all
+here: ``on_replay`` on a replay, ``first_attempt`` in each entry it journals.
 
 The records and the whole mechanism are described in ``spark_sqs.journal.poison``; the driver's
 side (narrowing, quarantine, release) is ``spark_sqs.driver.poison``.
@@ -46,6 +47,12 @@ def attempt_key(run: str) -> str:
     stage_attempt = getattr(context, "stageAttemptNumber", None)
     stage = stage_attempt() if callable(stage_attempt) else 0
     return f"{run or 'norun'}-s{stage}-t{context.attemptNumber()}"
+
+
+def first_attempt(partition: ReceiverPartition) -> dict[bytes, bytes]:
+    """The metadata a new entry records of the attempt that journals it: the first attempt is
+    counted by its entry, at no extra write (``on_replay`` counts it)."""
+    return {records.FIRST_ATTEMPT: attempt_key(partition.run).encode()}
 
 
 def record_attempt(journal: Journal, batch: int, receiver: int, key: str, step: int) -> None:

@@ -77,7 +77,7 @@ DROPPED = b"spark_sqs.dropped"
 # Number of those that copied a message acknowledged within duplicateWindow (journal/window.py).
 WINDOW_DROPPED = b"spark_sqs.windowDropped"
 # Number of messages received and then not journaled because their handle had expired while
-# the receiver stalled (executor/receiver.py ``_still_held``).
+# the receiver stalled (executor/journaling.py ``_still_held``).
 EXPIRED_DROPPED = b"spark_sqs.expiredDropped"
 # duplicateAttribute: JSON list of the window keys of the entry's rows' attribute values.
 WINDOW_KEYS = b"spark_sqs.windowKeys"

@@ -37,11 +37,11 @@ class ReceiverPlan:
     queue: str | None = None
     # Its part of the messages the driver saw visible in its queue when it planned the batch
     # (driver/planning.py ``visible_parts``): the receiver counts itself caught up once it has
-    # received that many and a margin (executor/receiver.py). None: no count (a plan written
+    # received that many and a margin (executor/receiving.py). None: no count (a plan written
     # before counts were recorded, or planned before any poll answered): no such bound.
     visible: int | None = None
     # The receiver's memory bound in bytes (maxBytesPerReceiver, or its share of
-    # maxBytesPerTrigger): it stops receiving once it holds this much (executor/receiver.py).
+    # maxBytesPerTrigger): it stops receiving once it holds this much (executor/receiving.py).
     # None: a plan written before byte limits, which replays as it was planned, without one.
     max_bytes: int | None = None
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 # The key of an entry's metadata that holds its receiver's stop reason.
 STOPPED_BY = b"spark_sqs.stoppedBy"
-# Why a receiver stopped receiving (executor/receiver.py ``receive_messages``): logged,
+# Why a receiver stopped receiving (executor/receiving.py ``receive_messages``): logged,
 # recorded in its entry (``STOPPED_BY``) and counted in its batch's metrics (``receiveStops``).
 STOP_LIMIT = "limit"  # its share of the batch's limit
 STOP_EMPTY = "empty receive"

@@ -20,7 +20,7 @@ Keys::
     window/<expires>-<N>-merged.arrow               the r-segments of <N>, merged by one
                                                     receiver of the next batch (the one its
                                                     stored plan puts at <N> modulo the
-                                                    receivers: executor/receiver.py)
+                                                    receivers: executor/filtering.py)
 
 ``<expires>`` is the epoch second after which the ids may be forgotten, first in the key so that
 expiry and collection read key names only. A segment stores no id itself: two unsigned 64-bit

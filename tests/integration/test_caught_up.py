@@ -14,7 +14,7 @@ from tests import helpers
 
 pytestmark = pytest.mark.integration
 
-# What ends a receiver that has caught up (executor/receiver.py); never the time budget or the
+# What ends a receiver that has caught up (executor/receiving.py); never the time budget or the
 # share of maxMessagesPerTrigger, the outer limits.
 CAUGHT_UP = {"empty receive", "caught up", "long poll waited", "visible when planned"}
 

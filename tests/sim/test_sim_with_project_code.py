@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sim import Fault, SimSqs
 from spark_sqs.driver.planning import ReceiverPartition
-from spark_sqs.executor.receiver import receive_messages
+from spark_sqs.executor.receiving import receive_messages
 from spark_sqs.options import SqsOptions
 from spark_sqs.sqs.batching import BatchCaller, Entry
 

@@ -24,12 +24,12 @@ from spark_sqs.errors import (
     TransientSqsError,
 )
 from spark_sqs.executor.envelopes import message_bytes
-from spark_sqs.executor.receiver import (
+from spark_sqs.executor.receiver import read_partition
+from spark_sqs.executor.receiving import (
     CAUGHT_UP_AFTER,
     RECEIVE_BATCH,
     VISIBLE_MARGIN,
     WAITED_SECONDS,
-    read_partition,
     receive_messages,
 )
 from spark_sqs.journal import (
