@@ -59,7 +59,7 @@ from ..journal.stores import S3Client
 from ..lag import entry_lag_metadata, merged_lag_metadata
 from ..options import EXTENDED_RESERVED, SqsOptions
 from ..schema import SNS_KEY
-from ..sqs.client import error_code, make_session
+from ..sqs.client import USER_AGENT, error_code, make_session
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -340,6 +340,7 @@ def s3_client(options: SqsOptions) -> S3Client:
                 connect_timeout=10,
                 read_timeout=60,
                 max_pool_connections=FETCH_THREADS,
+                user_agent=USER_AGENT,
                 user_agent_extra="spark-sqs",
             )
             client = _S3_CACHE[options] = make_session(options.connection).client(

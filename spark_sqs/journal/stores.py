@@ -673,7 +673,7 @@ class _S3ClientFactory:
         import boto3
         from botocore.config import Config
 
-        from ..sqs.client import make_session
+        from ..sqs.client import USER_AGENT, make_session
 
         config = Config(
             region_name=self.region,
@@ -681,6 +681,7 @@ class _S3ClientFactory:
             connect_timeout=10,
             read_timeout=60,
             max_pool_connections=32,
+            user_agent=USER_AGENT,
             user_agent_extra="spark-sqs",
         )
         session = make_session(self.connection) if self.connection is not None else boto3.Session()

@@ -179,3 +179,59 @@ def test_queue_counts_are_visible_and_in_flight() -> None:
         assert queue_counts(client, url) == (7, 3)
         with pytest.raises(QueueNotFoundError):
             queue_counts(client, url)
+
+
+def _sent_requests(client) -> list:
+    """Requests the client sends, answered here with an empty 200 (never reaching a server)."""
+    from botocore.awsrequest import AWSResponse
+
+    class _Raw:
+        def stream(self, **_: object):
+            yield b"{}"
+
+    sent: list = []
+
+    def answer(request, **_: object) -> AWSResponse:
+        sent.append(request)
+        return AWSResponse(request.url, 200, {}, _Raw())
+
+    client.meta.events.register("before-send.sqs", answer)
+    return sent
+
+
+def test_receivers_client_sends_requests_unchecked_with_a_fixed_user_agent(monkeypatch) -> None:
+    from spark_sqs.sqs import client as module
+    from tests.factories import make_options
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setattr(module, "_CACHE", {})
+    connection = make_options(endpointUrl="http://127.0.0.1:9").connection
+    receivers = module.cached_client(connection, wait_time_seconds=1)
+    assert module.cached_client(connection, wait_time_seconds=1) is receivers
+    sent = _sent_requests(receivers)
+    # Not an integer: botocore's model check would raise before sending.
+    for _ in range(3):
+        receivers.receive_message(QueueUrl="http://127.0.0.1:9/1/q", MaxNumberOfMessages="ten")
+    assert len(sent) == 3
+    (agent,) = {r.headers["User-Agent"].decode() for r in sent}
+    assert agent.startswith(f"{module.USER_AGENT} ") and agent.endswith(" spark-sqs")
+    assert module.USER_AGENT.startswith(f"Boto3/{boto3.__version__} ")
+
+
+def test_other_clients_keep_botocore_parameter_checks(monkeypatch) -> None:
+    from botocore.exceptions import ParamValidationError
+
+    from spark_sqs.sqs.client import USER_AGENT, make_client
+    from tests.factories import make_options
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    client = make_client(make_options(endpointUrl="http://127.0.0.1:9").connection)
+    sent = _sent_requests(client)
+    with pytest.raises(ParamValidationError):
+        client.receive_message(QueueUrl="http://127.0.0.1:9/1/q", MaxNumberOfMessages="ten")
+    assert sent == []
+    client.get_queue_url(QueueName="q")
+    (request,) = sent
+    assert request.headers["User-Agent"].decode().startswith(f"{USER_AGENT} ")
