@@ -103,10 +103,14 @@ def counted(journal_location: str) -> Iterator[tuple[Journal, Served]]:
             served.requests += 1
             served.bytes += int(parsed.get("ContentLength", 0))
 
-        store.client.meta.events.register("after-call.s3.GetObject", on_get)
+        # The process's S3 client is shared by every journal with this connection.
+        events = store.client.meta.events
+        events.register("after-call.s3.GetObject", on_get)
+        yield journal, served
+        events.unregister("after-call.s3.GetObject", on_get)
     else:
         journal._store = _CountingLocal(store, served)  # type: ignore[assignment]
-    yield journal, served
+        yield journal, served
 
 
 def test_receipts_are_read_without_the_bodies(counted: tuple[Journal, Served]) -> None:

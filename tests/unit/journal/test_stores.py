@@ -238,6 +238,41 @@ def test_s3_journal_client_leaves_timestamps_unparsed(
     assert not isinstance(other["Contents"][0]["LastModified"], str)
 
 
+def test_s3_journals_of_one_location_share_one_client_per_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every receiver task builds its journal anew (it travels in the partition): a client of
+    # its own would cost each task a botocore session and S3's service model.
+    import botocore.session
+
+    from spark_sqs.journal import stores
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.setattr(stores, "_CLIENTS", {})
+    created: list[str] = []
+    original = botocore.session.Session.create_client
+
+    def counting(self: Any, service_name: str, *args: Any, **kwargs: Any) -> Any:
+        created.append(service_name)
+        return original(self, service_name, *args, **kwargs)
+
+    monkeypatch.setattr(botocore.session.Session, "create_client", counting)
+    location = "s3://journal-bucket/j?endpoint_override=127.0.0.1:9&scheme=http"
+    options = make_options(location, region="us-east-1")
+    tasks = [pickle.loads(pickle.dumps(Journal(location, options))) for _ in range(5)]
+    clients = {id(journal.store.client) for journal in tasks}
+    assert (len(clients), created) == (1, ["s3"])
+
+    # Another endpoint or region is another client.
+    elsewhere = location.replace("127.0.0.1:9", "127.0.0.1:10")
+    other = Journal(elsewhere, make_options(elsewhere, region="us-east-1")).store.client
+    west = Journal(location, make_options(location, region="eu-west-1")).store.client
+    assert len({id(c) for c in (tasks[0].store.client, other, west)}) == 3
+    assert created == ["s3"] * 3
+
+
 def test_s3_journal_rejects_unknown_location_parameters(s3_endpoint: str) -> None:
     location = f"s3://journal-bucket/j?endpoint_override={s3_endpoint}&colour=blue"
     journal = Journal(location, make_options(location, region="us-east-1"))
