@@ -40,7 +40,7 @@ from ..journal import (
 )
 from ..schema import messages_to_table, output_batches
 from ..sqs.client import SqsClient, cached_client
-from . import filtering, journaling, memory, parts, poison, receiving
+from . import collection, filtering, journaling, memory, parts, poison, receiving
 from .envelopes import PayloadDeleter
 from .extension import extend_journaled
 from .receiving import Clocks
@@ -78,11 +78,13 @@ def read_partition(
         return
     plan, partition = planned
     drops = filtering.drops(journal, partition, plan)
-    client = (
-        client_factory()
-        if client_factory
-        else cached_client(options.connection, wait_time_seconds=options.wait_time_seconds)
-    )
+    if client_factory is not None:
+        client = client_factory()
+    else:
+        client = cached_client(options.connection, wait_time_seconds=options.wait_time_seconds)
+        # The worker now has what it keeps for its life (clients, journal store): PySpark's
+        # collection after each task need not walk it again (collection.py).
+        collection.freeze_long_lived()
     assigned = plan.acks_by(partition.receiver)
     if assigned:
         # Committed batches' messages, deleted here rather than by the driver, before this

@@ -506,6 +506,42 @@ def test_replay_yields_identical_rows_without_calling_sqs(journal_dir: str) -> N
     assert replay.num_rows == 12
 
 
+def test_a_worker_freezes_its_long_lived_objects_in_its_first_two_tasks(
+    journal_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # PySpark collects every object after each task; what a worker keeps (modules, clients,
+    # the journal store) is frozen once the task has its client (executor/collection.py).
+    from spark_sqs.executor import collection, receiver
+
+    events: list[str] = []
+    sqs = FakeSqs(available=40)
+
+    def cached_client(connection: Any, *, wait_time_seconds: int) -> FakeSqs:
+        events.append("client")
+        return sqs
+
+    class Gc:
+        def collect(self) -> int:
+            return 0
+
+        def freeze(self) -> None:
+            events.append("freeze")
+
+        def get_freeze_count(self) -> int:
+            return events.count("freeze")
+
+    monkeypatch.setattr(receiver, "cached_client", cached_client)
+    monkeypatch.setattr(collection, "gc", Gc())
+    monkeypatch.setattr(collection, "_process", None)
+    monkeypatch.setattr(collection, "_frozen", 0)
+    for batch in range(1, 5):
+        assert (
+            collect(read_partition(partition(10, batch=batch, journal=journal_dir))).num_rows == 10
+        )
+
+    assert events == ["client", "freeze", "client", "freeze", "client", "client"]
+
+
 def test_replay_of_an_empty_receive_yields_nothing(journal_dir: str) -> None:
     part = partition(10, journal=journal_dir)
     assert list(read_partition(part, client_factory=lambda: FakeSqs(available=0))) == []
