@@ -4,7 +4,8 @@ Runs on: the benchmark process (development tool; not in the wheel).
 
 ``python -m bench.worker_profile --receivers 16`` runs the CPU section's source drain
 (``bench.per_message.cpu_point``: a backlog on LocalStack, or moto, through the delay proxy,
-``receivers`` x ``--per-receiver`` messages a batch, local journal) in a Spark session whose
+``receivers`` x ``--per-receiver`` messages a batch, local journal, or with ``--s3-journal``
+one on moto's S3 behind its delay proxy) in a Spark session whose
 Python workers run ``bench.worker_daemon``: a cProfile (CPU clock) and the CPU time of each
 task and of the daemon's ``gc.collect()`` after it, and how many botocore clients and sessions,
 thread pools and threads each task created. It prints a summary of the tasks after each
@@ -52,11 +53,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         per_batch = args.receivers * args.per_receiver
         url = run.new_queue(setup_ep, "profile")
         load.fill(setup_ep, url, per_batch * (args.batches + 2), args.body_bytes)
+        journal: Any = wd.fresh("profile") / "journal"
+        if args.s3_journal:
+            # On moto's S3 behind its delay proxy, as the cost section's journal.
+            per_message.journal_bucket(eps.moto.value)
+            journal = per_message.journal_location(eps.moto_proxy.value)
         df = spark_runs.source_stream(
             spark,
             consumer_ep,
             url,
-            wd.fresh("profile") / "journal",
+            journal,
             numPartitions=args.receivers,
             maxMessagesPerTrigger=per_batch,
         )
@@ -87,6 +93,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         server=server,
         receivers=args.receivers,
         per_receiver=args.per_receiver,
+        journal="s3" if args.s3_journal else "local",
         messages=messages,
         sampled_cpu_ms_per_message=cpu,
         load_average=[round(x, 2) for x in os.getloadavg()],
@@ -152,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=40, help="functions listed")
     parser.add_argument("--out", default="", help="folder for the raw files")
     parser.add_argument("--no-cprofile", action="store_true", help="times and counts only")
+    parser.add_argument("--s3-journal", action="store_true", help="on moto's S3 (via the proxy)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
