@@ -13,8 +13,8 @@ as before.
 Frozen objects are still freed when their last reference goes; only a reference cycle among
 them would never be. So this is done in a process's first two tasks only, each time after a
 full collection: what is frozen is what the worker keeps anyway, plus what a task holds at
-that moment. Two, because the first task's rows bring PySpark's Arrow
-serializer its own imports (pandas, some 30,000 objects) after the receiver has started.
+that moment. Two, because the first task's rows bring PySpark's Arrow serializer its own
+imports (pandas, some 30,000 objects) after the receiver has started.
 """
 
 from __future__ import annotations
