@@ -76,6 +76,20 @@ def _patch_counters() -> None:
             yield batch
 
     SqsStreamReader.read = timed_read  # type: ignore[method-assign]
+    try:
+        from spark_sqs.executor import collection
+    except ImportError:  # an older tree
+        return
+    freeze = collection.freeze_long_lived
+
+    def timed_freeze() -> bool:
+        started = time.process_time()
+        try:
+            return freeze()
+        finally:
+            _state["freeze_cpu_s"] = _state.get("freeze_cpu_s", 0.0) + time.process_time() - started
+
+    collection.freeze_long_lived = timed_freeze  # type: ignore[assignment]
 
 
 def _process_state() -> dict[str, Any]:
@@ -93,7 +107,7 @@ _original_worker = daemon.worker
 def _profiled_worker(sock: Any, authenticated: bool) -> int:
     state = _process_state()
     before = dict(_counts)
-    state["read_cpu_s"] = 0.0
+    state["read_cpu_s"] = state["freeze_cpu_s"] = 0.0
     profile = cProfile.Profile(time.process_time) if CPROFILE else None
     started = time.process_time()
     wall = time.monotonic()
@@ -113,6 +127,7 @@ def _profiled_worker(sock: Any, authenticated: bool) -> int:
             "task_wall_s": round(time.monotonic() - wall, 6),
             "ended": time.time(),
             "read_cpu_s": round(state["read_cpu_s"], 6),
+            "freeze_cpu_s": round(state["freeze_cpu_s"], 6),
             **{k: v - before.get(k, 0) for k, v in _counts.items()},
         }
         if profile is not None:

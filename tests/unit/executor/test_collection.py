@@ -26,9 +26,6 @@ class _Gc:
     def freeze(self) -> None:
         self.calls.append("freeze")
 
-    def get_freeze_count(self) -> int:
-        return self.calls.count("freeze")
-
 
 @pytest.fixture
 def gc_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
@@ -36,6 +33,7 @@ def gc_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     monkeypatch.setattr(collection, "gc", fake)
     monkeypatch.setattr(collection, "_process", None)
     monkeypatch.setattr(collection, "_frozen", 0)
+    monkeypatch.setenv(collection.REUSED_WORKER, "1")
     yield fake.calls
 
 
@@ -43,8 +41,9 @@ def test_a_process_freezes_in_its_first_two_tasks_only(gc_calls: list[str]) -> N
     done = [collection.freeze_long_lived() for _ in range(6)]
 
     assert done == [True, True, False, False, False, False]
-    # Each freeze after a collection: garbage frozen would never be freed.
-    assert gc_calls == ["collect", "freeze", "collect", "freeze"]
+    # The first after a collection: garbage frozen would never be freed. The second task
+    # starts right after PySpark's collection of the first.
+    assert gc_calls == ["collect", "freeze", "freeze"]
 
 
 def test_a_forked_child_freezes_its_own(
@@ -58,12 +57,23 @@ def test_a_forked_child_freezes_its_own(
     assert gc_calls.count("freeze") == 4
 
 
+def test_a_worker_that_is_not_reused_freezes_nothing(
+    gc_calls: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its daemon collects nothing after its one task: nothing to spare.
+    monkeypatch.delenv(collection.REUSED_WORKER)
+    assert not collection.freeze_long_lived()
+    assert gc_calls == []
+
+
 def test_frozen_objects_are_left_out_of_collections_and_later_ones_are_not() -> None:
     # In a process of its own: freezing this one would outlive the test.
     script = textwrap.dedent(
         """
-        import gc
+        import gc, os
         from spark_sqs.executor import collection
+
+        os.environ[collection.REUSED_WORKER] = "1"
 
         before = [object()]
         assert collection.freeze_long_lived()

@@ -527,13 +527,11 @@ def test_a_worker_freezes_its_long_lived_objects_in_its_first_two_tasks(
         def freeze(self) -> None:
             events.append("freeze")
 
-        def get_freeze_count(self) -> int:
-            return events.count("freeze")
-
     monkeypatch.setattr(receiver, "cached_client", cached_client)
     monkeypatch.setattr(collection, "gc", Gc())
     monkeypatch.setattr(collection, "_process", None)
     monkeypatch.setattr(collection, "_frozen", 0)
+    monkeypatch.setenv(collection.REUSED_WORKER, "1")
     for batch in range(1, 5):
         assert (
             collect(read_partition(partition(10, batch=batch, journal=journal_dir))).num_rows == 10
