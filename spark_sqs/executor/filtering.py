@@ -89,8 +89,9 @@ def window_seal(
     batch is committed (Spark runs a batch only after the one before it), so its receivers'
     segments exist; the sealer is fixed by the stored plan (the first receiver assigned to
     acknowledge the previous batch, whose ids then go into the seal at no extra write; else one
-    of the receivers that receive), so a retry picks the same one. None for every other receiver, with the window off, for a
-    FIFO queue (no segments) and for a previous batch with no plan (removed: sealed already)."""
+    of the receivers that receive), so a retry picks the same one. None for every other
+    receiver, with the window off, for a FIFO queue (no segments) and for a previous batch
+    with no plan (removed: sealed already)."""
     options = partition.options
     if options.duplicate_window <= 0 or partition.batch < 1 or window.is_fifo(partition.queue_url):
         return None
