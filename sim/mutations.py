@@ -34,6 +34,7 @@ from spark_sqs.journal.batches import Batches, batch_dir
 from spark_sqs.journal.entries import _PART, Entries
 from spark_sqs.journal.lease import Lease, LeaseRecord
 from spark_sqs.journal.meta import Meta
+from spark_sqs.journal import window
 from spark_sqs.journal.window import Window
 
 
@@ -170,6 +171,18 @@ def _segment_after_delete() -> contextlib.AbstractContextManager[None]:
     stack = contextlib.ExitStack()
     stack.enter_context(patched(Window, "write", hold_back))
     stack.enter_context(patched(deletes, "_delete_groups", delete_then_write))
+    return stack
+
+
+def _seal_hides_later_segments() -> contextlib.AbstractContextManager[None]:
+    """Hole 7, the seal: a window segment created after its batch was sealed (a straggler of a
+    committed batch deleting a redelivery or a deleteAfterJournal part, a driver's delete of a
+    batch a receiver sealed) stays where workers that read the seal never look again: no
+    forwarding by its writer, no probe by the sealer after sealing (as when a merge hid every
+    part written after it)."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(patched(window, "forward", lambda store, data, batch: batch))
+    stack.enter_context(patched(window, "forward_late", lambda store, batch, data: None))
     return stack
 
 
@@ -313,6 +326,14 @@ MUTATIONS = [
         frozenset({"clocks"}),
     ),
     Mutation("window segment after its delete", "7", _segment_after_delete, frozenset({"races"})),
+    Mutation("a seal hides later segments", "7", _seal_hides_later_segments, frozenset({"races"})),
+    Mutation(
+        "a seal hides later segments, nothing dropped as held elsewhere",
+        "7",
+        _both(_seal_hides_later_segments, _not_held_elsewhere),
+        frozenset({"races"}),
+        _not_held_elsewhere,
+    ),
     Mutation(
         "window segment after its delete, nothing dropped as held elsewhere",
         "7",

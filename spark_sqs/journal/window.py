@@ -218,6 +218,13 @@ def forward(store: JournalStore, data: bytes, batch: int) -> int:
     return batch
 
 
+def forward_late(store: JournalStore, batch: int, data: bytes) -> None:
+    """A segment of ``batch`` its sealer found after sealing: created while the sealer read,
+    its writer may have seen no seal. It goes on to the next batch not sealed."""
+    create_dense(store, batch + 1, DRIVER, data)
+    forward(store, data, batch + 1)
+
+
 def seal_batch(
     store: JournalStore,
     batch: int,
@@ -252,9 +259,7 @@ def seal_batch(
     for who in writers:
         late, _ = read_run(store, batch, who, ends[who])
         for t in late:
-            # Created while this merge read: its writer may have seen no seal.
-            create_dense(store, batch + 1, DRIVER, ipc_bytes(t))
-            forward(store, ipc_bytes(t), batch + 1)
+            forward_late(store, batch, ipc_bytes(t))
     logger.info(
         "duplicate window: sealed batch %d (%d segments, %d ids)",
         batch,
