@@ -93,7 +93,8 @@ def window_seal(
     receiver, with the window off, for a FIFO queue (no segments) and for a previous batch
     with no plan (removed: sealed already)."""
     options = partition.options
-    if options.duplicate_window <= 0 or partition.batch < 1 or window.is_fifo(partition.queue_url):
+    # Batches are numbered from 1: the first has none before it.
+    if options.duplicate_window <= 0 or partition.batch < 2 or window.is_fifo(partition.queue_url):
         return None
     fresh = [r.receiver for r in plan.receivers if r.adopt_from is None]
     previous = partition.batch - 1
