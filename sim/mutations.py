@@ -30,11 +30,11 @@ from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.driver.flow_control import FlowControl
 from spark_sqs.errors import JournalError, JournalOutcomeUnknown
 from spark_sqs.executor import duplicates, filtering, journaling, parts
+from spark_sqs.journal import window
 from spark_sqs.journal.batches import Batches, batch_dir
 from spark_sqs.journal.entries import _PART, Entries
 from spark_sqs.journal.lease import Lease, LeaseRecord
 from spark_sqs.journal.meta import Meta
-from spark_sqs.journal import window
 from spark_sqs.journal.window import Window
 
 
