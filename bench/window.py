@@ -27,7 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from spark_sqs.executor.duplicates import DuplicateWindow
+from spark_sqs.executor.duplicates import DuplicateWindow, Lookup
 from spark_sqs.journal import open_store, window
 
 RATE = 50_000  # msg/s of the projection
@@ -36,12 +36,15 @@ LOOKUPS = 10_000
 FOLLOWING = 12  # batches after the warm-up, each a task's refresh
 
 
-def _random_segment(rows: int) -> pa.Table:
+def _random_segment(rows: int, expires: float) -> bytes:
     def column() -> pa.Array:
         data = pa.py_buffer(os.urandom(rows * 8))
         return pa.Array.from_buffers(pa.uint64(), rows, [None, data])
 
-    return pa.table({"h1": column(), "h2": column()}).sort_by("h1")
+    table = pa.table({"h1": column(), "h2": column()}).sort_by("h1")
+    return window.ipc_bytes(
+        table.replace_schema_metadata({window.EXPIRES: str(int(expires)).encode()})
+    )
 
 
 def measure(size: int, window_seconds: float, batch_seconds: float, root: str) -> dict[str, Any]:
@@ -52,22 +55,22 @@ def measure(size: int, window_seconds: float, batch_seconds: float, root: str) -
     # The oldest batch first, each merged segment expiring a batch later than the one before.
     for b in range(batches):
         expires = now + window_seconds - (batches - b) * batch_seconds + batch_seconds
-        name = window.SegmentKey(int(expires), b, "merged")
-        store.create(name.key, window._ipc(_random_segment(per_batch)))
+        store.create(window.merged_key(b), _random_segment(per_batch, expires))
 
     cold = DuplicateWindow(window_seconds)
     started = time.process_time()
-    cold.refresh(store, now)
+    # A task of the batch after the window's, all of whose batches are sealed.
+    cold.refresh(store, now, Lookup(batches, (0,), 0))
     cold_cpu = time.process_time() - started
 
     # A warm worker, then the tasks of the next batches: each reads one new segment.
     refreshes = []
     for k in range(FOLLOWING):
         later = now + k * batch_seconds
-        newest = window.SegmentKey(int(later + window_seconds) + 1, batches + k, "merged")
-        store.create(newest.key, window._ipc(_random_segment(per_batch)))
+        segment = _random_segment(per_batch, later + window_seconds + 1)
+        store.create(window.merged_key(batches + k), segment)
         started = time.process_time()
-        cold.refresh(store, later)
+        cold.refresh(store, later, Lookup(batches + k + 1, (0,), k + 1))
         refreshes.append(time.process_time() - started)
 
     probes = [secrets.token_hex(18) for _ in range(LOOKUPS)]

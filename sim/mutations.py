@@ -30,6 +30,7 @@ from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.driver.flow_control import FlowControl
 from spark_sqs.errors import JournalError, JournalOutcomeUnknown
 from spark_sqs.executor import duplicates, filtering, journaling, parts
+from spark_sqs.journal import window
 from spark_sqs.journal.batches import Batches, batch_dir
 from spark_sqs.journal.entries import _PART, Entries
 from spark_sqs.journal.lease import Lease, LeaseRecord
@@ -173,6 +174,18 @@ def _segment_after_delete() -> contextlib.AbstractContextManager[None]:
     return stack
 
 
+def _seal_hides_later_segments() -> contextlib.AbstractContextManager[None]:
+    """Hole 7, the seal: a window segment created after its batch was sealed (a straggler of a
+    committed batch deleting a redelivery or a deleteAfterJournal part, a driver's delete of a
+    batch a receiver sealed) stays where workers that read the seal never look again: no
+    forwarding by its writer, no probe by the sealer after sealing (as when a merge hid every
+    part written after it)."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(patched(window, "forward", lambda store, data, batch: batch))
+    stack.enter_context(patched(window, "forward_late", lambda store, batch, data: None))
+    return stack
+
+
 def _not_held_elsewhere() -> contextlib.AbstractContextManager[None]:
     """The defence that masks both hole-2 mutations and the window's segment written after its
     delete: a receiver drops (and deletes) messages that other entries and parts of the batch
@@ -313,6 +326,15 @@ MUTATIONS = [
         frozenset({"clocks"}),
     ),
     Mutation("window segment after its delete", "7", _segment_after_delete, frozenset({"races"})),
+    # Stragglers that delete after their batch was sealed: stalls, waves and races make them.
+    Mutation("a seal hides later segments", "7", _seal_hides_later_segments, frozenset(UNKIND)),
+    Mutation(
+        "a seal hides later segments, nothing dropped as held elsewhere",
+        "7",
+        _both(_seal_hides_later_segments, _not_held_elsewhere),
+        frozenset(UNKIND),
+        _not_held_elsewhere,
+    ),
     Mutation(
         "window segment after its delete, nothing dropped as held elsewhere",
         "7",

@@ -1640,15 +1640,14 @@ class SparkSim:
 
     def _ghost_outside_the_window(self, message_id: str) -> bool:
         """True if a copy of ``message_id`` was a ghost (handed out after a delete) received
-        more than duplicateWindow after that delete, or while the store's listings lagged."""
+        more than duplicateWindow after that delete. Not while listings lag: the window is
+        read by key."""
         url = self._queue_of(message_id)
         deletes = [d.at for d in self.sqs.deletions(url) if d.message_id == message_id]
         for d in self.sqs.deliveries(url):
             if d.message_id != message_id or d.kind != "ghost":
                 continue
             before = [t for t in deletes if t <= d.at]
-            if self.config.list_lag > 0:
-                return True
             if before and d.at - max(before) > self.config.duplicate_window:
                 return True
         return False
@@ -1790,9 +1789,9 @@ class SparkSim:
             for m, _ in rows:
                 epochs.setdefault(m, []).append(key // 100_000)
         doubled = sorted(m for m, e in epochs.items() if len(e) > len(set(e)))
-        # The duplicate window's documented limits (docs/design.md): a copy SQS hands out after
-        # duplicateWindow from the delete (stalls make a seed's world slow enough), or while
-        # listings lag (its segments are found by a LIST). Counted, not failed.
+        # The duplicate window's documented limit (docs/design.md): a copy SQS hands out after
+        # duplicateWindow from the delete (stalls make a seed's world slow enough). Counted, not
+        # failed.
         excused = [m for m in doubled if self._ghost_outside_the_window(m)]
         if excused:
             self.stats["ghosts_outside_the_window"] = len(excused)

@@ -334,7 +334,9 @@ class FakeJournal:
         )
         self.batches = _Records(self, remove="remove_batch", collect="collect_batches")
         self.drops = _Records(self, collect="collect_drops")
-        self.window = _Records(self, write="write_window", collect="collect_window")
+        self.window = _Records(
+            self, write="write_window", collect="collect_window", driver_seal="driver_seal"
+        )
         self.dedupe = _Records(self, write="write_dedupe", read="read_dedupe")
         for batch, pairs in (batches or {}).items():
             self.add_pairs(batch, pairs, received_at)
@@ -407,12 +409,21 @@ class FakeJournal:
         return 0
 
     def write_window(
-        self, message_ids: list[str], *, batch: int, who: str, expires_at: float
+        self,
+        message_ids: list[str],
+        *,
+        batch: int,
+        who: str,
+        expires_at: float,
+        seal: Any = None,
     ) -> None:
         self.segments.append((sorted(message_ids), expires_at))
 
-    def collect_window(self, now: float) -> int:
+    def collect_window(self, now: float, oldest_pending: int | None = None) -> int:
         return 0
+
+    def driver_seal(self, batch: int, receivers: Any) -> None:
+        return None
 
     def write_dedupe(
         self, batch: int, message_ids: list[str], expires_at: float, now: float | None = None

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import SqsSourceError
 from ..journal import AckAssignment, BatchPlan
+from ..journal.window import DRIVER
 from ..sqs.batching import BatchCaller, entries_of, handle_margin
 from .deletes import delete_messages, lost_ids, window_ids
 from .reports import AckReports, batch_counters, entry_of
@@ -217,7 +218,7 @@ class Acknowledger:
         self._journal.drops.collect(oldest)
         reading = {by for b, by in self._assigned.items() if b in self._pending}
         self._reports.collect(oldest, reading)
-        self._journal.window.collect(self._wall())
+        self._journal.window.collect(self._wall(), oldest)
         self._journal.batches.collect(oldest)
         self._unswept = 0
         self._swept_at = self._clock()
@@ -604,10 +605,12 @@ class Acknowledger:
                 queue_url=self._caller.queue_url,
                 duplicate_window=self._duplicate_window,
                 batch=batch,
-                who="driver",
+                who=DRIVER,
                 now=self._wall(),
                 doubtful=[uncertain],
                 catch=SqsSourceError,
+                # No next batch's receiver seals this batch: the driver does, with its ids.
+                seal=self._journal.window.driver_seal(batch, self.receivers_of(batch)),
             )
             error = deletion.error
             if isinstance(error, SqsSourceError):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import TransientSqsError
 from ..journal import AckAssignment, Journal
+from ..journal.window import Seal, receiver_writer
 from ..sqs.batching import BatchCaller, entries_of
 from ..sqs.client import SqsClient
 from .deletes import delete_messages, lost_ids, window_ids
@@ -38,13 +39,15 @@ def acknowledge_assigned(
     on_deleted: PayloadDeleter | None = None,
     wall_clock: Callable[[], float] = time.time,
     duplicate_window: float = 0.0,
+    seal: Seal | None = None,
 ) -> list[AckedEntry]:
     """Runs on executors: delete the messages of the committed entries assigned to receiver
     ``receiver`` of ``batch`` (spread over all of its receivers by the batch's plan), then
     record what was done. Idempotent: a retried or concurrent attempt deletes again (harmless)
     and an entry already removed was acknowledged before. Transient failures that outlast the
     retries fail the task, so that Spark retries it: the batch only commits once every
-    assigned delete was made."""
+    assigned delete was made. ``seal``: this receiver seals the previous batch's window
+    segments with the ids it deletes (journal/window.py)."""
     caller = BatchCaller(client, queue_url)
     entries: list[AckedEntry] = []
     uncertain: set[str] = set()
@@ -64,9 +67,10 @@ def acknowledge_assigned(
         queue_url=queue_url,
         duplicate_window=duplicate_window,
         batch=batch,
-        who=f"r{receiver:06d}-ack",
+        who=receiver_writer(receiver),
         now=wall_clock(),
         doubtful=[lost_ids(r.message_ids, by_entry[(r.batch, r.receiver)].lost) for r in found],
+        seal=seal,
     )
     for receipts, deleted in zip(found, deletion.groups, strict=False):
         result = deleted.result

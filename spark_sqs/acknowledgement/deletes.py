@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from ..journal import window
+from ..journal.window import Seal
 from ..sqs.batching import BatchResult, Entry
 
 if TYPE_CHECKING:
@@ -124,11 +125,13 @@ def delete_messages(
     now: float,
     doubtful: Sequence[Iterable[str]] = (),
     catch: type[Exception] | tuple[type[Exception], ...] = (),
+    seal: Seal | None = None,
 ) -> Deletion:
     """Delete ``groups`` of entries, one delete call each, in order, after writing the window
-    segment of ``window`` ((id, queue) pairs, a queue of None meaning ``queue_url``) under
-    ``who`` for ``duplicate_window`` seconds from ``now``: ids of FIFO queues are left out
-    (they never come back), and nothing is written with the window off (0 s).
+    segment of ``window`` ((id, queue) pairs, a queue of None meaning ``queue_url``) as writer
+    ``who``'s next of ``batch`` for ``duplicate_window`` seconds from ``now``: ids of FIFO
+    queues are left out (they never come back), and nothing is written with the window off
+    (0 s). ``seal``: the segment goes into that batch's seal (``Window.write``).
 
     ``doubtful``: per group, the ids already known uncertain. It stops after a group some of
     whose deletes failed transiently (the caller retries). An error of a delete call of a type
@@ -142,6 +145,7 @@ def delete_messages(
         batch=batch,
         who=who,
         now=now,
+        seal=seal,
     )
     return _delete_groups(deleter, groups, doubtful, catch)
 
@@ -155,11 +159,12 @@ def _write_segment(
     batch: int,
     who: str,
     now: float,
+    seal: Seal | None = None,
 ) -> None:
     if duplicate_window <= 0:
         return
     ids = [i for i, q in pairs if not window.is_fifo(q or queue_url)]
-    journal.window.write(ids, batch=batch, who=who, expires_at=now + duplicate_window)
+    journal.window.write(ids, batch=batch, who=who, expires_at=now + duplicate_window, seal=seal)
 
 
 def _delete_groups(

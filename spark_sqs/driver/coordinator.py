@@ -27,6 +27,7 @@ from ..acknowledgement.rule import By
 from ..journal import BatchPlan, Journal
 from ..journal.lease import Lease
 from ..journal.poison import DEAD_LETTER
+from ..journal.window import WindowRange, is_fifo
 from ..options import SqsOptions
 from ..sqs.batching import BatchCaller
 from ..sqs.client import SqsClient, check_permissions, make_client, queue_attributes
@@ -133,6 +134,16 @@ class Coordinator:
             duplicate_window=options.duplicate_window,
             confirm=lease.confirm if lease is not None else None,
         )
+        if options.duplicate_window > 0 and not all(is_fifo(q) for q in self.queue_urls):
+            # The duplicate window's range (journal/window.py): which batches its readers
+            # read, judged on this driver's clock; removals seal their batch first.
+            window_range = WindowRange(
+                options.duplicate_window,
+                clock=clock,
+                start_from=journal.window.start_from(self.markers.acked),
+            )
+            window_range.legacy_until = journal.window.legacy_until(wall_clock())
+            journal.window.range = window_range
         pending, plans = self._find_pending(journal)
         self.acknowledger.start(self.markers.acked, pending, plans)
         if self.markers.initial is None:
@@ -577,11 +588,19 @@ class Coordinator:
         # The receivers that will receive (not deliver adopted entries) delete the committed
         # batches' messages first: acknowledgement runs on the executors, spread over them.
         fresh = [r.receiver for r in plan.receivers if r.adopt_from is None]
+        pending = tuple(b for b in self.acknowledger.pending if b <= batch)
+        window_range = self.journal.window.range
         return replace(
             with_visible(plan, visible, self.default_queue),
             acks=self.acknowledger.assignments(first, fresh),
-            pending=tuple(b for b in self.acknowledger.pending if b <= batch),
+            pending=pending,
             retires=tuple(sorted(orphans)),
+            window_from=(
+                window_range.window_from(min((*pending, batch)))
+                if window_range is not None
+                else None
+            ),
+            window_legacy_until=window_range.legacy_until if window_range is not None else None,
         )
 
     def _note_committed(self, committed: int) -> None:

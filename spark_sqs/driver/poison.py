@@ -33,6 +33,7 @@ from ..journal.poison import (
     first_attempt,
     keep_only,
 )
+from ..journal.window import DRIVER
 from ..schema import RECEIPT_HANDLE
 from ..sqs.batching import Entry
 from ..sqs.client import SqsClient
@@ -314,7 +315,7 @@ class Quarantine:
             queue_url=source,
             duplicate_window=self.options.duplicate_window,
             batch=batch,
-            who="q-" + hashlib.sha256(message_id.encode()).hexdigest()[:12],
+            who=DRIVER,
             now=self._wall(),
             catch=Exception,
         )

@@ -1,8 +1,12 @@
 """The duplicate window, as receivers look it up. Runs on: executors.
 
 Each Python worker keeps the live segments of ``spark_sqs.journal.window`` it has read, so a
-receiver task fetches only the segments written since the worker's previous task: one LIST of
-``window/`` and a GET per new segment (one per earlier batch once merged). In memory the digests
+receiver task fetches only the segments written since the worker's previous task, by key: one
+GET of a sealed batch's merged segment, once; for a batch not sealed (the task's own, usually
+the one before), a GET per writer's next number (its receivers', the driver's) until the first
+absent one. Which batches: from the plan's ``windowFrom`` (the driver's view) to the task's. An
+earlier version's segments are read by one LIST at a worker's first lookup, while the plan says
+some may be live. In memory the digests
 are kept in a few sorted runs, one per slice of expiry times (a quarter of the window), merged
 in Arrow's C code as segments arrive: 16 bytes per id, and a lookup is one binary search per
 run, whatever the window holds. A slice's newest segments form small runs of their own until
@@ -15,7 +19,7 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -29,6 +33,18 @@ logger = logging.getLogger(__name__)
 # more than MAX_RUNS: a refresh then sorts a small run, and a lookup searches a few runs.
 MERGE_RATIO = 8
 MAX_RUNS = 8
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """What a receiver task's lookup must see: its batch and receivers, the oldest batch that
+    may hold live ids (the plan's ``windowFrom``), and until when an earlier version's
+    segments may be live (epoch seconds; None: none)."""
+
+    batch: int
+    receivers: tuple[int, ...]
+    window_from: int
+    legacy_until: float | None = None
 
 
 @dataclass
@@ -70,7 +86,12 @@ class DuplicateWindow:
         self._slice = max(1, int(window_seconds // 4))
         # Per slice of expiry times: sorted runs, the first the largest.
         self._runs: dict[int, list[_Run]] = {}
-        self._loaded: set[window.SegmentKey] = set()
+        # Per batch: sealed and read (never read again), else each writer's next number and its
+        # receivers (from its plan).
+        self._final: set[int] = set()
+        self._next: dict[tuple[int, str], int] = {}
+        self._receivers: dict[int, tuple[int, ...]] = {}
+        self._legacy = False  # an earlier version's segments were listed
         self._lock = threading.Lock()
 
     @property
@@ -86,36 +107,63 @@ class DuplicateWindow:
         self,
         store: JournalStore,
         now: float,
-        listed: list[list[window.SegmentKey]] | None = None,
+        lookup: Lookup,
+        live_receivers: Callable[[int], Sequence[int] | None] = lambda batch: None,
     ) -> int:
-        """Read the segments written since the last refresh and forget expired slices. Returns
-        how many segments were read. ``listed``: gets the listing this refresh made appended."""
-        listing = window.list_segments(store)
-        if listed is not None:
-            listed.append(listing)
-        names = window.live(listing, now)
+        """Read the segments written since the last refresh that ``lookup`` (a task of its
+        batch) must see, and forget expired slices. Returns how many segments were read.
+        ``live_receivers``: a batch's receivers while it has a plan, else None."""
         with self._lock:
             for s in [s for s in self._runs if (s + 1) * self._slice <= now]:
                 del self._runs[s]
-            self._loaded = {n for n in self._loaded if n.expires > now}
-            fresh = [n for n in names if n not in self._loaded]
+            for b in [b for b in self._final if b < lookup.window_from]:
+                self._final.discard(b)
+            for key in [k for k in self._next if k[0] < lookup.window_from]:
+                del self._next[key]
+            for b in [b for b in self._receivers if b < lookup.window_from]:
+                del self._receivers[b]
+            read = _Read(set(self._final), dict(self._next), dict(self._receivers))
+            legacy = not self._legacy
+        tables: list[pa.Table] = []
+        if lookup.legacy_until is not None and now < lookup.legacy_until and legacy:
+            # Once per worker: an earlier version's segments, found by their names.
+            names = window.live_legacy(window.list_legacy(store), now)
+            tables += [t for n in names if (t := window.read_legacy(store, n)) is not None]
+            read.legacy = True
+        for batch in range(lookup.window_from, lookup.batch + 1):
+            tables += _read_batch(store, batch, lookup, live_receivers, read)
         added: dict[int, list[pa.Table]] = {}
-        for name in fresh:
-            table = window.read_segment(store, name)
-            if table is not None:
-                added.setdefault(name.expires // self._slice, []).append(table)
+        for table in tables:
+            expires = window.expires_of(table)
+            if expires > now and table.num_rows:
+                added.setdefault(expires // self._slice, []).append(
+                    table.replace_schema_metadata(None)
+                )
         with self._lock:
-            for s, tables in added.items():
+            for s, found in added.items():
                 runs = self._runs.setdefault(s, [])
-                runs.append(_Run(pa.concat_tables(tables).sort_by("h1").combine_chunks()))
+                runs.append(_Run(pa.concat_tables(found).sort_by("h1").combine_chunks()))
                 base, newer = runs[0].table.num_rows, sum(r.table.num_rows for r in runs[1:])
                 if len(runs) > 1 and (newer * MERGE_RATIO > base or len(runs) > MAX_RUNS):
                     # Re-sorting a slice costs its size: do it once the newer runs are a
                     # fraction of it, not at every task.
                     merged = pa.concat_tables([r.table for r in runs]).sort_by("h1")
                     self._runs[s] = [_Run(merged.combine_chunks())]
-            self._loaded.update(fresh)
-        return len(fresh)
+            # What was read counts as read only once its digests are held (another task of
+            # this worker may look up meanwhile: it reads again, never misses).
+            self._legacy = self._legacy or read.legacy
+            self._final |= read.final
+            for key, end in read.next.items():
+                if key[0] not in self._final:
+                    self._next[key] = max(end, self._next.get(key, 0))
+            self._receivers.update(
+                (b, r) for b, r in read.receivers.items() if b not in self._final
+            )
+            for key in [k for k in self._next if k[0] in self._final]:
+                del self._next[key]
+            for b in [b for b in self._receivers if b in self._final]:
+                del self._receivers[b]
+        return len(tables)
 
     def seen(self, message_ids: Sequence[str]) -> set[str]:
         """The ids among ``message_ids`` that were acknowledged within the window."""
@@ -129,6 +177,55 @@ class DuplicateWindow:
             if any(pair in run for run in runs):
                 out.add(message_id)
         return out
+
+
+@dataclass
+class _Read:
+    """One refresh's view of what its worker read before, and what it reads now."""
+
+    final: set[int]
+    next: dict[tuple[int, str], int]
+    receivers: dict[int, tuple[int, ...]]
+    legacy: bool = False
+
+
+def _read_batch(
+    store: JournalStore,
+    batch: int,
+    lookup: Lookup,
+    live_receivers: Callable[[int], Sequence[int] | None],
+    read: _Read,
+) -> list[pa.Table]:
+    """What ``batch`` holds that the worker has not read: its merged segment once it is sealed
+    (then never again: a segment created after the seal is forwarded to a later batch), else
+    its writers' segments from the numbers read so far."""
+    if batch in read.final:
+        return []
+    receivers: Sequence[int] | None
+    if batch == lookup.batch:
+        # The task's own batch is sealed only after it committed (a straggler's lookup).
+        receivers = lookup.receivers
+    else:
+        merged = window.read_table(store, window.merged_key(batch))
+        if merged is not None:
+            read.final.add(batch)
+            return [merged]
+        receivers = read.receivers.get(batch)
+        if receivers is None:
+            receivers = live_receivers(batch)
+            if receivers is None:
+                # No plan: removed (sealed first, so the seal exists now) or never planned
+                # with the window on.
+                merged = window.read_table(store, window.merged_key(batch))
+                read.final.add(batch)
+                return [merged] if merged is not None else []
+            read.receivers[batch] = tuple(receivers)
+    out: list[pa.Table] = []
+    for who in [window.receiver_writer(r) for r in sorted(set(receivers))] + [window.DRIVER]:
+        found, end = window.read_run(store, batch, who, read.next.get((batch, who), 0))
+        out += found
+        read.next[(batch, who)] = end
+    return out
 
 
 _WINDOWS: dict[tuple[str, float], DuplicateWindow] = {}
@@ -158,13 +255,14 @@ def copies(
     *,
     queue_url: str,
     now: float,
-    listed: list[list[window.SegmentKey]] | None = None,
+    lookup: Lookup,
+    live_receivers: Callable[[int], Sequence[int] | None] = lambda batch: None,
 ) -> set[str]:
     """The ids among ``message_ids`` (just received from ``queue_url``) that are copies of
     messages acknowledged within the window. A FIFO queue never delivers such a copy: it is not
-    looked up and costs no store request. ``listed``: gets the segment listing appended."""
+    looked up and costs no store request."""
     if window_seconds <= 0 or not message_ids or window.is_fifo(queue_url):
         return set()
     cache = worker_window(location, window_seconds)
-    cache.refresh(store, now, listed)
+    cache.refresh(store, now, lookup, live_receivers)
     return cache.seen(message_ids)

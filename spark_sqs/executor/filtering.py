@@ -11,13 +11,12 @@ by one of three mechanisms, each named once:
   window: ``journal/window.py``, looked up through ``duplicates.py``).
 
 Dropped messages are deleted with their fresh handles (``delete_redeliveries``), after the
-window segment that covers them like every delete. One receiver of each batch also merges the
-previous batch's window segments (``merge_window``).
+window segment that covers them like every delete. One receiver of each batch also seals the
+previous batch's window segments (``window_seal``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from typing import Any
@@ -64,7 +63,7 @@ def sort_out(
     The window is looked up after receiving: a copy exists only after its delete, which comes
     after its window segment (journal/window.py), so this sees the segment of any copy here."""
     elsewhere = _held_elsewhere(journal, plan, partition, messages)
-    copies = _window_copies(journal, partition, messages, clocks)
+    copies = _window_copies(journal, partition, plan, messages, clocks)
     held = [
         m["MessageId"] in dropping or m["MessageId"] in elsewhere or m["MessageId"] in copies
         for m in messages
@@ -81,40 +80,54 @@ def _slim(message: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def merge_window(
-    journal: Journal, partition: ReceiverPartition, plan: BatchPlan, clocks: Clocks
-) -> None:
-    """One receiver of each batch merges the previous batch's window segments into one, so
-    that the workers of later batches read one object per batch, not one per receiver. The
-    previous batch is committed (Spark runs a batch only after the one before it), so all its
-    segments exist; the receiver is fixed by the stored plan, so a replay picks the same one.
-    The merge uses the listing of this task's newest window lookup (taken after the previous
-    batch committed), and lists only when the task made none. FIFO queues write no segments."""
+def window_seal(
+    journal: Journal, partition: ReceiverPartition, plan: BatchPlan
+) -> window.Seal | None:
+    """One receiver of each batch seals the previous batch's window segments (journal/window.py)
+    with the ids it acknowledges, before its deletes: later readers then read one object per
+    batch, and a segment of that batch written afterwards goes on to a later one. The previous
+    batch is committed (Spark runs a batch only after the one before it), so its receivers'
+    segments exist; the sealer is fixed by the stored plan (the first receiver assigned to
+    acknowledge the previous batch, whose ids then go into the seal at no extra write; else one
+    of the receivers that receive), so a retry picks the same one. None for every other
+    receiver, with the window off, for a FIFO queue (no segments) and for a previous batch
+    with no plan (removed: sealed already)."""
     options = partition.options
-    if options.duplicate_window <= 0 or partition.batch < 1 or not plan.receivers:
-        return
-    if window.is_fifo(partition.queue_url):
-        return
+    # Batches are numbered from 1: the first has none before it.
+    if options.duplicate_window <= 0 or partition.batch < 2 or window.is_fifo(partition.queue_url):
+        return None
+    fresh = [r.receiver for r in plan.receivers if r.adopt_from is None]
     previous = partition.batch - 1
-    if plan.receivers[previous % len(plan.receivers)].receiver != partition.receiver:
-        return
-    try:
-        listing = clocks.window_listings[-1] if clocks.window_listings else None
-        window.merge_batch(journal.store, previous, listing)
-    except Exception:
-        # Storage, not correctness: readers read the parts until a later merge or expiry.
-        logger.warning(
-            "batch %d receiver %d: could not merge the window segments of batch %d",
-            partition.batch,
-            partition.receiver,
-            previous,
-            exc_info=True,
-        )
+    acking = sorted(a.by for a in plan.acks if a.batch == previous)
+    sealer = acking[0] if acking else fresh[previous % len(fresh)] if fresh else None
+    if sealer != partition.receiver:
+        return None
+    receivers = journal.batches.live_receivers(previous)
+    if receivers is None:
+        return None
+    return window.Seal(previous, tuple(receivers), plan.window_from)
+
+
+def window_lookup(partition: ReceiverPartition, plan: BatchPlan) -> duplicates.Lookup:
+    """What a lookup of this receiver must see (executor/duplicates.py): its batch's segments,
+    and those of earlier batches from the plan's ``windowFrom`` (a plan written before: from
+    the oldest batch pending when it was planned, or the one before)."""
+    batch = partition.batch
+    start = plan.window_from
+    if start is None:
+        start = min((*plan.pending, batch - 1)) if batch > 0 else 0
+    return duplicates.Lookup(
+        batch,
+        tuple(r.receiver for r in plan.receivers),
+        max(0, start),
+        plan.window_legacy_until,
+    )
 
 
 def _window_copies(
     journal: Journal,
     partition: ReceiverPartition,
+    plan: BatchPlan,
     messages: list[dict[str, Any]],
     clocks: Clocks,
 ) -> frozenset[str]:
@@ -130,7 +143,8 @@ def _window_copies(
         [k for m in messages for k in (m["MessageId"], *keys[m["MessageId"]])],
         queue_url=partition.queue_url,
         now=clocks.wall_clock(),
-        listed=clocks.window_listings,
+        lookup=window_lookup(partition, plan),
+        live_receivers=journal.batches.live_receivers,
     )
     found: set[str] = set()
     first: set[str] = set()
@@ -223,7 +237,7 @@ def delete_redeliveries(
         queue_url=partition.queue_url,
         duplicate_window=partition.options.duplicate_window,
         batch=partition.batch,
-        who=f"r{partition.receiver:06d}-d{hashlib.sha256(' '.join(ids).encode()).hexdigest()[:10]}",
+        who=window.receiver_writer(partition.receiver),
         now=clocks.wall_clock(),
         catch=Exception,
     )

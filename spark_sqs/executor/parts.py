@@ -29,6 +29,7 @@ from ..journal import (
     STOPPED_BY,
     BatchPlan,
     Journal,
+    window,
 )
 from ..schema import messages_to_table, output_batches
 from ..sqs.batching import BatchCaller, Entry
@@ -94,7 +95,6 @@ def read(
         combined.num_rows,
         len(pending),
     )
-    filtering.merge_window(journal, partition, plan, clocks)
     yield from output_batches(combined, partition.options.sns)
 
 
@@ -180,7 +180,7 @@ def _receive_parts(
             queue_url=partition.queue_url,
             duplicate_window=partition.options.duplicate_window,
             batch=partition.batch,
-            who=f"r{partition.receiver:06d}-p{next_part - 1:05d}",
+            who=window.receiver_writer(partition.receiver),
             now=clocks.wall_clock(),
             catch=Exception,
         )

@@ -37,6 +37,7 @@ from ..journal import (
     WINDOW_DROPPED,
     BatchPlan,
     Journal,
+    window,
 )
 from ..schema import messages_to_table, output_batches
 from ..sqs.client import SqsClient, cached_client
@@ -86,6 +87,16 @@ def read_partition(
         # collection after each task need not walk it again (collection.py).
         collection.freeze_long_lived()
     assigned = plan.acks_by(partition.receiver)
+    seal = filtering.window_seal(journal, partition, plan)
+    if seal is not None and not assigned:
+        # The sealer with nothing to acknowledge seals with no ids of its own.
+        journal.window.write(
+            [],
+            batch=partition.batch,
+            who=window.receiver_writer(partition.receiver),
+            expires_at=wall_clock() + options.duplicate_window,
+            seal=seal,
+        )
     if assigned:
         # Committed batches' messages, deleted here rather than by the driver, before this
         # receiver journals: a retry repeats the deletes; the batch commits only once all ran.
@@ -99,6 +110,7 @@ def read_partition(
             on_deleted=_payload_deleter(options),
             wall_clock=wall_clock,
             duplicate_window=options.duplicate_window,
+            seal=seal,
         )
     if plan.deletes_on_journal(options.delete_after_journal):
         yield from parts.read(journal, client, partition, drops, clocks, plan)
@@ -231,7 +243,6 @@ def _receive_and_journal(
         )
     if dropped:
         filtering.delete_redeliveries(journal, client, partition, dropped, clocks)
-    filtering.merge_window(journal, partition, plan, clocks)
     yield from output_batches(table, options.sns)
 
 

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from botocore.exceptions import ClientError
 
@@ -32,9 +32,6 @@ from ..journal.stops import (
 )
 from ..sqs.client import SqsClient, classify, error_code
 from .envelopes import message_bytes
-
-if TYPE_CHECKING:
-    from ..journal.window import SegmentKey
 
 logger = logging.getLogger(__name__)
 
@@ -67,10 +64,6 @@ class Clocks:
     clock: Callable[[], float] = time.monotonic
     wall_clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
-    # The duplicate window's segment listings this task made (its lookups), newest last: each
-    # was taken after the task started, so after the previous batch committed, and the merge
-    # of that batch's segments reuses the newest instead of listing again.
-    window_listings: list[list[SegmentKey]] = field(default_factory=list)
 
 
 @dataclass

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from .stores import JournalRoot, Record
@@ -61,11 +61,20 @@ class _Poison(Protocol):
     def remove_markers(self, batch: int) -> None: ...
 
 
+class _Window(Protocol):
+    """What a removal asks of the duplicate window (window.py ``Window``)."""
+
+    def before_removal(self, batch: int, receivers: Callable[[], Sequence[int] | None]) -> None: ...
+
+
 class Batches(Record):
-    def __init__(self, journal: JournalRoot, plans: _Plans, poison: _Poison) -> None:
+    def __init__(
+        self, journal: JournalRoot, plans: _Plans, poison: _Poison, window: _Window | None = None
+    ) -> None:
         super().__init__(journal)
         self._plans = plans
         self._poison = poison
+        self._window = window
 
     def files(self, batch: int) -> list[str]:
         """Base names of the files of ``batch`` (one LIST)."""
@@ -128,7 +137,10 @@ class Batches(Record):
         after the removal) are then left to ``collect``. Without it, one LIST finds them (what
         it misses is garbage that a sweep removes). ``also``: other keys that go in the same
         multi-object delete (the acknowledgement reports the settlement read: nothing reads
-        them after the acked marker)."""
+        them after the acked marker). On the driver the duplicate window seals the batch first
+        (window.py): readers of a batch with no plan read its seal."""
+        if self._window is not None:
+            self._window.before_removal(batch, lambda: self.live_receivers(batch))
         self._plans.remove(batch)
         self._poison.remove_markers(batch)
         names = self.files(batch) if files is None else [*files, RETIRED]

@@ -82,6 +82,11 @@ class BatchPlan:
     # The orphans this batch retired when it was planned (those it adopts entries of, and
     # those with nothing to adopt): all of them are done once the plan's copies exist.
     retires: tuple[int, ...] = ()
+    # The duplicate window (journal/window.py): the oldest batch whose segments may still be
+    # live, as the driver judged it on its clock when planning (None: a plan written before,
+    # or the window off), and until when an earlier version's segments may be live.
+    window_from: int | None = None
+    window_legacy_until: float | None = None
 
     @property
     def acknowledges(self) -> list[int]:
@@ -122,6 +127,10 @@ class BatchPlan:
             doc["extendBy"] = self.extend_by
         if self.retires:
             doc["retires"] = list(self.retires)
+        if self.window_from is not None:
+            doc["windowFrom"] = self.window_from
+        if self.window_legacy_until is not None:
+            doc["windowLegacyUntil"] = self.window_legacy_until
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
@@ -150,6 +159,12 @@ class BatchPlan:
             ),
             extend_by=int(doc.get("extendBy", 0)),
             retires=tuple(int(b) for b in doc.get("retires", ())),
+            window_from=int(doc["windowFrom"]) if doc.get("windowFrom") is not None else None,
+            window_legacy_until=(
+                float(doc["windowLegacyUntil"])
+                if doc.get("windowLegacyUntil") is not None
+                else None
+            ),
         )
 
 

@@ -12,21 +12,34 @@ does, so a receiver that looks the window up after its receive calls sees it.
 
 Keys::
 
-    window/<expires>-<N>-r<receiver>-ack.arrow      ids a receiver of <N> acknowledged
-    window/<expires>-<N>-r<receiver>-p<k>.arrow     deleteAfterJournal: part k's ids
-    window/<expires>-<N>-r<receiver>-d<hash>.arrow  redeliveries the receiver dropped
-    window/<expires>-<N>-driver.arrow               ids of <N> the driver acknowledged
-    window/<expires>-<N>-q-<hash>.arrow             a message sent to the dead-letter queue
-    window/<expires>-<N>-merged.arrow               the r-segments of <N>, merged by one
-                                                    receiver of the next batch (the one its
-                                                    stored plan puts at <N> modulo the
-                                                    receivers: executor/filtering.py)
+    window/<N>/r<receiver>-<k>.arrow   segment k of receiver <receiver> of batch <N> (its
+                                       acknowledgement, deleteAfterJournal parts, dropped
+                                       redeliveries), numbered densely from 0
+    window/<N>/x-<k>.arrow             the driver's segments of <N> (its acknowledgement, the
+                                       quarantine) and segments forwarded from a sealed batch,
+                                       numbered densely from 0
+    window/<N>/merged.arrow            the seal of <N>: its segments merged, with the ids its
+                                       sealer acknowledged (the receiver of <N+1> its plan
+                                       names, or the driver before <N>'s plan is removed)
+    window/<expires>-<N>-<who>.arrow   an earlier version's segments (read, never written)
 
-``<expires>`` is the epoch second after which the ids may be forgotten, first in the key so that
-expiry and collection read key names only. A segment stores no id itself: two unsigned 64-bit
-columns ``h1``/``h2`` hold each id's 128-bit BLAKE2b digest, sorted by ``h1``, so a lookup is a
-binary search and two different ids match with probability below 2**-100 in any realistic
-window. Segments are written create-if-absent and never changed.
+No lookup lists: every key is found by key. A writer creates ``<who>-<k>`` at the first ``k``
+that is free (create-if-absent; a concurrent attempt that lost takes the next number; a create
+whose outcome is unknown is read back). A batch is *sealed* once ``merged.arrow`` exists; its
+plan is removed only after that (``Batches.remove``). A reader reads a sealed batch's merged
+segment once, and an unsealed batch's segments by probing each writer's numbers until the
+first absent one (its receivers are its plan's). A segment created after its batch's merged
+segment is hidden from readers that read the merged one: its writer checks for the seal after
+creating it and, if sealed, writes the same segment again into the next batch (``forward``,
+until a batch not sealed); the sealer probes once more after sealing and forwards what appeared
+in between. Which batches may hold live ids is the driver's to say (``WindowRange``, carried by
+each plan as ``windowFrom``), judged on its monotonic clock.
+
+A segment stores no id itself: two unsigned 64-bit columns ``h1``/``h2`` hold each id's 128-bit
+BLAKE2b digest, sorted by ``h1``, so a lookup is a binary search and two different ids match
+with probability below 2**-100 in any realistic window. Its schema metadata holds the epoch
+second after which its ids may be forgotten (``spark_sqs.expires``); a merged segment also the
+``windowFrom`` of its sealer. Segments are written create-if-absent and never changed.
 """
 
 from __future__ import annotations
@@ -34,17 +47,31 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 
-from .stores import JournalStore, Record
+from ..errors import JournalOutcomeUnknown
+from .stores import JournalRoot, JournalStore, Record, ipc_bytes
 
 logger = logging.getLogger(__name__)
 
 PREFIX = "window"
-_SEGMENT = re.compile(r"^window/(\d{12})-(\d{12})-([a-z0-9-]+)\.arrow$")
+DRIVER = "x"  # the driver's and forwarded segments' writer name
+MERGED = "merged"
+EXPIRES = b"spark_sqs.expires"
+WINDOW_FROM = b"spark_sqs.windowFrom"
+# Earlier versions' keys: window/<expires>-<N>-<who>.arrow (read at a worker's first lookup
+# while the driver says some may be live, WindowRange.legacy_until).
+_LEGACY = re.compile(r"^window/(\d{12})-(\d{12})-([a-z0-9-]+)\.arrow$")
+_BATCH = re.compile(r"^window/(\d{12})/")
+# Creates of one key whose outcome stays unknown before the error is passed on.
+_UNKNOWN_RETRIES = 3
+# Margin on the driver's clock before a removed batch's segments count as expired: covers the
+# writers' wall clocks being a little ahead of the driver's view (docs/design.md, clocks).
+EXPIRY_MARGIN = 60.0
 
 
 def digest(message_id: str) -> tuple[int, int]:
@@ -63,135 +90,355 @@ def is_fifo(queue_url: str | None) -> bool:
     return bool(queue_url) and queue_url.rstrip("/").endswith(".fifo")  # type: ignore[union-attr]
 
 
+def receiver_writer(receiver: int) -> str:
+    """The writer name of a receiver's segments."""
+    return f"r{receiver:06d}"
+
+
+def part_key(batch: int, who: str, k: int) -> str:
+    return f"{PREFIX}/{batch:012d}/{who}-{k:05d}.arrow"
+
+
+def merged_key(batch: int) -> str:
+    return f"{PREFIX}/{batch:012d}/{MERGED}.arrow"
+
+
+def batch_of(key: str) -> int | None:
+    """The batch of a key of this layout, None for another key."""
+    m = _BATCH.match(key)
+    return int(m.group(1)) if m else None
+
+
 @dataclass(frozen=True, order=True)
-class SegmentKey:
+class LegacyKey:
+    """A segment key of an earlier version: the expiry first, so it was read by name."""
+
     expires: int
     batch: int
-    # "r000003-ack", "r000003-p00001" (a receiver's: merged later), "driver", "q-<digest>" (a
-    # quarantined message, driver/poison.py) or "merged"
-    who: str
+    who: str  # "r000003-ack", "driver", "q-<digest>", "merged", ...
 
     @property
     def key(self) -> str:
         return f"{PREFIX}/{self.expires:012d}-{self.batch:012d}-{self.who}.arrow"
 
     @classmethod
-    def parse(cls, key: str) -> SegmentKey | None:
-        m = _SEGMENT.match(key)
+    def parse(cls, key: str) -> LegacyKey | None:
+        m = _LEGACY.match(key)
         return cls(int(m.group(1)), int(m.group(2)), m.group(3)) if m else None
 
 
-def segment_table(message_ids: Iterable[str]) -> pa.Table:
-    """The digests of ``message_ids``, sorted by ``h1`` (duplicates removed)."""
+def segment_table(
+    message_ids: Iterable[str], expires: int = 0, window_from: int | None = None
+) -> pa.Table:
+    """The digests of ``message_ids``, sorted by ``h1`` (duplicates removed), expiring at
+    ``expires`` (epoch seconds)."""
     pairs = sorted({digest(i) for i in message_ids})
-    return pa.table(
+    table = pa.table(
         {
             "h1": pa.array([p[0] for p in pairs], pa.uint64()),
             "h2": pa.array([p[1] for p in pairs], pa.uint64()),
         }
     )
+    return _with_metadata(table, expires, window_from)
 
 
-def _ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+def _with_metadata(table: pa.Table, expires: int, window_from: int | None = None) -> pa.Table:
+    meta = {EXPIRES: str(expires).encode()}
+    if window_from is not None:
+        meta[WINDOW_FROM] = str(window_from).encode()
+    return table.replace_schema_metadata(meta)
 
 
-def write_segment(
-    store: JournalStore,
-    message_ids: Iterable[str],
-    *,
-    batch: int,
-    who: str,
-    expires_at: float,
-) -> SegmentKey | None:
-    """Record ``message_ids`` as acknowledged until ``expires_at`` (epoch seconds). Nothing is
-    written for no ids. A retried writer creates a second segment (its expiry differs) or finds
-    its own: both are harmless, since a segment only ever adds ids."""
-    table = segment_table(message_ids)
-    if table.num_rows == 0:
-        return None
-    name = SegmentKey(int(expires_at) + 1, batch, who)
-    store.create(name.key, _ipc(table))
-    return name
+def expires_of(table: pa.Table) -> int:
+    return int((table.schema.metadata or {}).get(EXPIRES, b"0"))
 
 
-def read_segment(store: JournalStore, name: SegmentKey) -> pa.Table | None:
-    """A segment's digests, or None if it was removed (merged or expired) meanwhile."""
-    data = store.read(name.key)
+def window_from_of(table: pa.Table) -> int | None:
+    value = (table.schema.metadata or {}).get(WINDOW_FROM)
+    return int(value) if value is not None else None
+
+
+def read_table(store: JournalStore, key: str) -> pa.Table | None:
+    """A segment's digests, or None if it does not exist."""
+    data = store.read(key)
     if data is None:
         return None
     return pa.ipc.open_file(pa.BufferReader(data)).read_all()
 
 
-def list_segments(store: JournalStore) -> list[SegmentKey]:
-    return sorted(n for k in store.list(PREFIX) if (n := SegmentKey.parse(k)) is not None)
+def _create(store: JournalStore, key: str, data: bytes) -> bool:
+    """Create ``key`` if absent; True if this writer's bytes are there now. A create whose
+    outcome is unknown is resolved by reading the key back: our bytes (it took effect), absent
+    (create again), or another writer's (lost)."""
+    for attempt in range(_UNKNOWN_RETRIES):
+        try:
+            return store.create(key, data)
+        except JournalOutcomeUnknown:
+            found = store.read(key)
+            if found is not None:
+                return found == data
+            if attempt == _UNKNOWN_RETRIES - 1:
+                raise
+    return False  # pragma: no cover (the loop returns or raises)
 
 
-def live(names: Iterable[SegmentKey], now: float) -> list[SegmentKey]:
-    """The segments that still count at ``now``: unexpired, and for a batch whose receivers'
-    segments were merged, the merged one only."""
+def create_dense(store: JournalStore, batch: int, who: str, data: bytes, start: int = 0) -> int:
+    """Create ``data`` as ``who``'s first free segment number of ``batch`` from ``start``:
+    numbers stay dense (a reader stops at the first absent one), and two attempts of one task
+    writing at once both land, one after the other. Returns the number."""
+    k = start
+    while not _create(store, part_key(batch, who, k), data):
+        k += 1
+    return k
+
+
+def read_run(
+    store: JournalStore, batch: int, who: str, start: int = 0
+) -> tuple[list[pa.Table], int]:
+    """``who``'s segments of ``batch`` from number ``start`` until the first absent one, and
+    that number."""
+    tables = []
+    k = start
+    while (table := read_table(store, part_key(batch, who, k))) is not None:
+        tables.append(table)
+        k += 1
+    return tables, k
+
+
+def forward(store: JournalStore, data: bytes, batch: int) -> int:
+    """A segment created in ``batch``: if the batch is sealed (its merged segment exists now),
+    create it again in the next batch, and so on. A segment created before the seal was read by
+    the sealer or by its probe after sealing; one created after finds the seal here."""
+    while store.read(merged_key(batch)) is not None:
+        batch += 1
+        create_dense(store, batch, DRIVER, data)
+        logger.info(
+            "duplicate window: a segment written after a seal, forwarded to batch %d", batch
+        )
+    return batch
+
+
+def forward_late(store: JournalStore, batch: int, data: bytes) -> None:
+    """A segment of ``batch`` its sealer found after sealing: created while the sealer read,
+    its writer may have seen no seal. It goes on to the next batch not sealed."""
+    create_dense(store, batch + 1, DRIVER, data)
+    forward(store, data, batch + 1)
+
+
+def seal_batch(
+    store: JournalStore,
+    batch: int,
+    receivers: Sequence[int],
+    table: pa.Table | None = None,
+    *,
+    window_from: int | None = None,
+    now: float | None = None,
+) -> bool:
+    """Seal ``batch``: read its receivers' and the driver's segments by key, and create
+    ``merged.arrow`` of them and of ``table`` (the sealer's own ids, if any). Then probe each
+    writer's next number once more: a segment created between the reads and the seal, whose
+    writer saw no seal yet, is forwarded here. False if the batch was sealed already (or by a
+    concurrent sealer): ``table`` is then not in the window, and the caller writes it itself."""
+    writers = [receiver_writer(r) for r in sorted(set(receivers))] + [DRIVER]
+    tables: list[pa.Table] = []
+    ends: dict[str, int] = {}
+    for who in writers:
+        found, ends[who] = read_run(store, batch, who)
+        tables.extend(found)
+    own = [table] if table is not None else []
+    expires = max(
+        [expires_of(t) for t in [*tables, *own]] or [int(now if now is not None else time.time())]
+    )
+    merged = pa.concat_tables(
+        [t.replace_schema_metadata(None) for t in [*tables, *own]]
+        or [segment_table([]).replace_schema_metadata(None)]
+    ).sort_by("h1")
+    merged = _with_metadata(merged.combine_chunks(), expires, window_from)
+    if not _create(store, merged_key(batch), ipc_bytes(merged)):
+        return False
+    for who in writers:
+        late, _ = read_run(store, batch, who, ends[who])
+        for t in late:
+            forward_late(store, batch, ipc_bytes(t))
+    logger.info(
+        "duplicate window: sealed batch %d (%d segments, %d ids)",
+        batch,
+        len(tables) + len(own),
+        merged.num_rows,
+    )
+    return True
+
+
+def list_legacy(store: JournalStore) -> list[LegacyKey]:
+    """An earlier version's segments (one LIST)."""
+    return sorted(n for k in store.list(PREFIX) if (n := LegacyKey.parse(k)) is not None)
+
+
+def read_legacy(store: JournalStore, name: LegacyKey) -> pa.Table | None:
+    """An earlier version's segment, with its expiry (from its name) as this layout keeps it."""
+    table = read_table(store, name.key)
+    return _with_metadata(table, name.expires) if table is not None else None
+
+
+def live_legacy(names: Iterable[LegacyKey], now: float) -> list[LegacyKey]:
+    """An earlier version's segments that still count at ``now``: unexpired, and for a batch
+    whose receivers' segments were merged, the merged one only (that version's rule)."""
     names = [n for n in names if n.expires > now]
     merged = {n.batch for n in names if n.who == "merged"}
     return [n for n in names if not n.who.startswith("r") or n.batch not in merged]
 
 
-def merge_batch(
-    store: JournalStore, batch: int, names: Sequence[SegmentKey] | None = None
-) -> SegmentKey | None:
-    """Merge the receivers' segments of ``batch`` into one (runs on the receiver its plan names):
-    readers then fetch one object per batch instead of one per receiver. Idempotent: the merged
-    segment is created if absent, then the parts are removed; a crash between leaves both, and
-    readers prefer the merged one. A batch with one part (one receiver acknowledged) is left
-    as it is: readers fetch one object for it already, and merging would cost a read, a write
-    and a removal for nothing. ``names``: a listing of the segments taken after every writer of
-    ``batch`` finished (the caller's own lookup), which saves a LIST; by default one is made."""
-    if names is None:
-        names = list_segments(store)
-    parts = [n for n in names if n.batch == batch and n.who.startswith("r")]
-    if len(parts) < 2:
-        return None
-    tables = [t for n in parts if (t := read_segment(store, n)) is not None]
-    if not tables:
-        return None
-    table = pa.concat_tables(tables).sort_by("h1")
-    name = SegmentKey(max(n.expires for n in parts), batch, "merged")
-    store.create(name.key, _ipc(table))
-    store.delete_many([n.key for n in parts])
-    logger.info(
-        "duplicate window: merged %d segments of batch %d (%d ids)",
-        len(parts),
-        batch,
-        table.num_rows,
-    )
-    return name
+class WindowRange:
+    """The driver's view of which batches may hold live window ids: every batch not yet
+    removed, and those removed less than the window (and a margin) ago on its monotonic clock.
+    Segments of a removed batch were all written before its removal (its seal precedes it;
+    later ones are forwarded to a batch not yet sealed), so they expire within the window of
+    it, whatever their writers' clocks say within the margin."""
+
+    def __init__(
+        self,
+        window_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+        start_from: int = 0,
+    ) -> None:
+        self.window_seconds = window_seconds
+        self._clock = clock
+        # Batches removed before this driver started: their removal times are unknown, so they
+        # count as removed at start.
+        self._floor = start_from
+        self._started = clock()
+        self._removed: dict[int, float] = {}
+        # Until when (epoch seconds) an earlier version's segments may be live: readers list
+        # them once (``DuplicateWindow``).
+        self.legacy_until: float | None = None
+
+    def removed(self, batch: int) -> None:
+        self._removed.setdefault(batch, self._clock())
+
+    def window_from(self, oldest_pending: int) -> int:
+        """The oldest batch a reader must consider, for a plan made now (``oldest_pending``:
+        the oldest batch not yet removed, or the batch being planned)."""
+        now = self._clock()
+        keep = self.window_seconds + EXPIRY_MARGIN
+        for batch in [b for b, at in self._removed.items() if now - at > keep]:
+            del self._removed[batch]
+        start = oldest_pending
+        if now - self._started <= keep:
+            start = min(start, self._floor)
+        if self._removed:
+            start = min(start, min(self._removed))
+        return start
 
 
-def collect(store: JournalStore, now: float) -> int:
-    """Remove expired segments, and parts whose merged segment exists. Returns how many."""
-    names = list_segments(store)
-    keep = set(live(names, now))
-    gone = [n.key for n in names if n not in keep]
-    if gone:
-        store.delete_many(gone)
-    return len(gone)
+@dataclass(frozen=True)
+class Seal:
+    """The batch a writer seals with its segment (``Window.write``): its receivers, and the
+    ``windowFrom`` of the sealer's plan (a later driver's start reads it back)."""
+
+    batch: int
+    receivers: tuple[int, ...]
+    window_from: int | None = None
 
 
 class Window(Record):
-    """The journal's duplicate-window segments (the functions above, on its store)."""
+    """The journal's duplicate-window segments (the functions above, on its store). On the
+    driver, ``range`` is its ``WindowRange`` (set by the coordinator): then a batch's removal
+    seals it first (``before_removal``)."""
 
-    def write(self, message_ids: list[str], *, batch: int, who: str, expires_at: float) -> None:
+    def __init__(self, journal: JournalRoot) -> None:
+        super().__init__(journal)
+        self.range: WindowRange | None = None
+        # (batch, writer) -> the next number this process's writer tries first.
+        self._next: dict[tuple[int, str], int] = {}
+
+    def __getstate__(self) -> dict[str, object]:
+        # Executors never seal on removal: the driver's view stays on the driver.
+        return {**self.__dict__, "range": None, "_next": {}}
+
+    def write(
+        self,
+        message_ids: list[str],
+        *,
+        batch: int,
+        who: str,
+        expires_at: float,
+        seal: Seal | None = None,
+    ) -> None:
         """Record acknowledged ids for the duplicate window until ``expires_at``; written
-        before the messages are deleted."""
-        write_segment(self.store, message_ids, batch=batch, who=who, expires_at=expires_at)
+        before the messages are deleted, as writer ``who``'s next segment of ``batch``. With
+        ``seal`` (the receiver of the next batch its plan names, or the driver deleting a batch
+        itself), the ids go into that batch's seal instead, created even with no ids; if the
+        batch was sealed already, they are written as usual."""
+        table = segment_table(message_ids, int(expires_at) + 1)
+        if seal is not None and seal_batch(
+            self.store, seal.batch, seal.receivers, table, window_from=seal.window_from
+        ):
+            return
+        if table.num_rows == 0:
+            return
+        data = ipc_bytes(table)
+        k = create_dense(self.store, batch, who, data, self._next.get((batch, who), 0))
+        self._next[(batch, who)] = k + 1
+        forward(self.store, data, batch)
 
-    def collect(self, now: float) -> int:
-        """Remove expired duplicate-window segments (best effort). Returns how many."""
+    def driver_seal(self, batch: int, receivers: Sequence[int]) -> Seal | None:
+        """The seal of ``batch`` when the driver deletes its messages itself (no receiver of a
+        next batch will seal it), on the driver with the window on; else None."""
+        if self.range is None:
+            return None
+        return Seal(batch, tuple(receivers), self.range.window_from(batch))
+
+    def before_removal(self, batch: int, receivers: Callable[[], Sequence[int] | None]) -> None:
+        """On the driver, before ``batch``'s plan (or carry record) is removed: seal it if no one
+        did (readers of a batch with no plan read its seal), and note when it went."""
+        if self.range is None:
+            return
+        if self.store.read(merged_key(batch)) is None:
+            live = receivers()
+            if live is not None:
+                seal_batch(
+                    self.store,
+                    batch,
+                    live,
+                    window_from=self.range.window_from(batch),
+                    now=time.time(),
+                )
+        self.range.removed(batch)
+
+    def start_from(self, acked: int) -> int:
+        """At the driver's start: the oldest batch that may hold live ids, from the seal of the
+        newest acknowledged one (its sealer's ``windowFrom``), else the batch after it."""
+        table = read_table(self.store, merged_key(acked)) if acked > 0 else None
+        found = window_from_of(table) if table is not None else None
+        return found if found is not None else acked + 1
+
+    def legacy_until(self, now: float) -> float | None:
+        """At the driver's start (one LIST): the latest expiry of an earlier version's live
+        segments, or None if none is live."""
+        names = live_legacy(list_legacy(self.store), now)
+        return float(max(n.expires for n in names)) if names else None
+
+    def collect(self, now: float, oldest_pending: int | None = None) -> int:
+        """Remove segments of batches below the driver's range (given ``oldest_pending``, the
+        oldest batch not removed) and expired ones of an earlier version (best effort; one
+        LIST). Returns how many."""
         try:
-            return collect(self.store, now)
+            keys = self.store.list(PREFIX)
+            below = (
+                self.range.window_from(oldest_pending)
+                if self.range is not None and oldest_pending is not None
+                else None
+            )
+            gone = []
+            legacy = [n for k in keys if (n := LegacyKey.parse(k)) is not None]
+            keep = set(live_legacy(legacy, now))
+            gone += [n.key for n in legacy if n not in keep]
+            if below is not None:
+                gone += [k for k in keys if (b := batch_of(k)) is not None and b < below]
+            if gone:
+                self.store.delete_many(gone)
+            return len(gone)
         except Exception:
-            # Storage, not correctness: an expired segment is ignored until it is removed.
+            # Storage, not correctness: segments below the range are never read.
             logger.warning("journal %s: could not remove expired window segments", self.location)
             return 0

@@ -350,3 +350,122 @@ def test_a_journal_of_a_newer_format_is_refused_before_anything_is_received(
     assert "newer version of spark-sqs" in message and "Fix:" in message, message
     assert queue_counts(sqs, queue_url) == (5, 0)
     assert not (location / "batches").exists()
+
+
+class HeldCopies:
+    """Server side (moto runs in this process): each message deleted for the first time leaves
+    a copy with the same MessageId, held back until ``release``: SQS handing out, after an
+    upgrade, a copy of a message the released version deleted."""
+
+    def __init__(self) -> None:
+        self.held: list[Any] = []
+
+    def __enter__(self) -> HeldCopies:
+        import copy
+
+        from moto.sqs.models import Queue
+
+        self._original = original = Queue.delete_message
+        seen: set[str] = set()
+        held = self.held
+
+        def delete_message(queue: Any, receipt_handle: str) -> None:
+            found = [m for m in queue._messages if m.receipt_handle == receipt_handle]
+            original(queue, receipt_handle)
+            for message in found:
+                if message in queue._messages or message.id in seen:
+                    continue
+                seen.add(message.id)
+                ghost = copy.copy(message)
+                ghost._old_receipt_handles = []
+                ghost.receipt_handle = None
+                ghost.visible_at = float("inf")
+                queue._messages.append(ghost)
+                held.append(ghost)
+
+        Queue.delete_message = delete_message
+        return self
+
+    def release(self) -> int:
+        """Stop making copies; make the held ones visible. Returns how many."""
+        from moto.sqs.models import Queue
+
+        Queue.delete_message = self._original
+        for ghost in self.held:
+            ghost.visible_at = 0.0
+        return len(self.held)
+
+    def __exit__(self, *exc: object) -> None:
+        from moto.sqs.models import Queue
+
+        Queue.delete_message = self._original
+
+
+def test_window_segments_of_the_previous_layout_still_drop_copies(
+    released: Path,
+    spark: Any,
+    moto_endpoint: str,
+    sqs: Any,
+    queue_url: str,
+    tmp_path: Path,
+) -> None:
+    """The released version acknowledges batch 0 (batch 1's receivers delete its messages,
+    writing window segments named as it names them: ``window/<expires>-<N>-<who>.arrow``) and
+    is killed. This version goes on on the same journal until every batch is acknowledged;
+    SQS then hands out copies of the messages the released version deleted (no batch holds
+    them any more). This version finds the previous layout's segments by one LIST (its driver
+    at start, each worker at its first lookup) and drops the copies: every message reaches the
+    sink once."""
+    journal_location = str(tmp_path / "journal")
+    checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
+    sent = send_numbered(sqs, queue_url, 30)
+    copies = HeldCopies().__enter__()
+    child = ReleasedQuery(released, tmp_path, moto_endpoint, queue_url, journal_location, "killed")
+    child.start()
+    child.wait_for(lambda: (child.control / "at-after-sink").exists(), "its held batch")
+    child.kill()
+    copies.__exit__()
+    legacy = [k for k in Journal(journal_location).store.list("window") if "/" not in k[7:]]
+    assert legacy, "the released version wrote window segments"
+    assert copies.held, "copies of the messages the released version deleted"
+    stream = sqs_stream(
+        spark,
+        moto_endpoint,
+        queue_url,
+        journal_location,
+        visibilityTimeout=VISIBILITY,
+        maxMessagesPerTrigger=PER_TRIGGER,
+        numPartitions=2,
+    )
+    query = (
+        stream.writeStream.foreachBatch(write_sink(spark, str(out), lambda _: None))
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+
+    def settled() -> bool:
+        state = Journal(journal_location).state.read()
+        return state.acked_batch == state.planned_batch
+
+    def delivered() -> bool:
+        try:
+            return sorted(set(_sink_numbers(out))) == sent and settled()
+        except Exception:
+            return False  # no output yet
+
+    try:
+        wait_until(delivered, 300, "every message sent in the sink, every batch acknowledged")
+    except BaseException:
+        query.stop()
+        raise
+    released_copies = copies.release()
+    drain_and_stop(query, sqs, queue_url, timeout=300, until=settled)
+    numbers = _sink_numbers(out)
+    assert numbers == sent, (
+        f"lost {sorted(set(sent) - set(numbers))}, "
+        f"duplicated {sorted({n for n in numbers if numbers.count(n) > 1})}"
+    )
+    assert queue_counts(sqs, queue_url) == (0, 0)
+    metrics = Journal(journal_location).metrics.read()
+    dropped = sum(m.get("duplicateWindowDropped", 0) for m in metrics)
+    assert dropped == released_copies, "the copies were dropped by the previous layout's segments"

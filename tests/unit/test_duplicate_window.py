@@ -12,8 +12,10 @@ import pytest
 from spark_sqs.acknowledgement.assigned import acknowledge_assigned
 from spark_sqs.acknowledgement.deletes import delete_messages
 from spark_sqs.driver.planning import ReceiverPartition
-from spark_sqs.executor import duplicates
+from spark_sqs.errors import JournalOutcomeUnknown
+from spark_sqs.executor import duplicates, filtering
 from spark_sqs.executor.receiver import read_partition
+from spark_sqs.executor.receiving import Clocks
 from spark_sqs.journal import (
     WINDOW_DROPPED,
     AckAssignment,
@@ -57,76 +59,183 @@ def test_a_segment_holds_sorted_digests_not_ids() -> None:
     assert window.digest("a") in set(zip(h1, table.column("h2").to_pylist(), strict=True))
 
 
+def lookup(batch: int, receivers: tuple[int, ...] = (0,), start: int | None = None, **kw: Any):
+    return duplicates.Lookup(batch, receivers, batch if start is None else start, **kw)
+
+
 def test_acknowledged_ids_are_seen_until_they_expire(location: str) -> None:
     journal, store = journal_at(location)
-    journal.window.write(ids(1, 2), batch=3, who="r000000-ack", expires_at=NOW + 40)
+    journal.window.write(ids(1, 2), batch=3, who="r000000", expires_at=NOW + 40)
+    assert store.inner.read(window.part_key(3, "r000000", 0)) is not None
     cache = duplicates.DuplicateWindow(40)
-    assert cache.refresh(store, NOW) == 1
+    assert cache.refresh(store, NOW, lookup(3)) == 1
     assert cache.seen(ids(1, 3)) == set(ids(1))
-    # A second refresh reads nothing new: only a LIST.
+    # A second refresh reads nothing new, by key: each writer's next number, absent.
     store.calls.clear()
-    assert cache.refresh(store, NOW + 1) == 0
-    assert [m for m, _ in store.calls] == ["list"]
-    # Once expired (and its slice over), forgotten, and collected from the journal.
-    cache.refresh(store, NOW + 100)
+    assert cache.refresh(store, NOW + 1, lookup(3)) == 0
+    assert store.calls == [
+        ("read", window.part_key(3, "r000000", 1)),
+        ("read", window.part_key(3, "x", 0)),
+    ]
+    # Once expired (and its slice over), forgotten.
+    cache.refresh(store, NOW + 100, lookup(3))
     assert cache.seen(ids(1)) == set()
-    assert journal.window.collect(NOW + 100) == 1
-    assert store.inner.list("window") == []
 
 
-def test_a_merged_segment_replaces_the_parts_of_its_batch(location: str) -> None:
+def test_segments_of_batches_below_the_driver_s_range_are_collected(location: str) -> None:
     journal, store = journal_at(location)
-    journal.window.write(ids(1), batch=7, who="r000000-ack", expires_at=NOW + 60)
-    journal.window.write(ids(2), batch=7, who="r000001-ack", expires_at=NOW + 61)
-    journal.window.write(ids(3), batch=8, who="r000000-ack", expires_at=NOW + 62)
-    merged = window.merge_batch(store, 7)
-    assert merged is not None and merged.who == "merged"
-    names = window.list_segments(store)
-    assert [(n.batch, n.who) for n in names] == [(7, "merged"), (8, "r000000-ack")]
-    cache = duplicates.DuplicateWindow(600)
-    cache.refresh(store, NOW)
+    now = [0.0]
+    journal.window.range = window.WindowRange(40, clock=lambda: now[0], start_from=3)
+    journal.window.write(ids(1), batch=3, who="r000000", expires_at=NOW + 40)
+    journal.window.write(ids(2), batch=4, who="r000000", expires_at=NOW + 40)
+    journal.window.range.removed(3)
+    # Within the window (and its margin) of batch 3's removal, both are kept.
+    now[0] = 90.0
+    assert journal.window.range.window_from(4) == 3
+    assert journal.window.collect(NOW, oldest_pending=4) == 0
+    now[0] = 40 + window.EXPIRY_MARGIN + 1
+    assert journal.window.range.window_from(4) == 4
+    assert journal.window.collect(NOW, oldest_pending=4) == 1
+    assert store.inner.list("window") == [window.part_key(4, "r000000", 0)]
+
+
+def test_a_writer_numbers_its_segments_densely_and_two_attempts_both_land(location: str) -> None:
+    journal, store = journal_at(location)
+    journal.window.write(ids(1), batch=3, who="r000001", expires_at=NOW + 40)
+    journal.window.write(ids(2), batch=3, who="r000001", expires_at=NOW + 40)
+    # A concurrent attempt of the same task (its own process) tries number 0 first: taken, so
+    # it takes the next free one.
+    other = Journal(location, journal._options, store=store)
+    other.window.write(ids(3), batch=3, who="r000001", expires_at=NOW + 40)
+    assert store.inner.list("window") == [window.part_key(3, "r000001", k) for k in range(3)]
+    cache = duplicates.DuplicateWindow(40)
+    assert cache.refresh(store, NOW, lookup(3, (1,))) == 3
     assert cache.seen(ids(1, 2, 3, 4)) == set(ids(1, 2, 3))
 
 
-def test_a_merge_given_its_lookup_s_listing_lists_nothing(location: str) -> None:
-    """The merging receiver reuses the listing its own lookup made (taken after the previous
-    batch committed): the merge reads, creates and removes, and lists nothing."""
+@pytest.mark.parametrize("effect", [True, False], ids=["after-the-effect", "before-it"])
+def test_a_create_with_an_unknown_outcome_is_read_back(location: str, effect: bool) -> None:
     journal, store = journal_at(location)
-    journal.window.write(ids(1), batch=7, who="r000000-ack", expires_at=NOW + 60)
-    journal.window.write(ids(2), batch=7, who="r000001-ack", expires_at=NOW + 61)
-    listed: list[list[window.SegmentKey]] = []
-    duplicates.DuplicateWindow(600).refresh(store, NOW, listed)
-    store.calls.clear()
-    merged = window.merge_batch(store, 7, listed[-1])
-    assert merged is not None and merged.who == "merged"
-    assert "list" not in [m for m, _ in store.calls]
-    assert [(n.batch, n.who) for n in window.list_segments(store)] == [(7, "merged")]
+    failed: list[str] = []
+
+    def lose(method: str, key: str) -> None:
+        if method == "create" and not failed:
+            failed.append(key)
+            raise JournalOutcomeUnknown("lost response")
+
+    if effect:
+        store.after = lose
+    else:
+        store.before = lose
+    journal.window.write(ids(1), batch=3, who="r000000", expires_at=NOW + 40)
+    # One segment at number 0 either way: ours found by reading it back, or created again.
+    assert store.inner.list("window") == [window.part_key(3, "r000000", 0)]
+    cache = duplicates.DuplicateWindow(40)
+    cache.refresh(store, NOW, lookup(3))
+    assert cache.seen(ids(1)) == set(ids(1))
 
 
-def test_a_batch_with_one_part_is_left_as_it_is(location: str) -> None:
-    """One receiver acknowledged: readers fetch one object for the batch already, and a merge
-    would cost a read, a write and a removal for nothing."""
+def test_a_sealed_batch_is_read_from_its_merged_segment_once(location: str) -> None:
     journal, store = journal_at(location)
-    journal.window.write(ids(1), batch=7, who="r000000-ack", expires_at=NOW + 60)
-    assert window.merge_batch(store, 7) is None
-    assert [(n.batch, n.who) for n in window.list_segments(store)] == [(7, "r000000-ack")]
+    journal.window.write(ids(1), batch=7, who="r000000", expires_at=NOW + 60)
+    journal.window.write(ids(2), batch=7, who="r000001", expires_at=NOW + 61)
+    journal.window.write(ids(3), batch=7, who="x", expires_at=NOW + 62)
+    # The sealer (a receiver of batch 8) seals batch 7 with the ids it acknowledges.
+    seal = window.Seal(7, (0, 1), window_from=5)
+    journal.window.write(ids(4), batch=8, who="r000000", expires_at=NOW + 90, seal=seal)
+    merged = window.read_table(store, window.merged_key(7))
+    assert merged is not None and merged.num_rows == 4
+    assert window.expires_of(merged) == int(NOW + 90) + 1
+    assert window.window_from_of(merged) == 5
+    assert store.inner.read(window.part_key(8, "r000000", 0)) is None, "in the seal, not a part"
     cache = duplicates.DuplicateWindow(600)
-    cache.refresh(store, NOW)
-    assert cache.seen(ids(1, 2)) == set(ids(1))
+    cache.refresh(store, NOW, lookup(8, start=7))
+    assert cache.seen(ids(1, 2, 3, 4, 5)) == set(ids(1, 2, 3, 4))
+    # Sealed: never read again.
+    store.calls.clear()
+    cache.refresh(store, NOW, lookup(8, start=7))
+    assert all(window.merged_key(7) != k and "/000000000007/" not in k for _, k in store.calls)
+    # A second sealer (a retry) finds the seal and writes its ids as a segment of its own.
+    journal.window.write(ids(5), batch=8, who="r000000", expires_at=NOW + 90, seal=seal)
+    cache.refresh(store, NOW, lookup(8, start=7))
+    assert cache.seen(ids(5)) == set(ids(5))
 
 
-def test_a_merge_that_died_before_removing_the_parts_leaves_readers_one_copy(location: str):
+def test_a_segment_written_after_its_batch_was_sealed_is_forwarded(location: str) -> None:
+    """The hole a merge that hides parts had: a straggler of batch 7 writes a segment after
+    batch 7 was sealed; a worker that read the seal before must still see it."""
     journal, store = journal_at(location)
-    journal.window.write(ids(1), batch=7, who="r000000-ack", expires_at=NOW + 60)
-    journal.window.write(ids(2), batch=7, who="r000001-ack", expires_at=NOW + 60)
-    parts = window.list_segments(store)
-    # The merge created its segment, then the process died before the deletes.
-    tables = [window.read_segment(store, n) for n in parts]
-    merged = window.SegmentKey(int(NOW) + 61, 7, "merged")
-    store.create(merged.key, window._ipc(pa.concat_tables(tables).sort_by("h1")))
-    assert window.live(window.list_segments(store), NOW) == [merged]
-    assert window.collect(store, NOW) == 2
-    assert window.list_segments(store) == [merged]
+    journal.window.write(ids(1), batch=7, who="r000000", expires_at=NOW + 60)
+    journal.window.write([], batch=8, who="r000000", expires_at=NOW + 60,
+                         seal=window.Seal(7, (0,)))  # fmt: skip
+    cache = duplicates.DuplicateWindow(600)
+    cache.refresh(store, NOW, lookup(8, start=7))
+    journal.window.write(ids(2), batch=7, who="r000000", expires_at=NOW + 60)
+    assert store.inner.read(window.part_key(8, "x", 0)) is not None, "forwarded to batch 8"
+    cache.refresh(store, NOW, lookup(8, start=7))
+    assert cache.seen(ids(1, 2)) == set(ids(1, 2))
+
+
+def test_a_segment_created_while_the_seal_was_made_is_forwarded_by_the_sealer(
+    location: str,
+) -> None:
+    journal, store = journal_at(location)
+    late = window.segment_table(ids(2), int(NOW + 60))
+
+    def straggler(method: str, key: str) -> None:
+        # Between the sealer's reads and its create, a writer creates a segment of batch 7 and
+        # finds no seal yet.
+        if method == "create" and key == window.merged_key(7):
+            store.before = None
+            window.create_dense(store.inner, 7, "r000000", window.ipc_bytes(late))
+
+    journal.window.write(ids(1), batch=7, who="r000000", expires_at=NOW + 60)
+    store.before = straggler
+    journal.window.write([], batch=8, who="r000001", expires_at=NOW + 60,
+                         seal=window.Seal(7, (0,)))  # fmt: skip
+    merged = window.read_table(store, window.merged_key(7))
+    assert merged is not None and merged.num_rows == 1
+    cache = duplicates.DuplicateWindow(600)
+    cache.refresh(store, NOW, lookup(8, (1,), start=7))
+    assert cache.seen(ids(1, 2)) == set(ids(1, 2))
+
+
+def test_a_batch_is_sealed_before_its_plan_is_removed(location: str) -> None:
+    journal, store = journal_at(location)
+    journal.plans.write(BatchPlan(4, (ReceiverPlan(0, 10), ReceiverPlan(1, 10))))
+    journal.window.write(ids(1), batch=4, who="r000001", expires_at=time.time() + 600)
+    journal.window.range = window.WindowRange(600)
+    journal.batches.remove(4)
+    assert journal.plans.read(4) is None
+    assert window.read_table(store, window.merged_key(4)) is not None
+    # A reader that never saw batch 4 reads its seal.
+    cache = duplicates.DuplicateWindow(600)
+    cache.refresh(store, time.time(), lookup(5, start=4), journal.batches.live_receivers)
+    assert cache.seen(ids(1)) == set(ids(1))
+
+
+def test_an_earlier_version_s_segments_are_listed_once_while_live(location: str) -> None:
+    journal, store = journal_at(location)
+    old = window.LegacyKey(int(NOW) + 60, 3, "r000000-ack")
+    store.inner.create(old.key, window.ipc_bytes(window.segment_table(ids(1))))
+    gone = window.LegacyKey(int(NOW) - 1, 2, "driver")
+    store.inner.create(gone.key, window.ipc_bytes(window.segment_table(ids(2))))
+    assert journal.window.legacy_until(NOW) == old.expires
+    cache = duplicates.DuplicateWindow(600)
+    store.calls.clear()
+    cache.refresh(store, NOW, lookup(4, legacy_until=old.expires))
+    assert [m for m, _ in store.calls].count("list") == 1
+    assert cache.seen(ids(1, 2)) == set(ids(1))
+    store.calls.clear()
+    cache.refresh(store, NOW + 1, lookup(4, legacy_until=old.expires))
+    assert [m for m, _ in store.calls].count("list") == 0, "never again"
+    # A worker whose plan says none may be live does not list at all.
+    fresh = duplicates.DuplicateWindow(600)
+    fresh.refresh(store, old.expires + 1, lookup(4, legacy_until=old.expires))
+    assert [m for m, _ in store.calls].count("list") == 0
+    # The sweep removes the expired one.
+    assert journal.window.collect(NOW) == 1
+    assert store.inner.list("window") == [old.key]
 
 
 class _NoDeletes:
@@ -138,13 +247,16 @@ def test_nothing_is_recorded_with_the_window_off_or_for_a_fifo_queue(location: s
     journal, store = journal_at(location)
     for seconds, queue in ((0, QUEUE_URL), (600, FIFO_QUEUE_URL)):
         delete_messages(journal, _NoDeletes(), [], window=[(i, None) for i in ids(1)],
-                        queue_url=queue, duplicate_window=seconds, batch=1, who="r000000-ack",
+                        queue_url=queue, duplicate_window=seconds, batch=1, who="r000000",
                         now=NOW)  # fmt: skip
     assert store.inner.list("window") == []
     # A FIFO queue is never looked up either: no store request at all.
     store.calls.clear()
     assert (
-        duplicates.copies(store, location, 600, ids(1), queue_url=FIFO_QUEUE_URL, now=NOW) == set()
+        duplicates.copies(
+            store, location, 600, ids(1), queue_url=FIFO_QUEUE_URL, now=NOW, lookup=lookup(1)
+        )
+        == set()
     )
     assert store.calls == []
 
@@ -155,8 +267,10 @@ def test_nothing_is_recorded_with_the_window_off_or_for_a_fifo_queue(location: s
 def test_a_receiver_drops_and_deletes_a_copy_of_an_acknowledged_message(location: str) -> None:
     journal, store = journal_at(location)
     journal.plans.write(BatchPlan(4, (ReceiverPlan(0, 10),)))
-    # Batch 2 acknowledged message 1 cleanly; SQS now hands out a copy of it with message 2.
-    journal.window.write(ids(1), batch=3, who="r000000-ack", expires_at=time.time() + 600)
+    # Batch 2 acknowledged message 1 cleanly (sealed into batch 3's window by the driver); SQS
+    # now hands out a copy of it with message 2.
+    journal.window.write(ids(1), batch=3, who="x", expires_at=time.time() + 600,
+                         seal=window.Seal(3, (0,)))  # fmt: skip
     sqs = FakeSqs(script=[[sqs_message(1, receive_count=2), sqs_message(2)]])
     partition = ReceiverPartition(4, 0, 10, QUEUE_URL, make_options(location, region="us-east-1"))
     out = pa.Table.from_batches(
@@ -194,24 +308,68 @@ def test_the_acknowledgement_writes_its_segment_before_the_first_delete(location
     )  # fmt: skip
     assert order.index("create window") < order.index("DeleteMessageBatch")
     cache = duplicates.DuplicateWindow(600)
-    cache.refresh(store, time.time())
+    cache.refresh(store, time.time(), lookup(3))
     assert cache.seen(ids(0, 1, 2, 3)) == set(ids(0, 1, 2))
 
 
-def test_one_receiver_of_each_batch_merges_the_previous_batch(location: str) -> None:
+def test_one_receiver_of_each_batch_seals_the_previous_batch(location: str) -> None:
     journal, store = journal_at(location)
-    journal.plans.write(BatchPlan(5, (ReceiverPlan(0, 10), ReceiverPlan(1, 10))))
+    journal.plans.write(BatchPlan(4, (ReceiverPlan(0, 10), ReceiverPlan(1, 10))))
+    journal.plans.write(BatchPlan(5, (ReceiverPlan(0, 10), ReceiverPlan(1, 10)), window_from=4))
     later = time.time() + 600
-    journal.window.write(ids(1), batch=4, who="r000000-ack", expires_at=later)
-    journal.window.write(ids(2), batch=4, who="r000001-ack", expires_at=later)
+    journal.window.write(ids(1), batch=4, who="r000000", expires_at=later)
+    journal.window.write(ids(2), batch=4, who="r000001", expires_at=later)
     options = make_options(location, region="us-east-1")
-    # Receiver 4 % 2 == 0 merges; receiver 1 leaves the parts alone.
+    # With no acknowledgement assigned, receiver 4 % 2 == 0 seals; receiver 1 does not.
     for receiver in (1, 0):
         sqs = FakeSqs(available=0)
         partition = ReceiverPartition(5, receiver, 10, QUEUE_URL, options)
         list(read_partition(partition, client_factory=lambda sqs=sqs: sqs, journal=journal))
-        whos = [n.who for n in window.list_segments(store) if n.batch == 4]
-        assert whos == (["merged"] if receiver == 0 else ["r000000-ack", "r000001-ack"])
+        sealed = store.inner.read(window.merged_key(4)) is not None
+        assert sealed == (receiver == 0)
+    merged = window.read_table(store, window.merged_key(4))
+    assert merged is not None and merged.num_rows == 2
+
+
+def test_a_straggler_s_delete_after_the_seal_still_drops_a_later_copy(location: str) -> None:
+    """A straggling attempt of committed batch 4 drops a redelivery and deletes it after batch
+    5's receiver sealed batch 4's segments; SQS hands out a copy later (batch 6): dropped."""
+    journal, store = journal_at(location)
+    options = make_options(location, region="us-east-1")
+    receivers = (ReceiverPlan(0, 10), ReceiverPlan(1, 10))
+    journal.plans.write(BatchPlan(4, receivers, window_from=4))
+    journal.plans.write(BatchPlan(5, receivers, window_from=4))
+    later = time.time() + 600
+    # Batch 4's receivers wrote segments (a merge of several parts is what could hide more).
+    journal.window.write(ids(7), batch=4, who="r000000", expires_at=later)
+    journal.window.write(ids(8), batch=4, who="r000001", expires_at=later)
+    for receiver in (0, 1):
+        sqs = FakeSqs(available=0)
+        partition = ReceiverPartition(5, receiver, 10, QUEUE_URL, options)
+        list(read_partition(partition, client_factory=lambda sqs=sqs: sqs, journal=journal))
+    assert store.inner.read(window.merged_key(4)) is not None
+    # A worker looks batch 4 up now (reads the seal), then the straggler of batch 4 deletes.
+    duplicates.forget_all()
+    sqs = FakeSqs(available=0)
+    list(read_partition(ReceiverPartition(5, 1, 10, QUEUE_URL, options),
+                        client_factory=lambda: FakeSqs(script=[[sqs_message(9)]]),
+                        journal=journal))  # fmt: skip
+    straggler = ReceiverPartition(4, 1, 10, QUEUE_URL, options)
+    redelivered = sqs_message(1, receive_count=2)
+    filtering.delete_redeliveries(journal, sqs, straggler, [redelivered], Clocks())
+    # Batch 6: SQS hands out a copy of message 1.
+    journal.plans.write(BatchPlan(6, receivers, window_from=4))
+    copy = FakeSqs(script=[[sqs_message(1, receive_count=3), sqs_message(2)]])
+    out = pa.Table.from_batches(
+        list(
+            read_partition(
+                ReceiverPartition(6, 1, 10, QUEUE_URL, options),
+                client_factory=lambda: copy,
+                journal=journal,
+            )
+        )  # fmt: skip
+    )
+    assert out.column("messageId").to_pylist() == ids(2)
 
 
 # -- duplicateAttribute ------------------------------------------------------------------------
@@ -231,9 +389,8 @@ def test_copies_are_recognised_by_the_attribute_too(location: str) -> None:
     journal.plans.write(BatchPlan(4, (ReceiverPlan(0, 10),)))
     # A sink batch sent row "a" twice (two messages, two ids, one dedupe id); the first copy
     # was delivered and acknowledged earlier.
-    journal.window.write(
-        [window.attribute_key("a")], batch=3, who="r000000-ack", expires_at=time.time() + 600
-    )
+    journal.window.write([window.attribute_key("a")], batch=3, who="x",
+                         expires_at=time.time() + 600, seal=window.Seal(3, (0,)))  # fmt: skip
     sqs = FakeSqs(script=[[with_attribute(1, "a"), with_attribute(2, "b"), with_attribute(3, "b")]])
     partition = ReceiverPartition(4, 0, 10, QUEUE_URL, options)
     got = pa.Table.from_batches(
@@ -251,7 +408,7 @@ def test_copies_are_recognised_by_the_attribute_too(location: str) -> None:
     list(read_partition(later, client_factory=lambda: FakeSqs(), journal=journal))
     duplicates.forget_all()
     cache = duplicates.DuplicateWindow(600)
-    cache.refresh(store, time.time())
+    cache.refresh(store, time.time(), lookup(5, start=3))
     assert cache.seen([window.attribute_key("b"), *ids(2)]) == {window.attribute_key("b"), *ids(2)}
 
 

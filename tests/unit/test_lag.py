@@ -90,7 +90,7 @@ class _Journal:
         )
         self.batches = _Records(remove=self._remove, collect=lambda below: 0)
         self.drops = _Records(collect=lambda oldest_pending: 0)
-        self.window = _Records(collect=lambda now: 0)
+        self.window = _Records(collect=lambda now, oldest=None: 0, driver_seal=lambda *a: None)
         # Without a heartbeat nothing bounds the handles: every delete counts uncertain.
         self.dedupe = _Records(read=lambda now: {}, write=lambda *args, **kwargs: None)
         self.store = MemoryStore()

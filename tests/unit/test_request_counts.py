@@ -126,18 +126,26 @@ def steady_batch_requests(
 # report; PUT the acked marker, DELETE the one before; DELETE the batch's plan, carry and
 # release records, POST-delete its receivers' entries and markers with the reports read; PUT
 # metrics/. It marks and plans the next: PUT the planned marker; GET plan and release record,
-# PUT plan. Each receiver reads its plan and liveness (GET entry, plan, retired record,
-# twice), reads the entry it acknowledges (GET), writes its window segment and acknowledgement
-# report (PUT), loads the duplicate window (LIST window/, GET new segments), writes its entry
-# (PUT); one receiver merges the previous batch's segments from its lookup's listing (a batch
-# of one segment is left as it is; a merging receiver that received nothing, hence looked
-# nothing up, lists). Old drop sets and reports, files of finished batches that only a mishap
-# writes (attempt and poison records, a straggler's), expired window segments and old metrics
-# are swept by LIST at start, every tenth batch and when idle, not in the counted one.
+# PUT plan; before it removes the settled batch's plan it checks the batch's window seal
+# (GET). Each receiver reads its plan and liveness (GET entry, plan, retired record, twice),
+# reads the entry it acknowledges (GET), writes its window segment (PUT) and acknowledgement
+# report (PUT), writes its entry (PUT). The receiver that acknowledges the previous batch seals
+# that batch's window segments with its own ids (GET the previous plan, each writer's first
+# number before and after: the seal is its segment, no extra PUT). A receiver that receives
+# looks the window up by key (GET the previous batch's seal, each writer's next number of its
+# own batch: absent, 404). No LIST: old drop sets and reports, files of finished batches that
+# only a mishap writes, window segments below the driver's range and old metrics are swept by
+# LIST at start, every tenth batch and when idle, not in the counted one.
+#
+# Per receiver, when every receiver receives and acknowledges: +3 PUT (entry, report, window
+# segment; the sealer's segment is its seal), 0 LIST, 0 POST: PUT+LIST+POST = 5 + 3R (8 at
+# R=1). In this test only receiver 0 receives: the others write an entry and a report (+2 PUT
+# each: 6 + 2R). GETs grow by the liveness reads, and by one 404 per receiver in each
+# receiving receiver's lookup (each writer's next number).
 BOUNDS = {
-    1: {"GET": 11, "PUT": 7, "LIST": 1, "POST": 1, "DELETE": 4},
-    2: {"GET": 19, "PUT": 9, "LIST": 2, "POST": 1, "DELETE": 4},
-    4: {"GET": 35, "PUT": 13, "LIST": 2, "POST": 1, "DELETE": 4},
+    1: {"GET": 19, "PUT": 7, "LIST": 0, "POST": 1, "DELETE": 4},
+    2: {"GET": 30, "PUT": 9, "LIST": 0, "POST": 1, "DELETE": 4},
+    4: {"GET": 52, "PUT": 13, "LIST": 0, "POST": 1, "DELETE": 4},
 }
 
 
@@ -146,7 +154,8 @@ def test_a_steady_state_batch_costs_a_bounded_number_of_requests(
     moto_endpoint: str, s3: Any, num_partitions: int, per_receiver: int
 ) -> None:
     """A trickle on numPartitions=4 plans one receiver; a receiver per message plans 2 and 4.
-    Requests grow per receiver by its own reads and writes only (GET, PUT), never by LISTs."""
+    Requests grow per receiver by its own reads and writes only (GET, PUT). A steady batch
+    lists nothing, and one receiver's batch costs at most 8 PUT+LIST+POST."""
     requests, keys, receivers = steady_batch_requests(
         moto_endpoint, s3, num_partitions, per_receiver
     )
@@ -157,3 +166,6 @@ def test_a_steady_state_batch_costs_a_bounded_number_of_requests(
     assert not over, (over, sorted(keys.items()))
     # No HEAD: every existence check is a GET that reads the object too.
     assert requests["HEAD"] == 0
+    assert requests["LIST"] == 0, sorted(keys.items())
+    if receivers == 1:
+        assert requests["PUT"] + requests["LIST"] + requests["POST"] <= 8

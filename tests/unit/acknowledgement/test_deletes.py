@@ -27,7 +27,9 @@ class _Window:
     def __init__(self, events: list[Any]) -> None:
         self.events = events
 
-    def write(self, ids: list[str], *, batch: int, who: str, expires_at: float) -> None:
+    def write(
+        self, ids: list[str], *, batch: int, who: str, expires_at: float, seal: Any = None
+    ) -> None:
         self.events.append(("window", sorted(ids), batch, who, expires_at))
 
 
@@ -59,11 +61,11 @@ def test_the_window_segment_is_written_before_any_delete() -> None:
         queue_url=QUEUE_URL,
         duplicate_window=60,
         batch=3,
-        who="r000001-ack",
+        who="r000001",
         now=NOW,
     )
     assert events == [
-        ("window", ["a", "b", "key"], 3, "r000001-ack", NOW + 60),
+        ("window", ["a", "b", "key"], 3, "r000001", NOW + 60),
         ("delete", ["a"]),
         ("delete", ["b"]),
     ]
@@ -94,7 +96,7 @@ def test_uncertain_ids_are_the_doubted_and_those_sqs_refused() -> None:
     )
     deletion = delete_messages(
         _Journal(events), deleter, [_entries("a", "b", "c")], window=[], queue_url=QUEUE_URL,
-        duplicate_window=0, batch=1, who="driver", now=NOW, doubtful=[{"c"}],
+        duplicate_window=0, batch=1, who="x", now=NOW, doubtful=[{"c"}],
     )  # fmt: skip
     assert deletion.uncertain == {"b", "c"}
     assert deletion.groups[0].failures == 1 and deletion.permanent == {
@@ -107,7 +109,7 @@ def test_it_stops_after_a_group_that_failed_transiently() -> None:
     deleter = _Deleter(events, [BatchResult(transient={"a": "ServiceUnavailable"})])
     deletion = delete_messages(
         _Journal(events), deleter, [_entries("a"), _entries("b")], window=[],
-        queue_url=QUEUE_URL, duplicate_window=0, batch=1, who="r000000-ack", now=NOW,
+        queue_url=QUEUE_URL, duplicate_window=0, batch=1, who="r000000", now=NOW,
     )  # fmt: skip
     assert events == [("delete", ["a"])]
     assert deletion.transient == {"a": "ServiceUnavailable"} and len(deletion.groups) == 1
