@@ -336,6 +336,7 @@ class FakeJournal:
         self.drops = _Records(self, collect="collect_drops")
         self.window = _Records(self, write="write_window", collect="collect_window")
         self.dedupe = _Records(self, write="write_dedupe", read="read_dedupe")
+        self.metrics = _Records(self, collect_legacy="collect_legacy_metrics")
         for batch, pairs in (batches or {}).items():
             self.add_pairs(batch, pairs, received_at)
 
@@ -413,6 +414,9 @@ class FakeJournal:
 
     def collect_window(self, now: float) -> int:
         return 0
+
+    def collect_legacy_metrics(self, acked: int) -> bool:
+        return False  # no earlier version's metrics/ files
 
     def write_dedupe(
         self, batch: int, message_ids: list[str], expires_at: float, now: float | None = None

@@ -101,7 +101,7 @@ class Acknowledger:
         caller: BatchCaller,
         *,
         delete: bool,
-        on_acked: Callable[[int], None],
+        on_acked: Callable[[int, dict[str, Any]], None],
         visibility_timeout: int,
         dedupe_window: float,
         heartbeat: Heartbeat | None = None,
@@ -163,6 +163,7 @@ class Acknowledger:
         # Batches acknowledged since the last sweep, and when it ran (monotonic).
         self._unswept = 0
         self._swept_at = 0.0
+        self._legacy_metrics = True
         self._not_before = 0.0
         self.dedupe: dict[str, float] = {}
         self.totals = AckStats()
@@ -219,6 +220,9 @@ class Acknowledger:
         self._reports.collect(oldest, reading)
         self._journal.window.collect(self._wall())
         self._journal.batches.collect(oldest)
+        if self._legacy_metrics:
+            # An earlier version's metrics/ files (journal/metrics.py): listed until none is left.
+            self._legacy_metrics = self._journal.metrics.collect_legacy(self._acked)
         self._unswept = 0
         self._swept_at = self._clock()
 
@@ -539,13 +543,16 @@ class Acknowledger:
         return out
 
     def _finish(self, batch: int, rows: int, stats: AckStats, reports: Sequence[str] = ()) -> None:
+        """``batch`` is acknowledged: the acknowledged watermark and the batch's counters (the
+        last of ``stats.per_batch``, which its acknowledged marker holds) go to ``on_acked``,
+        then its files are removed."""
         if self._confirm is not None:
             # A driver paused past its lease must not mark batches another query may own.
             self._confirm()
         if self._heartbeat is not None:
             self._heartbeat.forget(batch)
         self._acked = max(self._acked, batch)
-        self._on_acked(self._acked)
+        self._on_acked(self._acked, stats.per_batch[-1])
         # A batch planned in this run without deleteAfterJournal holds what its receivers
         # write under their names (read by key); anything else goes by LIST, or to the sweep.
         by_key = batch in self._receivers and batch not in self._inherited

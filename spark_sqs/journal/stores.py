@@ -3,9 +3,10 @@
 Every store offers the same five operations on keys (``/``-separated paths relative to the
 journal's root). The protocol's safety rests on one of them: ``create`` is create-if-absent *on
 the store itself* (``link()`` locally, a conditional ``PutObject`` with ``If-None-Match: *`` on
-S3), so two attempts that race for one key never both believe they wrote it. ``put`` overwrites
-and is used only for files no decision depends on (metrics). Only stores with such a primitive
-and a test are supported; any other scheme is refused when the DataFrame is created.
+S3), so two attempts that race for one key never both believe they wrote it. ``put`` overwrites;
+the journal writes nothing with it any more (an earlier version wrote its metrics files so).
+Only stores with such a primitive and a test are supported; any other scheme is refused when
+the DataFrame is created.
 
 A write whose outcome is unknown (timeout, lost response, 5xx after retries) raises
 ``JournalOutcomeUnknown``: the caller must assume the write may have happened.
@@ -63,7 +64,8 @@ class JournalStore(Protocol):
         """Create ``key`` if absent, atomically; True if this call created it."""
 
     def put(self, key: str, data: bytes) -> None:
-        """Create or overwrite ``key`` (files no protocol decision depends on)."""
+        """Create or overwrite ``key`` (files no protocol decision depends on; unused by the
+        journal's records now)."""
 
     def read(self, key: str) -> bytes | None:
         """The bytes of ``key``, or None if it does not exist."""

@@ -101,7 +101,7 @@ def make_acknowledger(
         journal,
         fake,  # type: ignore[arg-type]
         delete=delete,
-        on_acked=acked.append,
+        on_acked=lambda b, _: acked.append(b),
         visibility_timeout=VISIBILITY,
         dedupe_window=WINDOW,
         heartbeat=heartbeat,
@@ -471,7 +471,7 @@ def test_watermark_is_recorded_before_entries_are_removed() -> None:
         journal,
         FakeCaller(),  # type: ignore[arg-type]
         delete=True,
-        on_acked=lambda b: events.append(f"acked {b}"),
+        on_acked=lambda b, _: events.append(f"acked {b}"),
         visibility_timeout=VISIBILITY,
         dedupe_window=WINDOW,
         wall_clock=Clock(NOW),
@@ -525,7 +525,7 @@ def test_the_lease_is_confirmed_before_the_driver_deletes_and_before_a_batch_is_
         journal,
         recording(journal, events),  # type: ignore[arg-type]
         delete=True,
-        on_acked=lambda b: events.append(f"acked {b}"),
+        on_acked=lambda b, _: events.append(f"acked {b}"),
         visibility_timeout=VISIBILITY,
         dedupe_window=WINDOW,
         wall_clock=Clock(NOW),
@@ -727,7 +727,7 @@ class Run:
             self.journal,
             self.driver,  # type: ignore[arg-type]
             delete=True,
-            on_acked=lambda b: self.events.append(f"acked {b}"),
+            on_acked=lambda b, _: self.events.append(f"acked {b}"),
             visibility_timeout=VISIBILITY,
             dedupe_window=WINDOW,
             heartbeat=self.heartbeat,
