@@ -520,7 +520,7 @@ class Acknowledger:
         # Every receiver of ``by`` that reports: its record ends with the last batch it settles.
         writers = self._report_writers.get(by, set(expected))
         # The last batch ``by`` settles takes its reports along in its removal's one
-        # multi-object delete (they were read above; the acked marker is written before it).
+        # delete_many (they were read above; the acked marker is written before it).
         last = not any(m == by for b, m in self._assigned.items() if b != batch)
         self._finish(batch, rows, stats, reports=self._reports.keys(by, writers) if last else ())
         return True

@@ -121,13 +121,14 @@ class Batches(Record):
         self, batch: int, also: Sequence[str] = (), files: Sequence[str] | None = None
     ) -> None:
         """Remove the files of ``batch``: first what makes it live (plan, carry and release
-        records), by key, then the rest in one multi-object delete. ``files``: the base names
-        its receivers are known to write (entries, extension markers: ``Entries.names``),
+        records), by key, then the rest in one ``delete_many`` (a few keys: free single deletes
+        on S3; more: one multi-object delete). ``files``: the base names its receivers are
+        known to write (entries, extension markers: ``Entries.names``),
         removed by key with the retirement record, without a LIST; files a batch holds only
         when something went wrong (parts, attempt and poison records, a straggler's writes
         after the removal) are then left to ``collect``. Without it, one LIST finds them (what
         it misses is garbage that a sweep removes). ``also``: other keys that go in the same
-        multi-object delete (the acknowledgement reports the settlement read: nothing reads
+        ``delete_many`` (the acknowledgement reports the settlement read: nothing reads
         them after the acked marker)."""
         self._plans.remove(batch)
         self._poison.remove_markers(batch)
