@@ -136,7 +136,7 @@ def steady_batch_requests(
 # segments from its lookup's listing (a batch of one segment is left as it is; a merging
 # receiver that received nothing, hence looked nothing up, lists). Old drop sets and reports,
 # files of finished batches that only a mishap writes (attempt and poison records, a
-# straggler's) and expired window segments are swept by LIST at start, every tenth batch and
+# straggler's) and expired window segments are swept by LIST at start, every 100th batch and
 # when idle, not in the counted one.
 BOUNDS = {
     1: {"GET": 11, "PUT": 6, "LIST": 1, "POST": 0, "DELETE": 8},
