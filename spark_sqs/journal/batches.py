@@ -96,6 +96,15 @@ class Batches(Record):
                 return REMOVED
         return RETIRED_STATUS if retired else LIVE
 
+    def plan_and_retirement(self, batch: int) -> tuple[_Plan | None, bool]:
+        """The stored plan of ``batch`` (None if it has none) and whether it is retired, in
+        ``status``'s order: the retirement marker first, then the plan, read whole instead of
+        for its existence. A receiver starting its task reads both at once (two reads, not a
+        plan read and then ``status``'s two); with a plan, retired is ``status``'s "retired"
+        and not retired its "live"."""
+        retired = self.store.read(f"{batch_dir(batch)}/{RETIRED}") is not None
+        return self._plans.read(batch), retired
+
     def is_finished(self, batch: int) -> bool:
         """True if no attempt of ``batch`` may journal, keep or delete anything any more."""
         return self.status(batch) != LIVE
