@@ -281,9 +281,9 @@ def test_byte_limits_stop_receivers_and_replays_keep_them(
 @pytest.mark.parametrize(
     ("name", "seed"),
     [
-        ("adoption renumbers", 222),
-        ("no straggler check", 382),
-        ("checkpoint not checked against the journal", 2),
+        ("adoption renumbers", 1765),
+        ("no straggler check", 146),
+        ("checkpoint not checked against the journal", 3),
         ("probe creates once", 0),
         ("parts found by a LIST", 35),
         ("stale handles journaled", 9),
