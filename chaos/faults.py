@@ -58,7 +58,7 @@ SQS_OPERATIONS = (
     "GetQueueAttributes",
     *SINK_OPERATIONS,
 )
-# The journal's requests on S3: create-if-absent and metrics writes, reads, listings, removals.
+# The journal's requests on S3: create-if-absent writes, reads, listings, removals.
 S3_OPERATIONS = ("PutObject", "GetObject", "ListObjectsV2", "DeleteObject")
 OPERATIONS = SQS_OPERATIONS + S3_OPERATIONS
 SERVICES = ("sqs", "s3")

@@ -87,9 +87,10 @@ if progress:
 
 # COMMAND ----------
 
-# Counters of the last 100 acknowledged batches (written by the driver to the journal).
+# Counters of the last 100 acknowledged batches (each batch's acknowledged marker holds them).
 display(
-    spark.read.json(f"{BASE}/journal/metrics/")
+    spark.read.json(f"{BASE}/journal/state/acked-*")
+    .select("metrics.*")
     .orderBy("batch")
     .select(
         "batch",

@@ -78,10 +78,21 @@ def _unknown_outcome_releases() -> contextlib.AbstractContextManager[None]:
     return patched(Entries, "write", write_entry)
 
 
-def _no_straggler_check() -> contextlib.AbstractContextManager[None]:
+@contextlib.contextmanager
+def _no_straggler_check() -> Iterator[None]:
     """Hole 3: an attempt never checks whether its batch was acknowledged (or retired)
-    meanwhile."""
-    return patched(Batches, "status", lambda self, batch: "live")
+    meanwhile (its status always "live"; the retirement marker, read with the plan at the
+    task's start, never found)."""
+    original = Batches.plan_and_retirement
+
+    def unretired(self: Batches, batch: int) -> tuple[Any, bool]:
+        return original(self, batch)[0], False
+
+    with (
+        patched(Batches, "status", lambda self, batch: "live"),
+        patched(Batches, "plan_and_retirement", unretired),
+    ):
+        yield
 
 
 def _parts_not_filtered() -> contextlib.AbstractContextManager[None]:

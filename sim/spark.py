@@ -67,7 +67,7 @@ from spark_sqs.journal import drops as journal_drops
 from spark_sqs.journal.batches import batch_dir
 from spark_sqs.journal.lease import RECORDS_KEPT, Lease
 from spark_sqs.journal.plans import BatchPlan
-from spark_sqs.journal.state import PLANNED_MARKERS_KEPT
+from spark_sqs.journal.state import ACKED_MARKERS_KEPT, PLANNED_MARKERS_KEPT
 from spark_sqs.options import SqsOptions
 
 try:  # Spark 4.2+ read limits
@@ -1868,9 +1868,10 @@ class SparkSim:
             )
         # Reported as a finding (storage, not correctness): markers a crash left behind.
         markers = [k for k in keys if k.startswith("state/")]
-        # The newest planned markers (PLANNED_MARKERS_KEPT), one acked, the initial one.
-        if len(markers) > PLANNED_MARKERS_KEPT + 2:
-            bound = PLANNED_MARKERS_KEPT + 2
+        # The newest planned markers (PLANNED_MARKERS_KEPT), the newest acked ones
+        # (ACKED_MARKERS_KEPT: they hold the counters), the initial one.
+        if len(markers) > PLANNED_MARKERS_KEPT + ACKED_MARKERS_KEPT + 1:
+            bound = PLANNED_MARKERS_KEPT + ACKED_MARKERS_KEPT + 1
             self.findings.append(f"state markers: {len(markers)} kept (bound {bound})")
         self.stats["sent"] = len(sent)
 

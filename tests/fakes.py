@@ -338,6 +338,7 @@ class FakeJournal:
             self, write="write_window", collect="collect_window", driver_seal="driver_seal"
         )
         self.dedupe = _Records(self, write="write_dedupe", read="read_dedupe")
+        self.metrics = _Records(self, collect_legacy="collect_legacy_metrics")
         for batch, pairs in (batches or {}).items():
             self.add_pairs(batch, pairs, received_at)
 
@@ -424,6 +425,9 @@ class FakeJournal:
 
     def driver_seal(self, batch: int, receivers: Any) -> None:
         return None
+
+    def collect_legacy_metrics(self, acked: int) -> bool:
+        return False  # no earlier version's metrics/ files
 
     def write_dedupe(
         self, batch: int, message_ids: list[str], expires_at: float, now: float | None = None

@@ -40,9 +40,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 # The journal's garbage is swept by LIST (old drop sets, acknowledgement reports nobody reads,
-# expired duplicate-window segments) at start, then every this many acknowledged batches, and
-# when idle: it costs storage only (nothing reads it), so a batch pays no LIST for it.
-COLLECT_EVERY = 10
+# expired duplicate-window segments, files of finished batches a mishap left) at start, then
+# every this many acknowledged batches, and when idle: it costs storage only (nothing reads it),
+# and a settled batch's own files go by key, so in steady state the sweep only catches mishaps:
+# about 0.05 LIST a batch.
+COLLECT_EVERY = 100
 # While idle (nothing pending), the sweep is repeated at most this often (the driver's
 # monotonic clock): stragglers of acknowledged batches may leave files after a sweep.
 IDLE_SWEEP_SECONDS = 60.0
@@ -102,7 +104,7 @@ class Acknowledger:
         caller: BatchCaller,
         *,
         delete: bool,
-        on_acked: Callable[[int], None],
+        on_acked: Callable[[int, dict[str, Any]], None],
         visibility_timeout: int,
         dedupe_window: float,
         heartbeat: Heartbeat | None = None,
@@ -164,6 +166,7 @@ class Acknowledger:
         # Batches acknowledged since the last sweep, and when it ran (monotonic).
         self._unswept = 0
         self._swept_at = 0.0
+        self._legacy_metrics = True
         self._not_before = 0.0
         self.dedupe: dict[str, float] = {}
         self.totals = AckStats()
@@ -220,6 +223,9 @@ class Acknowledger:
         self._reports.collect(oldest, reading)
         self._journal.window.collect(self._wall(), oldest)
         self._journal.batches.collect(oldest)
+        if self._legacy_metrics:
+            # An earlier version's metrics/ files (journal/metrics.py): listed until none is left.
+            self._legacy_metrics = self._journal.metrics.collect_legacy(self._acked)
         self._unswept = 0
         self._swept_at = self._clock()
 
@@ -517,7 +523,7 @@ class Acknowledger:
         # Every receiver of ``by`` that reports: its record ends with the last batch it settles.
         writers = self._report_writers.get(by, set(expected))
         # The last batch ``by`` settles takes its reports along in its removal's one
-        # multi-object delete (they were read above; the acked marker is written before it).
+        # delete_many (they were read above; the acked marker is written before it).
         last = not any(m == by for b, m in self._assigned.items() if b != batch)
         self._finish(batch, rows, stats, reports=self._reports.keys(by, writers) if last else ())
         return True
@@ -540,13 +546,16 @@ class Acknowledger:
         return out
 
     def _finish(self, batch: int, rows: int, stats: AckStats, reports: Sequence[str] = ()) -> None:
+        """``batch`` is acknowledged: the acknowledged watermark and the batch's counters (the
+        last of ``stats.per_batch``, which its acknowledged marker holds) go to ``on_acked``,
+        then its files are removed."""
         if self._confirm is not None:
             # A driver paused past its lease must not mark batches another query may own.
             self._confirm()
         if self._heartbeat is not None:
             self._heartbeat.forget(batch)
         self._acked = max(self._acked, batch)
-        self._on_acked(self._acked)
+        self._on_acked(self._acked, stats.per_batch[-1])
         # A batch planned in this run without deleteAfterJournal holds what its receivers
         # write under their names (read by key); anything else goes by LIST, or to the sweep.
         by_key = batch in self._receivers and batch not in self._inherited

@@ -124,7 +124,7 @@ class Coordinator:
             journal,
             caller,
             delete=options.delete_on_commit,
-            on_acked=lambda batch: self.markers.advance(acked=batch),
+            on_acked=self._on_acked,
             visibility_timeout=options.visibility_timeout,
             dedupe_window=options.dedupe_window,
             heartbeat=self.heartbeat,
@@ -174,7 +174,7 @@ class Coordinator:
         # Message limit of each batch handed to Spark but not planned yet.
         self._limits: dict[int, int] = {}
         self.poller = BacklogPoller(client, self.queue_urls, options.queue_poll_interval, clock)
-        self.reporter = BatchReporter(journal, self.heartbeat, self.poller, wall_clock)
+        self.reporter = BatchReporter(self.heartbeat, self.poller, wall_clock)
         # poisonMessagePolicy=deadLetter: narrows and quarantines replays (poison.py).
         self.quarantine: poison.Quarantine | None = None
 
@@ -725,9 +725,16 @@ class Coordinator:
         receivers were assigned yet."""
         # Transient failures are retried inside; what escapes (access denied, queue deleted,
         # journal unreadable) needs a person, and stopping beats redelivering everything.
-        stats = self.acknowledger.acknowledge_through(batch, by=by)
-        for counters in stats.per_batch:
-            self.reporter.report(counters)
+        self.acknowledger.acknowledge_through(batch, by=by)
+
+    def _on_acked(self, watermark: int, counters: dict[str, Any]) -> None:
+        """A batch is acknowledged: its counters are logged and completed with the driver's
+        own, then the acknowledged marker is written, holding them (journal/metrics.py reads
+        them). A batch below the watermark (its marker is not newer) is only logged."""
+        metrics = self.reporter.report(counters)
+        self.markers.advance(
+            acked=watermark, metrics=metrics if metrics["batch"] == watermark else None
+        )
 
     def start_poison_policy(self) -> None:
         """``poisonMessagePolicy=deadLetter``: resolve each queue's dead-letter queue (an error

@@ -1,9 +1,11 @@
-"""The counters of each acknowledged batch: one INFO line and one metrics file. Runs on: driver.
+"""The counters of each acknowledged batch: one INFO line, and the counters the batch's
+acknowledged marker holds. Runs on: driver.
 
-The acknowledger hands over what it settled (rows journaled, deleted, dropped, lag); this adds
-what only the driver knows (receivers that replayed, the heartbeat's work since the previous
-batch, the queue's in-flight count as last polled) and writes ``metrics/<batch>.json`` to the
-journal (docs/operations.md lists the fields).
+The acknowledger hands over what it settled (rows journaled, deleted, dropped, lag) before it
+writes the batch's acknowledged marker; this adds what only the driver knows (receivers that
+replayed, the heartbeat's work since the previous batch, the queue's in-flight count as last
+polled) and returns them for the marker (``state/acked-<N>``, read by journal/metrics.py;
+docs/operations.md lists the fields). No request of its own.
 """
 
 from __future__ import annotations
@@ -12,17 +14,14 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import SqsSourceError
-
 if TYPE_CHECKING:
-    from ..journal import Journal
     from .heartbeat import Heartbeat
     from .queues import BacklogPoller
 
 logger = logging.getLogger(__name__)
 
 #: The counters of the newest settled batch that go into Spark's progress report (Spark 4.2+,
-#: ``sources[0].latestOffset.lastBatch``); the metrics file has them all.
+#: ``sources[0].latestOffset.lastBatch``); the acknowledged marker has them all.
 PROGRESS_COUNTERS = (
     "batch",
     "received",
@@ -42,12 +41,10 @@ PROGRESS_COUNTERS = (
 class BatchReporter:
     def __init__(
         self,
-        journal: Journal,
         heartbeat: Heartbeat,
         poller: BacklogPoller,
         wall_clock: Callable[[], float],
     ) -> None:
-        self._journal = journal
         self._heartbeat = heartbeat
         self._poller = poller
         self._wall = wall_clock
@@ -58,7 +55,8 @@ class BatchReporter:
         self.latest: dict[str, Any] | None = None
 
     def report(self, counters: dict[str, Any]) -> dict[str, Any]:
-        """Log and write the counters of one acknowledged batch; returns what was written."""
+        """Log the counters of one acknowledged batch; returns them with the driver's own, for
+        its acknowledged marker."""
         hb = self._heartbeat.stats
         extended, failed = hb.extended, hb.failed_permanent + hb.failed_transient
         batch = counters["batch"]
@@ -97,8 +95,4 @@ class BatchReporter:
             counters.get("medianMessageAgeMs"),
             counters["inFlightMessages"],
         )
-        try:
-            self._journal.metrics.write(counters["batch"], counters)
-        except SqsSourceError as exc:
-            logger.warning("could not write the metrics of batch %d: %s", counters["batch"], exc)
         return counters

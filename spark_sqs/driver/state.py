@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..journal import Journal, JournalState
@@ -46,10 +46,16 @@ class StateMarkers:
         return self.current.initial_batch
 
     def advance(
-        self, *, planned: int | None = None, acked: int | None = None, initial: int | None = None
+        self,
+        *,
+        planned: int | None = None,
+        acked: int | None = None,
+        initial: int | None = None,
+        metrics: dict[str, Any] | None = None,
     ) -> None:
         """Record the given numbers; a number that is not newer than the known one is kept.
-        Each marker is created before the older one is removed (``State.write``)."""
+        Each marker is created before the older one is removed (``State.write``); ``metrics``:
+        the counters of batch ``acked``, written in its marker."""
         known = self.current
         state = replace(
             known,
@@ -57,7 +63,7 @@ class StateMarkers:
             acked_batch=known.acked_batch if acked is None else acked,
             initial_batch=known.initial_batch if initial is None else initial,
         )
-        self._journal.state.write(state, known=known, owner=self.owner)
+        self._journal.state.write(state, known=known, owner=self.owner, metrics=metrics)
         self.current = state
         logger.debug(
             "journal state: planned %d, acknowledged %d", state.planned_batch, state.acked_batch

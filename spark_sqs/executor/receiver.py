@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import pyarrow as pa
 
@@ -32,7 +32,6 @@ from ..journal import (
     DROPPED,
     EXPIRED_DROPPED,
     RECEIVED_AT,
-    RETIRED_STATUS,
     STOPPED_BY,
     WINDOW_DROPPED,
     BatchPlan,
@@ -141,7 +140,10 @@ def _planned(
     """The batch's stored plan, and the partition with its receiver's limits from it; None if
     this attempt delivers nothing (its batch was acknowledged or adopted)."""
     options = partition.options
-    plan = journal.plans.read(partition.batch)
+    # The retirement marker is read before the plan (batches.py ``status``: a plan read after
+    # an absent marker means the batch was not retired before the marker's read).
+    stored, retired = journal.batches.plan_and_retirement(partition.batch)
+    plan = cast("BatchPlan | None", stored)
     mine = plan.receiver(partition.receiver) if plan is not None else None
     if plan is None or mine is None:
         if plan is None and _removed_long_ago(journal, partition):
@@ -154,7 +156,7 @@ def _planned(
             "straggling attempt of a batch that was acknowledged meanwhile fails like this too; "
             "Spark discards it.)"
         )
-    if journal.batches.status(partition.batch) == RETIRED_STATUS:
+    if retired:
         # A task of a dead driver: a later batch delivers this orphan's entries.
         logger.warning(
             "batch %d receiver %d: the batch was adopted by a later batch; this attempt "

@@ -105,6 +105,15 @@ class Batches(Record):
                 return REMOVED
         return RETIRED_STATUS if retired else LIVE
 
+    def plan_and_retirement(self, batch: int) -> tuple[_Plan | None, bool]:
+        """The stored plan of ``batch`` (None if it has none) and whether it is retired, in
+        ``status``'s order: the retirement marker first, then the plan, read whole instead of
+        for its existence. A receiver starting its task reads both at once (two reads, not a
+        plan read and then ``status``'s two); with a plan, retired is ``status``'s "retired"
+        and not retired its "live"."""
+        retired = self.store.read(f"{batch_dir(batch)}/{RETIRED}") is not None
+        return self._plans.read(batch), retired
+
     def is_finished(self, batch: int) -> bool:
         """True if no attempt of ``batch`` may journal, keep or delete anything any more."""
         return self.status(batch) != LIVE
@@ -130,13 +139,14 @@ class Batches(Record):
         self, batch: int, also: Sequence[str] = (), files: Sequence[str] | None = None
     ) -> None:
         """Remove the files of ``batch``: first what makes it live (plan, carry and release
-        records), by key, then the rest in one multi-object delete. ``files``: the base names
-        its receivers are known to write (entries, extension markers: ``Entries.names``),
+        records), by key, then the rest in one ``delete_many`` (a few keys: free single deletes
+        on S3; more: one multi-object delete). ``files``: the base names its receivers are
+        known to write (entries, extension markers: ``Entries.names``),
         removed by key with the retirement record, without a LIST; files a batch holds only
         when something went wrong (parts, attempt and poison records, a straggler's writes
         after the removal) are then left to ``collect``. Without it, one LIST finds them (what
         it misses is garbage that a sweep removes). ``also``: other keys that go in the same
-        multi-object delete (the acknowledgement reports the settlement read: nothing reads
+        ``delete_many`` (the acknowledgement reports the settlement read: nothing reads
         them after the acked marker). On the driver the duplicate window seals the batch first
         (window.py): readers of a batch with no plan read its seal."""
         if self._window is not None:

@@ -6,7 +6,9 @@ Keys::
 
     state/planned-<N>        the newest batches numbered (the newest PLANNED_MARKERS_KEPT stay),
                              naming the run that numbered them
-    state/acked-<N>          the newest batch acknowledged, naming the live dedupe records
+    state/acked-<N>          a batch acknowledged, naming the live dedupe records, with the
+                             batch's counters (``metrics``); the newest ACKED_MARKERS_KEPT stay
+                             (journal/metrics.py reads them); the newest one is the state
     state/initial.json       the batch the journal's first offset named
     state/initial-<N>        an earlier version's initial marker (read, never written)
     state/retired-<N>        an earlier version's retirement of batch N (converted at start to
@@ -23,7 +25,7 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..errors import JournalInUseError
 from .dedupe import Dedupe
@@ -34,6 +36,10 @@ INITIAL = "state/initial.json"
 _MARKER = re.compile(r"^state/(planned|acked|initial|retired)-(\d{12})$")
 # How many of the newest planned markers are kept (State.write).
 PLANNED_MARKERS_KEPT = 16
+# How many of the newest acknowledged markers are kept: they hold the counters of their batches
+# (``spark-sqs inspect``'s recent batches, ``Journal.metrics``), so older ones go by key as each
+# new one is written, with no LIST.
+ACKED_MARKERS_KEPT = 100
 # How often a listing whose markers all vanished is taken again (State.read).
 _RELISTS = 3
 
@@ -66,6 +72,10 @@ class State(Record):
         self._dedupe = dedupe
         self._plans = plans
         self._batches = batches
+        # Acknowledged markers the last ``read`` listed that are older than the kept ones (a
+        # driver that died between a marker's create and its predecessor's delete, or an
+        # earlier version): removed by key with the next acknowledged marker.
+        self._stale_acked: list[int] = []
 
     def read(self) -> JournalState:
         """The state, from its markers: a LIST finds the newest of each kind, then the newest
@@ -99,6 +109,7 @@ class State(Record):
             else min(found["initial"], default=None)
         )
         acked = self._newest_marker("acked", found["acked"])
+        self._stale_acked = [n for n in found["acked"] if n <= acked - ACKED_MARKERS_KEPT]
         body = self.store.read(f"{PREFIX}/acked-{acked:012d}") if acked else None
         # Markers of earlier versions are empty.
         self._dedupe.named = list(json.loads(body).get("dedupe", ())) if body else []
@@ -123,12 +134,18 @@ class State(Record):
         return 0
 
     def write(
-        self, state: JournalState, known: JournalState | None = None, owner: str = ""
+        self,
+        state: JournalState,
+        known: JournalState | None = None,
+        owner: str = "",
+        metrics: dict[str, Any] | None = None,
     ) -> None:
         """Advance the state to ``state``: markers are only ever added (numbers only grow), and
         markers below the newest are removed once the newer one exists. A planned marker names
         the run that handed the number out (``owner``): a number another run created first
-        is never handed out again (``JournalInUseError``)."""
+        is never handed out again (``JournalInUseError``). An acknowledged marker holds the
+        batch's counters (``metrics``, journal/metrics.py): create-if-absent like every
+        marker, so a retried create whose first answer was lost leaves the first counters."""
         current = known if known is not None else self.read()
         new, old = state.planned_batch, current.planned_batch
         if new > old:
@@ -155,10 +172,16 @@ class State(Record):
         if new > old:
             # The dedupe records live now, read by key at the next start (``Dedupe.read``):
             # a listing that lags their write must not hide them.
-            body = json.dumps({"dedupe": sorted(self._dedupe.keys)}).encode()
-            self.store.create(f"{PREFIX}/acked-{new:012d}", body)
-            if old:
-                self.store.delete(f"{PREFIX}/acked-{old:012d}")
+            doc: dict[str, Any] = {"dedupe": sorted(self._dedupe.keys)}
+            if metrics is not None:
+                doc["metrics"] = metrics
+            self.store.create(f"{PREFIX}/acked-{new:012d}", json.dumps(doc).encode())
+            # The newest ACKED_MARKERS_KEPT stay (they hold the counters); older ones go by key.
+            gone = [*range(max(1, old - ACKED_MARKERS_KEPT + 1), new - ACKED_MARKERS_KEPT + 1)]
+            gone += [n for n in self._stale_acked if n <= new - ACKED_MARKERS_KEPT]
+            self._stale_acked = []
+            for number in sorted(set(gone)):
+                self.store.delete(f"{PREFIX}/acked-{number:012d}")
         if current.initial_batch is None and state.initial_batch is not None:
             self.store.create(INITIAL, json.dumps({"batch": state.initial_batch}).encode())
 

@@ -3,9 +3,10 @@
 Every store offers the same five operations on keys (``/``-separated paths relative to the
 journal's root). The protocol's safety rests on one of them: ``create`` is create-if-absent *on
 the store itself* (``link()`` locally, a conditional ``PutObject`` with ``If-None-Match: *`` on
-S3), so two attempts that race for one key never both believe they wrote it. ``put`` overwrites
-and is used only for files no decision depends on (metrics). Only stores with such a primitive
-and a test are supported; any other scheme is refused when the DataFrame is created.
+S3), so two attempts that race for one key never both believe they wrote it. ``put`` overwrites;
+the journal writes nothing with it any more (an earlier version wrote its metrics files so).
+Only stores with such a primitive and a test are supported; any other scheme is refused when
+the DataFrame is created.
 
 A write whose outcome is unknown (timeout, lost response, 5xx after retries) raises
 ``JournalOutcomeUnknown``: the caller must assume the write may have happened.
@@ -27,6 +28,7 @@ import re
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TypeVar, runtime_checkable
 from urllib.parse import parse_qs, urlparse
 
@@ -53,6 +55,10 @@ READ_AHEAD = 256 << 10
 # Databricks FUSE mounts: no documented link()/O_EXCL semantics across nodes.
 _FUSE_PREFIXES = ("/dbfs/", "dbfs:/", "/Volumes/", "/Workspace/")
 _S3_PARAMETERS = ("endpoint_override", "scheme", "region")
+# S3Store.delete_many: removals of up to this many keys go as single DeleteObject requests (free
+# on S3), sent from at most DELETE_THREADS threads; larger ones as DeleteObjects (billed as a PUT).
+SINGLE_DELETES_UP_TO = 16
+DELETE_THREADS = 8
 
 
 @runtime_checkable
@@ -64,7 +70,8 @@ class JournalStore(Protocol):
         """Create ``key`` if absent, atomically; True if this call created it."""
 
     def put(self, key: str, data: bytes) -> None:
-        """Create or overwrite ``key`` (files no protocol decision depends on)."""
+        """Create or overwrite ``key`` (files no protocol decision depends on; unused by the
+        journal's records now)."""
 
     def read(self, key: str) -> bytes | None:
         """The bytes of ``key``, or None if it does not exist."""
@@ -76,7 +83,9 @@ class JournalStore(Protocol):
         """Remove ``key``; a missing key is fine."""
 
     def delete_many(self, keys: list[str]) -> None:
-        """Remove ``keys`` (as few requests as the store allows); missing keys are fine."""
+        """Remove ``keys`` at the store's lowest price (``S3Store.delete_many``: single deletes
+        for a few keys, one request per 1,000 for more); missing keys are fine, and every key
+        is tried before an error is raised."""
 
 
 class JournalRoot(Protocol):
@@ -268,8 +277,14 @@ class LocalStore:
             directory = os.path.dirname(directory)
 
     def delete_many(self, keys: list[str]) -> None:
+        errors = []
         for key in keys:
-            self.delete(key)
+            try:
+                self.delete(key)
+            except JournalError as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
 
     def _write_tmp(self, path: str, fill: Callable[[BinaryIO], object]) -> str:
         tmp = f"{path}{_TMP}{uuid.uuid4().hex}"
@@ -349,7 +364,8 @@ _T = TypeVar("_T")
 class S3Store:
     """S3 through boto3, because pyarrow.fs cannot send ``If-None-Match: *``.
 
-    One request per operation (``list`` pages by 1,000 keys). Objects are written with the
+    One request per operation (``list`` pages by 1,000 keys; ``delete_many`` sends single
+    deletes for a few keys, ``DeleteObjects`` for more). Objects are written with the
     bucket's default encryption, or SSE-KMS with ``journalSseKmsKeyId``.
 
     Reads, listings and removals repeat safely: one that still fails transiently after
@@ -558,8 +574,18 @@ class S3Store:
         self._again("remove", key, remove)
 
     def delete_many(self, keys: list[str]) -> None:
-        """``DeleteObjects``, 1,000 keys a request: removing a batch costs one request, not one
-        per entry."""
+        """Remove ``keys`` at the lowest price: S3 bills a ``DeleteObject`` nothing and a
+        ``DeleteObjects`` like a PUT. So up to ``SINGLE_DELETES_UP_TO`` keys (a settled batch's
+        files and reports: a handful per receiver) go as single deletes, sent at once from at
+        most ``DELETE_THREADS`` threads; more (the sweep's findings) as ``DeleteObjects`` of
+        1,000 keys a request. Missing keys are fine either way; every key is tried before an
+        error is raised."""
+        keys = list(dict.fromkeys(keys))
+        if not keys:
+            return
+        if len(keys) <= SINGLE_DELETES_UP_TO:
+            self._delete_each(keys)
+            return
         for start in range(0, len(keys), 1000):
             chunk = keys[start : start + 1000]
             response = self._again(
@@ -577,6 +603,19 @@ class S3Store:
                     f"{self.prefix}: {sorted({e.get('Code') for e in failed})}",
                     retriable=True,
                 )
+
+    def _delete_each(self, keys: list[str]) -> None:
+        if len(keys) == 1:
+            self.delete(keys[0])
+            return
+        self.client  # noqa: B018 - made once, before the threads share it (boto3 clients are)
+        with ThreadPoolExecutor(
+            max_workers=min(len(keys), DELETE_THREADS), thread_name_prefix="spark-sqs-delete"
+        ) as pool:
+            futures = [pool.submit(self.delete, key) for key in keys]
+        errors = [e for f in futures if (e := f.exception()) is not None]
+        if errors:
+            raise errors[0]
 
     def _error(self, verb: str, key: str, exc: BaseException) -> JournalError:
         from botocore.exceptions import ClientError

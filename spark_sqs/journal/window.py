@@ -32,7 +32,10 @@ first absent one (its receivers are its plan's). A segment created after its bat
 segment is hidden from readers that read the merged one: its writer checks for the seal after
 creating it and, if sealed, writes the same segment again into the next batch (``forward``,
 until a batch not sealed); the sealer probes once more after sealing and forwards what appeared
-in between. Which batches may hold live ids is the driver's to say (``WindowRange``, carried by
+in between. A writer that finds no seal reads the plan too: a batch without one was sealed and
+removed, its seal maybe swept after the writer stalled past the window, so the segment goes on
+(to the newest numbered batch, by the planned markers of state.py, if the batch is older).
+Which batches may hold live ids is the driver's to say (``WindowRange``, carried by
 each plan as ``windowFrom``), judged on its monotonic clock.
 
 A segment stores no id itself: two unsigned 64-bit columns ``h1``/``h2`` hold each id's 128-bit
@@ -54,6 +57,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from ..errors import JournalOutcomeUnknown
+from .plans import plan_key
+from .state import PREFIX as STATE_PREFIX
 from .stores import JournalRoot, JournalStore, Record, ipc_bytes
 
 logger = logging.getLogger(__name__)
@@ -67,6 +72,7 @@ WINDOW_FROM = b"spark_sqs.windowFrom"
 # while the driver says some may be live, WindowRange.legacy_until).
 _LEGACY = re.compile(r"^window/(\d{12})-(\d{12})-([a-z0-9-]+)\.arrow$")
 _BATCH = re.compile(r"^window/(\d{12})/")
+_PLANNED = re.compile(rf"^{STATE_PREFIX}/planned-(\d{{12}})$")
 # Creates of one key whose outcome stays unknown before the error is passed on.
 _UNKNOWN_RETRIES = 3
 # Margin on the driver's clock before a removed batch's segments count as expired: covers the
@@ -205,24 +211,67 @@ def read_run(
     return tables, k
 
 
-def forward(store: JournalStore, data: bytes, batch: int) -> int:
-    """A segment created in ``batch``: if the batch is sealed (its merged segment exists now),
-    create it again in the next batch, and so on. A segment created before the seal was read by
-    the sealer or by its probe after sealing; one created after finds the seal here."""
-    while store.read(merged_key(batch)) is not None:
-        batch += 1
+def forward(store: JournalStore, data: bytes, batch: int, numbered: bool = True) -> int:
+    """A segment created in ``batch``: if the batch is sealed (its merged segment exists now)
+    or removed (its plan is gone: sealed first, and the seal maybe swept since), create it
+    again in a later batch, and so on, until one that is live and not sealed, or not numbered
+    yet (its receivers read it once it is planned). A segment created before the seal was read
+    by the sealer or by its probe after sealing; one created after finds the seal here, or,
+    if its writer stalled past the window and the seal was swept, no plan. ``numbered``:
+    ``batch`` is known to have been numbered (the writer's own), else the planned markers say.
+    Returns the batch that holds it."""
+    while True:
+        if store.read(merged_key(batch)) is not None:
+            after, numbered = batch + 1, False
+        elif store.read(plan_key(batch)) is not None:
+            return batch
+        elif not numbered and not _planned(store, batch):
+            return batch
+        else:
+            after = _after_removed(store, batch)
+            if after is None:
+                return batch
+            numbered = after != batch + 1
+        batch = after
         create_dense(store, batch, DRIVER, data)
         logger.info(
-            "duplicate window: a segment written after a seal, forwarded to batch %d", batch
+            "duplicate window: a segment written after a seal or removal, forwarded to batch %d",
+            batch,
         )
-    return batch
+
+
+def _planned(store: JournalStore, batch: int) -> bool:
+    """Whether ``batch`` has its planned marker: one of the newest numbers handed out."""
+    return store.read(f"{STATE_PREFIX}/planned-{batch:012d}") is not None
+
+
+def _after_removed(store: JournalStore, batch: int) -> int | None:
+    """Where a segment of removed ``batch`` goes on to: the next batch if ``batch`` is one of
+    the newest numbers (its planned marker kept). Older: the sweep may have removed the seals of
+    every batch up to the newest ones, so it goes to the newest numbered batch a listing of the
+    planned markers shows (one LIST, only on this path: a writer that stalled past the window).
+    None if that is not above ``batch`` (never numbered, or a listing that lags)."""
+    if _planned(store, batch):
+        return batch + 1
+    newest = max(
+        (int(m.group(1)) for k in store.list(STATE_PREFIX) if (m := _PLANNED.match(k))),
+        default=None,
+    )
+    if newest is None or newest <= batch:
+        logger.info(
+            "duplicate window: batch %d is removed and no newer batch is numbered: its segment "
+            "stays there",
+            batch,
+        )
+        return None
+    return newest
 
 
 def forward_late(store: JournalStore, batch: int, data: bytes) -> None:
     """A segment of ``batch`` its sealer found after sealing: created while the sealer read,
     its writer may have seen no seal. It goes on to the next batch not sealed."""
     create_dense(store, batch + 1, DRIVER, data)
-    forward(store, data, batch + 1)
+    forward(store, data, batch + 1, numbered=False)
 
 
 def seal_batch(

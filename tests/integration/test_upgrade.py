@@ -245,6 +245,8 @@ def test_a_stream_of_the_released_version_goes_on_under_this_one_exactly_once(
     assert all("journal" not in o for o in released_offsets.values()), released_offsets
     before = journal.state.read()
     assert before.planned_batch > before.acked_batch, before
+    # The released version wrote each acknowledged batch's counters to metrics/<N>.json.
+    released_metrics = {m["batch"] for m in journal.metrics.read()}
     assert journal.batches.status(before.planned_batch) == "live"
     if ending == "killed":
         assert child.sunk() == [0, 1]
@@ -321,6 +323,12 @@ def test_a_stream_of_the_released_version_goes_on_under_this_one_exactly_once(
     assert after.batches.list() == [] and after.store.list("acks") == []
     for batch in range(before.acked_batch + 1, state.planned_batch + 1):
         assert after.batches.status(batch) == "removed"
+    # The counters: the released version's files are still read, beside this version's, which
+    # its acknowledged markers hold.
+    counted = {m["batch"]: m for m in after.metrics.read()}
+    assert released_metrics <= set(counted), (released_metrics, sorted(counted))
+    assert counted[state.acked_batch]["batch"] == state.acked_batch
+    assert not [k for k in after.store.list("metrics") if int(k[8:-5]) > before.acked_batch]
     # Receivers of this version wrote their reports at fixed keys.
     new_reports = reports - {k for k in reports if SUMMARY_REPORT.match(k)}
     assert new_reports and all(FIXED_REPORT.match(k) for k in new_reports), sorted(reports)

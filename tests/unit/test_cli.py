@@ -35,6 +35,27 @@ def test_send_then_inspect_reports_backlog_and_journal(queue_url, tmp_path, caps
     assert "AQEB" not in json.dumps(report), "no receipt handles in the output"
 
 
+def test_inspect_shows_the_counters_of_recent_batches_from_their_markers(
+    queue_url, tmp_path, capsys
+) -> None:
+    """Each acknowledged marker holds its batch's counters; a journal upgraded from the
+    version that wrote ``metrics/<N>.json`` shows those files' counters too."""
+    journal = Journal(str(tmp_path / "j"), make_options(str(tmp_path / "j")))
+    journal.store.put("metrics/000000000001.json", json.dumps({"batch": 1, "deleted": 4}).encode())
+    known = JournalState()
+    for batch in range(2, 8):
+        state = JournalState(planned_batch=batch, acked_batch=batch, initial_batch=0)
+        journal.state.write(state, known=known, metrics={"batch": batch, "deleted": batch})
+        known = state
+    capsys.readouterr()
+
+    assert main(["inspect", "--queue-url", queue_url, "--journal", str(tmp_path / "j")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    recent = report["journal"]["recentBatches"]
+    assert [(m["batch"], m["deleted"]) for m in recent] == [(b, b) for b in range(3, 8)]
+    assert [m["batch"] for m in journal.metrics.read()] == list(range(1, 8))
+
+
 def test_unknown_arguments_are_rejected(queue_url) -> None:
     with pytest.raises(SystemExit):
         main(["send", "--queue-url", queue_url, "--bogus"])

@@ -25,6 +25,7 @@ from spark_sqs.journal import (
     open_store,
     window,
 )
+from spark_sqs.journal.state import JournalState
 from spark_sqs.schema import messages_to_table
 from tests.factories import FIFO_QUEUE_URL, QUEUE_URL, make_options, sqs_message
 from tests.fakes import FakeSqs, HookedStore
@@ -212,6 +213,64 @@ def test_a_batch_is_sealed_before_its_plan_is_removed(location: str) -> None:
     cache = duplicates.DuplicateWindow(600)
     cache.refresh(store, time.time(), lookup(5, start=4), journal.batches.live_receivers)
     assert cache.seen(ids(1)) == set(ids(1))
+
+
+def test_a_writer_stalled_past_the_window_forwards_the_segment_of_its_swept_batch(
+    location: str,
+) -> None:
+    """The stall residual: a writer of batch 4 checks that its batch is live, stalls for more
+    than the window and its margin, and creates its segment once batch 4 was sealed, removed
+    and its segments swept (no seal any more, below every new plan's windowFrom). The segment
+    goes on to the newest numbered batch, where a later reader finds it."""
+    journal, store = journal_at(location)
+    clock = [0.0]
+    journal.window.range = window.WindowRange(600, clock=lambda: clock[0])
+    known = JournalState()
+    for n in range(1, 31):
+        journal.state.write(JournalState(planned_batch=n), known)
+        known = JournalState(planned_batch=n)
+    journal.plans.write(BatchPlan(4, (ReceiverPlan(0, 10),)))
+    journal.plans.write(BatchPlan(30, (ReceiverPlan(0, 10),)))
+    journal.window.write(ids(1), batch=4, who="r000000", expires_at=time.time() + 600)
+    # The writer's check, then its stall: the driver seals and removes batch 4 and, once the
+    # window and its margin passed, sweeps its segments.
+    assert journal.batches.live_receivers(4) == (0,)
+    journal.batches.remove(4)
+    clock[0] = 600 + window.EXPIRY_MARGIN + 1
+    assert journal.window.collect(time.time(), oldest_pending=30) >= 2
+    assert window.read_table(store, window.merged_key(4)) is None
+    journal.window.write(ids(2), batch=4, who="r000000", expires_at=time.time() + 600)
+    assert store.inner.read(window.part_key(30, "x", 0)) is not None, "forwarded to batch 30"
+    cache = duplicates.DuplicateWindow(600)
+    start = journal.window.range.window_from(30)
+    assert start == 30
+    cache.refresh(store, time.time(), lookup(31, start=start), journal.batches.live_receivers)
+    assert cache.seen(ids(2)) == set(ids(2))
+
+
+def test_a_stalled_writer_of_an_idle_queue_forwards_into_the_next_batch_to_be_planned(
+    location: str,
+) -> None:
+    """As above with every batch removed and swept (an idle queue): the segment goes on to the
+    newest numbered batch, then the first not numbered yet, whose receivers read it."""
+    journal, store = journal_at(location)
+    clock = [0.0]
+    journal.window.range = window.WindowRange(600, clock=lambda: clock[0])
+    known = JournalState()
+    for n in range(1, 31):
+        journal.state.write(JournalState(planned_batch=n), known)
+        known = JournalState(planned_batch=n)
+    for batch in (4, 30):
+        journal.plans.write(BatchPlan(batch, (ReceiverPlan(0, 10),)))
+        journal.window.write(ids(batch), batch=batch, who="r000000", expires_at=time.time() + 1)
+        journal.batches.remove(batch)
+    clock[0] = 600 + window.EXPIRY_MARGIN + 1
+    assert journal.window.collect(time.time(), oldest_pending=31) >= 4
+    journal.window.write(ids(2), batch=4, who="r000000", expires_at=time.time() + 600)
+    assert store.inner.read(window.part_key(31, "x", 0)) is not None, "forwarded to batch 31"
+    cache = duplicates.DuplicateWindow(600)
+    cache.refresh(store, time.time(), lookup(31, start=31), journal.batches.live_receivers)
+    assert cache.seen(ids(2)) == set(ids(2))
 
 
 def test_an_earlier_version_s_segments_are_listed_once_while_live(location: str) -> None:

@@ -91,6 +91,7 @@ class _Journal:
         self.batches = _Records(remove=self._remove, collect=lambda below: 0)
         self.drops = _Records(collect=lambda oldest_pending: 0)
         self.window = _Records(collect=lambda now, oldest=None: 0, driver_seal=lambda *a: None)
+        self.metrics = _Records(collect_legacy=lambda acked: False)
         # Without a heartbeat nothing bounds the handles: every delete counts uncertain.
         self.dedupe = _Records(read=lambda now: {}, write=lambda *args, **kwargs: None)
         self.store = MemoryStore()
@@ -121,7 +122,7 @@ def test_acknowledged_batch_counters_carry_the_lag() -> None:
         journal,
         _Caller(),  # type: ignore[arg-type]
         delete=True,
-        on_acked=lambda b: None,
+        on_acked=lambda b, _: None,
         visibility_timeout=120,
         dedupe_window=60,
         wall_clock=lambda: 0.0,

@@ -10,7 +10,11 @@ from typing import Any
 
 import pytest
 
-from spark_sqs.acknowledgement.acknowledger import IDLE_SWEEP_SECONDS, Acknowledger
+from spark_sqs.acknowledgement.acknowledger import (
+    COLLECT_EVERY,
+    IDLE_SWEEP_SECONDS,
+    Acknowledger,
+)
 from spark_sqs.acknowledgement.assigned import acknowledge_assigned
 from spark_sqs.acknowledgement.reports import AckReports, report_key
 from spark_sqs.acknowledgement.rule import By
@@ -101,7 +105,7 @@ def make_acknowledger(
         journal,
         fake,  # type: ignore[arg-type]
         delete=delete,
-        on_acked=acked.append,
+        on_acked=lambda b, _: acked.append(b),
         visibility_timeout=VISIBILITY,
         dedupe_window=WINDOW,
         heartbeat=heartbeat,
@@ -128,20 +132,26 @@ def this_run(
     return ack, acked, clock
 
 
-def test_garbage_is_swept_every_tenth_acknowledgement_and_when_idle() -> None:
-    journal = FakeJournal({b: handles(b, 1) for b in range(1, 13)})
-    ack, _, clock = this_run(journal, FakeCaller(), *range(1, 13))
-    ack.acknowledge_through(11)
-    # At start, then at the tenth acknowledgement (the oldest pending was 11 then).
-    assert journal.collected == [1, 11]
-    ack.acknowledge_through(12)
-    ack.sweep_when_idle()  # batch 12 acknowledged since the sweep
-    assert journal.collected == [1, 11, 13]
+def test_garbage_is_swept_every_hundredth_acknowledgement_and_when_idle() -> None:
+    """A settled batch's own files go by key; the sweep only catches what a mishap left, so a
+    steady stream sweeps every COLLECT_EVERY (100) batches, an idle one at once and then at most
+    once every IDLE_SWEEP_SECONDS."""
+    last = COLLECT_EVERY + 2
+    journal = FakeJournal({b: handles(b, 1) for b in range(1, last + 1)})
+    ack, _, clock = this_run(journal, FakeCaller(), *range(1, last + 1))
+    ack.acknowledge_through(COLLECT_EVERY - 1)
+    assert journal.collected == [1], "at start only"
+    ack.acknowledge_through(COLLECT_EVERY + 1)
+    # At the 100th acknowledgement (the oldest pending was 101 then).
+    assert journal.collected == [1, COLLECT_EVERY + 1]
+    ack.acknowledge_through(last)
+    ack.sweep_when_idle()  # batches acknowledged since the sweep
+    assert journal.collected == [1, COLLECT_EVERY + 1, last + 1]
     ack.sweep_when_idle()  # nothing new, and too soon
-    assert journal.collected == [1, 11, 13]
+    assert journal.collected == [1, COLLECT_EVERY + 1, last + 1]
     clock.sleep(IDLE_SWEEP_SECONDS)  # stragglers may have left files since
     ack.sweep_when_idle()
-    assert journal.collected == [1, 11, 13, 13]
+    assert journal.collected == [1, COLLECT_EVERY + 1, last + 1, last + 1]
 
 
 def test_acknowledges_every_pending_batch_up_to_n() -> None:
@@ -471,7 +481,7 @@ def test_watermark_is_recorded_before_entries_are_removed() -> None:
         journal,
         FakeCaller(),  # type: ignore[arg-type]
         delete=True,
-        on_acked=lambda b: events.append(f"acked {b}"),
+        on_acked=lambda b, _: events.append(f"acked {b}"),
         visibility_timeout=VISIBILITY,
         dedupe_window=WINDOW,
         wall_clock=Clock(NOW),
@@ -525,7 +535,7 @@ def test_the_lease_is_confirmed_before_the_driver_deletes_and_before_a_batch_is_
         journal,
         recording(journal, events),  # type: ignore[arg-type]
         delete=True,
-        on_acked=lambda b: events.append(f"acked {b}"),
+        on_acked=lambda b, _: events.append(f"acked {b}"),
         visibility_timeout=VISIBILITY,
         dedupe_window=WINDOW,
         wall_clock=Clock(NOW),
@@ -727,7 +737,7 @@ class Run:
             self.journal,
             self.driver,  # type: ignore[arg-type]
             delete=True,
-            on_acked=lambda b: self.events.append(f"acked {b}"),
+            on_acked=lambda b, _: self.events.append(f"acked {b}"),
             visibility_timeout=VISIBILITY,
             dedupe_window=WINDOW,
             heartbeat=self.heartbeat,

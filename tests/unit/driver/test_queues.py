@@ -286,7 +286,7 @@ def test_the_driver_deletes_a_batch_on_the_queues_of_its_rows(tmp_path: Path) ->
         journal,
         BatchCaller(sqs, THIRD),
         delete=True,
-        on_acked=acked.append,
+        on_acked=lambda b, _: acked.append(b),
         visibility_timeout=30,
         dedupe_window=60,
         wall_clock=lambda: 1010.0,

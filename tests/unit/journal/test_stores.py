@@ -92,9 +92,8 @@ def test_local_files_are_readable_by_the_owner_only(
     root = Path(location)
 
     journal.dedupe.write(1, ["m"], expires_at=10.0**10)
-    journal.metrics.write(1, {"batch": 1})
     files = [p for p in root.rglob("*") if p.is_file()]
-    assert {p.parent.name for p in files} >= {"state", "000000000001", "dedupe", "metrics"}
+    assert {p.parent.name for p in files} >= {"state", "000000000001", "dedupe"}
     for path in files:
         assert _mode(path) == 0o600, str(path)
 
@@ -389,3 +388,63 @@ def test_s3_journal_gives_up_after_its_rounds_and_at_once_on_access_denied() -> 
 
 
 # -- a batch's life -----------------------------------------------------------------------------
+
+
+# -- removals at the lowest price -------------------------------------------------------------
+
+
+def test_a_few_keys_go_as_free_single_deletes_and_many_as_one_multi_object_delete(
+    journal_location: str,
+) -> None:
+    """S3 bills ``DeleteObjects`` like a PUT and ``DeleteObject`` nothing: a settled batch's
+    handful of files goes key by key, the sweep's findings in one request; both stores remove
+    the same keys, missing ones included."""
+    from collections import Counter
+
+    from spark_sqs.journal.stores import SINGLE_DELETES_UP_TO, S3Store
+
+    journal = Journal(journal_location)
+    store = journal.store
+    sent: Counter[str] = Counter()
+    if isinstance(store, S3Store):
+        store.client.meta.events.register(
+            "before-call.s3", lambda model, **_: sent.update([model.name])
+        )
+    few = [f"batches/1/{r:05d}.arrow" for r in range(SINGLE_DELETES_UP_TO - 1)]
+    many = [f"drops/{n:03d}.arrow" for n in range(SINGLE_DELETES_UP_TO + 20)]
+    for key in [*few, *many, "batches/1/_plan.json"]:
+        store.create(key, b"x")
+    sent.clear()
+
+    store.delete_many([*few, "batches/1/absent.json"])
+    if isinstance(store, S3Store):
+        assert sent == Counter({"DeleteObject": SINGLE_DELETES_UP_TO})
+    assert store.list("batches") == ["batches/1/_plan.json"]
+    sent.clear()
+
+    store.delete_many(many)
+    if isinstance(store, S3Store):
+        assert sent == Counter({"DeleteObjects": 1})
+    assert store.list("drops") == []
+
+
+def test_single_deletes_try_every_key_before_raising() -> None:
+    from spark_sqs.journal.stores import S3Store
+
+    class Client:
+        def __init__(self) -> None:
+            self.deleted: list[str] = []
+
+        def delete_object(self, Bucket: str, Key: str) -> dict[str, Any]:  # noqa: N803
+            if Key.endswith("denied"):
+                from botocore.exceptions import ClientError
+
+                raise ClientError({"Error": {"Code": "AccessDenied"}}, "DeleteObject")
+            self.deleted.append(Key)
+            return {}
+
+    client = Client()
+    store = S3Store("bucket", "j", client_factory=lambda: client, sleep=lambda _: None)  # type: ignore[arg-type,return-value]
+    with pytest.raises(JournalError, match="AccessDenied"):
+        store.delete_many(["a", "denied", "b", "c"])
+    assert sorted(client.deleted) == ["j/a", "j/b", "j/c"]
