@@ -75,9 +75,9 @@ def test_stop_after_batch_then_restart_after_visibility_timeout_has_no_duplicate
             .start()
         )
 
-    # One batch takes everything; the next trigger is an hour away, so nothing acknowledges it
-    # before query.stop() (Spark does not call commit() or stop() on the source then).
-    query = start("1 hour")
+    # One batch takes everything; there is no next trigger, so nothing acknowledges it before
+    # query.stop() (Spark does not call commit() or stop() on the source then).
+    query = start(helpers.ONE_BATCH_TRIGGER)
     helpers.wait_until(
         lambda: sum(p["numInputRows"] for p in query.recentProgress) == 30,
         180,

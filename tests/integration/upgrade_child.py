@@ -14,10 +14,10 @@ them. After each batch it wrote, it creates ``control/sunk-<id>``. How the run e
 - ``killed``: the default trigger; once the sink wrote a batch numbered ``--hold-from`` or
   more, it waits there (``control/at-after-sink``) for the test's SIGKILL: that batch is in
   Spark's offset log and in the sink, not in the commit log.
-- ``stopped``: a one-hour processing-time trigger, so the query runs exactly one batch, at its
-  start; it is stopped cleanly when ``control/stop`` appears. That batch is in the commit log,
-  and not acknowledged: the source acknowledges a batch when it plans the next one, which
-  this run never does.
+- ``stopped``: a processing-time trigger whose next firing is decades away, so the query runs
+  exactly one batch, at its start; it is stopped cleanly when ``control/stop`` appears. That
+  batch is in the commit log, and not acknowledged: the source acknowledges a batch when it
+  plans the next one, which this run never does.
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ def main() -> None:
     control = Path(args.control)
 
     from devtools.spark import local_session, sqs_stream
+    from tests.helpers import ONE_BATCH_TRIGGER
 
     spark = local_session("spark-sqs-upgrade-test")
     (control / "imported.json").write_text(
@@ -99,7 +100,7 @@ def main() -> None:
     )
     query = (
         stream.writeStream.foreachBatch(write_sink(spark, args.out, written))
-        .trigger(processingTime="0 seconds" if args.ending == "killed" else "1 hour")
+        .trigger(processingTime="0 seconds" if args.ending == "killed" else ONE_BATCH_TRIGGER)
         .option("checkpointLocation", args.checkpoint)
         .start()
     )
