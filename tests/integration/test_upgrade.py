@@ -16,6 +16,7 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +176,42 @@ def _offsets(checkpoint: Path) -> dict[int, dict[str, Any]]:
     }
 
 
+def _check_each_sent_once(out: Path, sent: list[int]) -> None:
+    numbers = _sink_numbers(out)
+    assert numbers == sent, (
+        f"lost {sorted(set(sent) - set(numbers))}, "
+        f"duplicated {sorted({n for n in numbers if numbers.count(n) > 1})}"
+    )
+
+
+def _start_this_version(
+    spark: Any,
+    endpoint: str,
+    queue_url: str,
+    journal_location: str,
+    checkpoint: Path,
+    out: Path,
+    written: Callable[[int], None],
+) -> Any:
+    """This version's query, on the checkpoint and journal the released version left, with
+    the options and sink the released version ran with (``upgrade_child.py``); ``written`` is
+    called after each batch's write."""
+    stream = sqs_stream(
+        spark,
+        endpoint,
+        queue_url,
+        journal_location,
+        visibilityTimeout=VISIBILITY,
+        maxMessagesPerTrigger=PER_TRIGGER,
+        numPartitions=2,
+    )
+    return (
+        stream.writeStream.foreachBatch(write_sink(spark, str(out), written))
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+
+
 def _committed(checkpoint: Path) -> set[int]:
     commits = checkpoint / "commits"
     return (
@@ -276,19 +313,8 @@ def test_a_stream_of_the_released_version_goes_on_under_this_one_exactly_once(
         # and removes their reports.
         reports.update(Journal(journal_location).store.list("acks"))
 
-    stream = sqs_stream(
-        spark,
-        moto_endpoint,
-        queue_url,
-        journal_location,
-        visibilityTimeout=VISIBILITY,
-        maxMessagesPerTrigger=PER_TRIGGER,
-        numPartitions=2,
-    )
-    query = (
-        stream.writeStream.foreachBatch(write_sink(spark, str(out), written))
-        .option("checkpointLocation", str(checkpoint))
-        .start()
+    query = _start_this_version(
+        spark, moto_endpoint, queue_url, journal_location, checkpoint, out, written
     )
 
     def settled() -> bool:
@@ -297,11 +323,7 @@ def test_a_stream_of_the_released_version_goes_on_under_this_one_exactly_once(
 
     drain_and_stop(query, sqs, queue_url, timeout=300, until=settled)
 
-    numbers = _sink_numbers(out)
-    assert numbers == sent, (
-        f"lost {sorted(set(sent) - set(numbers))}, "
-        f"duplicated {sorted({n for n in numbers if numbers.count(n) > 1})}"
-    )
+    _check_each_sent_once(out, sent)
     assert queue_counts(sqs, queue_url) == (0, 0)
 
     # The journal as this version keeps it. Its _meta.json is not rewritten: the identity
@@ -436,19 +458,8 @@ def test_window_segments_of_the_previous_layout_still_drop_copies(
     legacy = [k for k in Journal(journal_location).store.list("window") if "/" not in k[7:]]
     assert legacy, "the released version wrote window segments"
     assert copies.held, "copies of the messages the released version deleted"
-    stream = sqs_stream(
-        spark,
-        moto_endpoint,
-        queue_url,
-        journal_location,
-        visibilityTimeout=VISIBILITY,
-        maxMessagesPerTrigger=PER_TRIGGER,
-        numPartitions=2,
-    )
-    query = (
-        stream.writeStream.foreachBatch(write_sink(spark, str(out), lambda _: None))
-        .option("checkpointLocation", str(checkpoint))
-        .start()
+    query = _start_this_version(
+        spark, moto_endpoint, queue_url, journal_location, checkpoint, out, lambda _: None
     )
 
     def settled() -> bool:
@@ -468,11 +479,7 @@ def test_window_segments_of_the_previous_layout_still_drop_copies(
         raise
     released_copies = copies.release()
     drain_and_stop(query, sqs, queue_url, timeout=300, until=settled)
-    numbers = _sink_numbers(out)
-    assert numbers == sent, (
-        f"lost {sorted(set(sent) - set(numbers))}, "
-        f"duplicated {sorted({n for n in numbers if numbers.count(n) > 1})}"
-    )
+    _check_each_sent_once(out, sent)
     assert queue_counts(sqs, queue_url) == (0, 0)
     metrics = Journal(journal_location).metrics.read()
     dropped = sum(m.get("duplicateWindowDropped", 0) for m in metrics)
