@@ -27,6 +27,7 @@ from spark_sqs.journal import Journal
 from spark_sqs.journal.meta import FORMAT_VERSION
 from spark_sqs.sqs.client import queue_counts
 from tests.helpers import (
+    CopiesAfterDelete,
     drain_and_stop,
     expire_visibility,
     send_numbered,
@@ -382,55 +383,6 @@ def test_a_journal_of_a_newer_format_is_refused_before_anything_is_received(
     assert not (location / "batches").exists()
 
 
-class HeldCopies:
-    """Server side (moto runs in this process): each message deleted for the first time leaves
-    a copy with the same MessageId, held back until ``release``: SQS handing out, after an
-    upgrade, a copy of a message the released version deleted."""
-
-    def __init__(self) -> None:
-        self.held: list[Any] = []
-
-    def __enter__(self) -> HeldCopies:
-        import copy
-
-        from moto.sqs.models import Queue
-
-        self._original = original = Queue.delete_message
-        seen: set[str] = set()
-        held = self.held
-
-        def delete_message(queue: Any, receipt_handle: str) -> None:
-            found = [m for m in queue._messages if m.receipt_handle == receipt_handle]
-            original(queue, receipt_handle)
-            for message in found:
-                if message in queue._messages or message.id in seen:
-                    continue
-                seen.add(message.id)
-                ghost = copy.copy(message)
-                ghost._old_receipt_handles = []
-                ghost.receipt_handle = None
-                ghost.visible_at = float("inf")
-                queue._messages.append(ghost)
-                held.append(ghost)
-
-        Queue.delete_message = delete_message
-        return self
-
-    def release(self) -> int:
-        """Stop making copies; make the held ones visible. Returns how many."""
-        from moto.sqs.models import Queue
-
-        Queue.delete_message = self._original
-        for ghost in self.held:
-            ghost.visible_at = 0.0
-        return len(self.held)
-
-    def __exit__(self, *exc: object) -> None:
-        from moto.sqs.models import Queue
-
-        Queue.delete_message = self._original
-
-
 def test_window_segments_of_the_previous_layout_still_drop_copies(
     released: Path,
     spark: Any,
@@ -449,7 +401,7 @@ def test_window_segments_of_the_previous_layout_still_drop_copies(
     journal_location = str(tmp_path / "journal")
     checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
     sent = send_numbered(sqs, queue_url, 30)
-    copies = HeldCopies().__enter__()
+    copies = CopiesAfterDelete(held=True).__enter__()
     child = ReleasedQuery(released, tmp_path, moto_endpoint, queue_url, journal_location, "killed")
     child.start()
     child.wait_for(lambda: (child.control / "at-after-sink").exists(), "its held batch")
@@ -457,7 +409,7 @@ def test_window_segments_of_the_previous_layout_still_drop_copies(
     copies.__exit__()
     legacy = [k for k in Journal(journal_location).store.list("window") if "/" not in k[7:]]
     assert legacy, "the released version wrote window segments"
-    assert copies.held, "copies of the messages the released version deleted"
+    assert copies.copies, "copies of the messages the released version deleted"
     query = _start_this_version(
         spark, moto_endpoint, queue_url, journal_location, checkpoint, out, lambda _: None
     )
