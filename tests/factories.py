@@ -1,5 +1,6 @@
 """Builders of test data shared by the tests: realistic ReceiveMessage results, parsed options,
-journal tables and receivers' partitions (the test doubles are in tests/fakes.py)."""
+journal tables, receivers' partitions and a journal's planned batches (the test doubles are in
+tests/fakes.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 import pyarrow as pa
 
 from spark_sqs.driver.planning import ReceiverPartition
-from spark_sqs.journal import BatchPlan, Journal, ReceiverPlan
+from spark_sqs.journal import BatchPlan, Journal, ReceiverPlan, window
+from spark_sqs.journal.state import JournalState
 from spark_sqs.options import SqsOptions
 from spark_sqs.schema import messages_to_table
 
@@ -114,3 +116,18 @@ def handles_of(table: pa.Table) -> list[tuple[str, str]]:
             strict=True,
         )
     )
+
+
+def planned_on_a_window_clock(
+    journal: Journal, planned: int, window_seconds: float = 600
+) -> list[float]:
+    """``journal``'s window range on a clock the test moves (``clock[0] = seconds``), and
+    batches 1 to ``planned`` numbered one at a time as a driver numbers them (each planned
+    marker written, the one below it removed). Returns the clock."""
+    clock = [0.0]
+    journal.window.range = window.WindowRange(window_seconds, clock=lambda: clock[0])
+    known = JournalState()
+    for n in range(1, planned + 1):
+        journal.state.write(JournalState(planned_batch=n), known)
+        known = JournalState(planned_batch=n)
+    return clock

@@ -250,3 +250,60 @@ def expire_visibility(queue_url: str) -> int:
                     message.visible_at = 0.0
                     count += 1
     return count
+
+
+class CopiesAfterDelete:
+    """Server side (moto runs in this process): the first delete of each message puts a copy
+    back, with the same MessageId and no receipt handle, as SQS does when a delete reached one
+    of its servers and another server still holds a copy (moto never does). With ``held``, the
+    copies stay hidden until ``release``: SQS handing them out later, all at once."""
+
+    def __init__(self, *, held: bool = False) -> None:
+        self.held = held
+        self.copies: list[Any] = []
+        self._copied: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> CopiesAfterDelete:
+        import copy
+
+        from moto.sqs.models import Queue
+
+        self._original = original = Queue.delete_message
+
+        def delete_message(queue: Any, receipt_handle: str) -> None:
+            found = [m for m in queue._messages if m.receipt_handle == receipt_handle]
+            original(queue, receipt_handle)
+            for message in found:
+                if message in queue._messages:
+                    continue  # a stale handle: nothing was deleted
+                with self._lock:
+                    if message.id in self._copied:
+                        continue
+                    self._copied.add(message.id)
+                    ghost = copy.copy(message)
+                    ghost._old_receipt_handles = []
+                    ghost.receipt_handle = None
+                    ghost.visible_at = float("inf") if self.held else 0.0
+                    self.copies.append(ghost)
+                queue._messages.append(ghost)
+
+        Queue.delete_message = delete_message
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from moto.sqs.models import Queue
+
+        Queue.delete_message = self._original
+
+    def release(self) -> int:
+        """Stop making copies; make the held ones visible. Returns how many."""
+        self.__exit__()
+        with self._lock:
+            for ghost in self.copies:
+                ghost.visible_at = 0.0
+            return len(self.copies)
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.copies)

@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from ..journal import window
 from ..journal.stores import JournalStore
+from ..per_process import PerProcess
 
 logger = logging.getLogger(__name__)
 
@@ -228,23 +229,19 @@ def _read_batch(
     return out
 
 
-_WINDOWS: dict[tuple[str, float], DuplicateWindow] = {}
-_WINDOWS_LOCK = threading.Lock()
+_WINDOWS: PerProcess[tuple[str, float], DuplicateWindow] = PerProcess()
 
 
 def worker_window(location: str, window_seconds: float) -> DuplicateWindow:
     """This worker's window of journal ``location`` (kept across the tasks it runs)."""
-    with _WINDOWS_LOCK:
-        found = _WINDOWS.get((location, window_seconds))
-        if found is None:
-            found = _WINDOWS[(location, window_seconds)] = DuplicateWindow(window_seconds)
-        return found
+    return _WINDOWS.get_or_build(
+        (location, window_seconds), lambda: DuplicateWindow(window_seconds)
+    )
 
 
 def forget_all() -> None:
     """Drop every worker's window (the simulation starts each seed with fresh workers)."""
-    with _WINDOWS_LOCK:
-        _WINDOWS.clear()
+    _WINDOWS.clear()
 
 
 def copies(

@@ -37,7 +37,6 @@ import base64
 import binascii
 import json
 import logging
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -58,6 +57,7 @@ from ..journal.entries import EntryReceipts
 from ..journal.stores import S3Client
 from ..lag import entry_lag_metadata, merged_lag_metadata
 from ..options import EXTENDED_RESERVED, SqsOptions
+from ..per_process import PerProcess
 from ..schema import SNS_KEY
 from ..sqs.client import USER_AGENT, error_code, make_session
 
@@ -324,29 +324,28 @@ def transform(
 
 # -- S3 ------------------------------------------------------------------------------------------
 
-_S3_CACHE: dict[SqsOptions, S3Client] = {}
-_S3_LOCK = threading.Lock()
+_S3_CLIENTS: PerProcess[SqsOptions, S3Client] = PerProcess()
 
 
 def s3_client(options: SqsOptions) -> S3Client:
     """One S3 client per options per process, with the source's connection (its credentials
     and region) and the payloads' endpoint."""
-    with _S3_LOCK:
-        client = _S3_CACHE.get(options)
-        if client is None:
-            config = Config(
-                region_name=options.connection.region,
-                retries={"mode": "standard", "max_attempts": 5},
-                connect_timeout=10,
-                read_timeout=60,
-                max_pool_connections=FETCH_THREADS,
-                user_agent=USER_AGENT,
-                user_agent_extra="spark-sqs",
-            )
-            client = _S3_CACHE[options] = make_session(options.connection).client(
-                "s3", config=config, endpoint_url=options.s3_endpoint_url
-            )
-        return client
+
+    def build() -> S3Client:
+        config = Config(
+            region_name=options.connection.region,
+            retries={"mode": "standard", "max_attempts": 5},
+            connect_timeout=10,
+            read_timeout=60,
+            max_pool_connections=FETCH_THREADS,
+            user_agent=USER_AGENT,
+            user_agent_extra="spark-sqs",
+        )
+        return make_session(options.connection).client(
+            "s3", config=config, endpoint_url=options.s3_endpoint_url
+        )
+
+    return _S3_CLIENTS.get_or_build(options, build)
 
 
 def _fetch_one(s3: S3Client, message: Mapping[str, Any]) -> str:

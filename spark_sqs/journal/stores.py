@@ -25,7 +25,6 @@ import io
 import logging
 import os
 import re
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +34,7 @@ from urllib.parse import parse_qs, urlparse
 import pyarrow as pa
 
 from ..errors import InvalidOptionError, JournalError, JournalOutcomeUnknown
+from ..per_process import PerProcess
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -702,9 +702,8 @@ class RangedObject(io.RawIOBase):
 # One S3 client per (connection, endpoint, region) per process. Each task builds its own
 # ``Journal`` (it travels pickled in the partition); a client of its own would cost every
 # receiver task a botocore session and S3's service model read again: 50-100 ms of CPU, as
-# much as receiving 200-300 messages. boto3 clients are safe to share between threads.
-_CLIENTS: dict[tuple[Connection | None, str | None, str | None], S3Client] = {}
-_CLIENTS_LOCK = threading.Lock()
+# much as receiving 200-300 messages.
+_CLIENTS: PerProcess[tuple[Connection | None, str | None, str | None], S3Client] = PerProcess()
 
 
 class _S3ClientFactory:
@@ -718,12 +717,7 @@ class _S3ClientFactory:
         self.region = region
 
     def __call__(self) -> S3Client:
-        key = (self.connection, self.endpoint, self.region)
-        with _CLIENTS_LOCK:
-            client = _CLIENTS.get(key)
-            if client is None:
-                client = _CLIENTS[key] = self._build()
-            return client
+        return _CLIENTS.get_or_build((self.connection, self.endpoint, self.region), self._build)
 
     def _build(self) -> S3Client:
         import boto3

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -24,6 +23,7 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 from pyspark.sql.types import StructType
 
 from ..connection import Connection
+from ..per_process import PerProcess
 from ..sqs.client import SqsClient, classify, make_client, queue_attributes, resolve_queue_url
 from .errors import OversizeRowError, SinkInputError
 from .options import SinkOptions
@@ -294,20 +294,17 @@ def report(
     return summary
 
 
-_CLIENTS: dict[tuple[Connection, int], SqsClient] = {}
-_CLIENTS_LOCK = threading.Lock()
+_CLIENTS: PerProcess[tuple[Connection, int], SqsClient] = PerProcess()
 
 
 def _client(connection: Connection, in_flight: int) -> SqsClient:
     """One client per connection and pool size per process (Python workers are reused across
     tasks, and a client per task is slow); a pool connection per call in flight."""
-    key = (connection, in_flight)
-    with _CLIENTS_LOCK:
-        client = _CLIENTS.get(key)
-        if client is None:
-            # Requests are built from rows checked by RowConverter (types, ranges, sizes):
-            # botocore's validation of every entry again would only cost CPU on each call.
-            client = _CLIENTS[key] = make_client(
-                connection, max_pool_connections=max(16, in_flight + 2), parameter_validation=False
-            )
-        return client
+    # Requests are built from rows checked by RowConverter (types, ranges, sizes): botocore's
+    # validation of every entry again would only cost CPU on each call.
+    return _CLIENTS.get_or_build(
+        (connection, in_flight),
+        lambda: make_client(
+            connection, max_pool_connections=max(16, in_flight + 2), parameter_validation=False
+        ),
+    )

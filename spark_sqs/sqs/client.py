@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import platform
 import re
-import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -29,6 +28,7 @@ from botocore.exceptions import (
 
 from ..connection import Connection
 from ..errors import QueueNotFoundError, SqsAccessError, SqsSourceError, TransientSqsError
+from ..per_process import PerProcess
 from . import credentials
 
 logger = logging.getLogger(__name__)
@@ -158,23 +158,20 @@ def make_session(connection: Connection) -> boto3.session.Session:
     )
 
 
-_CACHE: dict[tuple[Connection, int], SqsClient] = {}
-_CACHE_LOCK = threading.Lock()
+_CLIENTS: PerProcess[tuple[Connection, int], SqsClient] = PerProcess()
 
 
 def cached_client(connection: Connection, *, wait_time_seconds: int) -> SqsClient:
     """One client per connection and long poll per process: Python workers are reused across
     tasks, and a new client (and, with roleArn, a new AssumeRole call) per task is slow."""
-    key = (connection, wait_time_seconds)
-    with _CACHE_LOCK:
-        client = _CACHE.get(key)
-        if client is None:
-            # The receivers' requests (receive, delete, visibility) are built by this package
-            # from parsed options: botocore's model check of each is CPU spent per message.
-            client = _CACHE[key] = make_client(
-                connection, wait_time_seconds=wait_time_seconds, parameter_validation=False
-            )
-        return client
+    # The receivers' requests (receive, delete, visibility) are built by this package from
+    # parsed options: botocore's model check of each is CPU spent per message.
+    return _CLIENTS.get_or_build(
+        (connection, wait_time_seconds),
+        lambda: make_client(
+            connection, wait_time_seconds=wait_time_seconds, parameter_validation=False
+        ),
+    )
 
 
 def error_code(exc: BaseException) -> str:

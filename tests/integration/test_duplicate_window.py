@@ -8,64 +8,26 @@ SQS does when a delete reached one of its servers and another server still holds
 
 from __future__ import annotations
 
-import copy
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from spark_sqs.journal import Journal
-from tests.helpers import body_numbers, drain_and_stop, send_numbered, sqs_stream
+from tests.helpers import (
+    CopiesAfterDelete,
+    body_numbers,
+    drain_and_stop,
+    send_numbered,
+    sqs_stream,
+)
 
 pytestmark = pytest.mark.integration
 
 
-class GhostCopies:
-    """Server side: each message deleted for the first time is handed out once more."""
-
-    def __init__(self) -> None:
-        self.ghosted: set[str] = set()
-        self._lock = threading.Lock()
-
-    def __enter__(self) -> GhostCopies:
-        from moto.sqs.models import Queue
-
-        self._original = original = Queue.delete_message
-        ghosts = self
-
-        def delete_message(queue: Any, receipt_handle: str) -> None:
-            found = [m for m in queue._messages if m.receipt_handle == receipt_handle]
-            original(queue, receipt_handle)
-            for message in found:
-                if message in queue._messages:
-                    continue  # a stale handle: nothing was deleted
-                with ghosts._lock:
-                    if message.id in ghosts.ghosted:
-                        continue
-                    ghosts.ghosted.add(message.id)
-                ghost = copy.copy(message)
-                ghost._old_receipt_handles = []
-                ghost.receipt_handle = None
-                ghost.visible_at = 0.0
-                queue._messages.append(ghost)
-
-        Queue.delete_message = delete_message
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        from moto.sqs.models import Queue
-
-        Queue.delete_message = self._original
-
-    def count(self) -> int:
-        with self._lock:
-            return len(self.ghosted)
-
-
 @pytest.fixture
-def ghosts(moto_endpoint: str) -> Iterator[GhostCopies]:
-    with GhostCopies() as installed:
+def ghosts(moto_endpoint: str) -> Iterator[CopiesAfterDelete]:
+    with CopiesAfterDelete() as installed:
         yield installed
 
 

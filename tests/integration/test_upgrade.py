@@ -16,6 +16,7 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from spark_sqs.journal import Journal
 from spark_sqs.journal.meta import FORMAT_VERSION
 from spark_sqs.sqs.client import queue_counts
 from tests.helpers import (
+    CopiesAfterDelete,
     drain_and_stop,
     expire_visibility,
     send_numbered,
@@ -175,6 +177,42 @@ def _offsets(checkpoint: Path) -> dict[int, dict[str, Any]]:
     }
 
 
+def _check_each_sent_once(out: Path, sent: list[int]) -> None:
+    numbers = _sink_numbers(out)
+    assert numbers == sent, (
+        f"lost {sorted(set(sent) - set(numbers))}, "
+        f"duplicated {sorted({n for n in numbers if numbers.count(n) > 1})}"
+    )
+
+
+def _start_this_version(
+    spark: Any,
+    endpoint: str,
+    queue_url: str,
+    journal_location: str,
+    checkpoint: Path,
+    out: Path,
+    written: Callable[[int], None],
+) -> Any:
+    """This version's query, on the checkpoint and journal the released version left, with
+    the options and sink the released version ran with (``upgrade_child.py``); ``written`` is
+    called after each batch's write."""
+    stream = sqs_stream(
+        spark,
+        endpoint,
+        queue_url,
+        journal_location,
+        visibilityTimeout=VISIBILITY,
+        maxMessagesPerTrigger=PER_TRIGGER,
+        numPartitions=2,
+    )
+    return (
+        stream.writeStream.foreachBatch(write_sink(spark, str(out), written))
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+
+
 def _committed(checkpoint: Path) -> set[int]:
     commits = checkpoint / "commits"
     return (
@@ -276,19 +314,8 @@ def test_a_stream_of_the_released_version_goes_on_under_this_one_exactly_once(
         # and removes their reports.
         reports.update(Journal(journal_location).store.list("acks"))
 
-    stream = sqs_stream(
-        spark,
-        moto_endpoint,
-        queue_url,
-        journal_location,
-        visibilityTimeout=VISIBILITY,
-        maxMessagesPerTrigger=PER_TRIGGER,
-        numPartitions=2,
-    )
-    query = (
-        stream.writeStream.foreachBatch(write_sink(spark, str(out), written))
-        .option("checkpointLocation", str(checkpoint))
-        .start()
+    query = _start_this_version(
+        spark, moto_endpoint, queue_url, journal_location, checkpoint, out, written
     )
 
     def settled() -> bool:
@@ -297,11 +324,7 @@ def test_a_stream_of_the_released_version_goes_on_under_this_one_exactly_once(
 
     drain_and_stop(query, sqs, queue_url, timeout=300, until=settled)
 
-    numbers = _sink_numbers(out)
-    assert numbers == sent, (
-        f"lost {sorted(set(sent) - set(numbers))}, "
-        f"duplicated {sorted({n for n in numbers if numbers.count(n) > 1})}"
-    )
+    _check_each_sent_once(out, sent)
     assert queue_counts(sqs, queue_url) == (0, 0)
 
     # The journal as this version keeps it. Its _meta.json is not rewritten: the identity
@@ -360,55 +383,6 @@ def test_a_journal_of_a_newer_format_is_refused_before_anything_is_received(
     assert not (location / "batches").exists()
 
 
-class HeldCopies:
-    """Server side (moto runs in this process): each message deleted for the first time leaves
-    a copy with the same MessageId, held back until ``release``: SQS handing out, after an
-    upgrade, a copy of a message the released version deleted."""
-
-    def __init__(self) -> None:
-        self.held: list[Any] = []
-
-    def __enter__(self) -> HeldCopies:
-        import copy
-
-        from moto.sqs.models import Queue
-
-        self._original = original = Queue.delete_message
-        seen: set[str] = set()
-        held = self.held
-
-        def delete_message(queue: Any, receipt_handle: str) -> None:
-            found = [m for m in queue._messages if m.receipt_handle == receipt_handle]
-            original(queue, receipt_handle)
-            for message in found:
-                if message in queue._messages or message.id in seen:
-                    continue
-                seen.add(message.id)
-                ghost = copy.copy(message)
-                ghost._old_receipt_handles = []
-                ghost.receipt_handle = None
-                ghost.visible_at = float("inf")
-                queue._messages.append(ghost)
-                held.append(ghost)
-
-        Queue.delete_message = delete_message
-        return self
-
-    def release(self) -> int:
-        """Stop making copies; make the held ones visible. Returns how many."""
-        from moto.sqs.models import Queue
-
-        Queue.delete_message = self._original
-        for ghost in self.held:
-            ghost.visible_at = 0.0
-        return len(self.held)
-
-    def __exit__(self, *exc: object) -> None:
-        from moto.sqs.models import Queue
-
-        Queue.delete_message = self._original
-
-
 def test_window_segments_of_the_previous_layout_still_drop_copies(
     released: Path,
     spark: Any,
@@ -427,7 +401,7 @@ def test_window_segments_of_the_previous_layout_still_drop_copies(
     journal_location = str(tmp_path / "journal")
     checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
     sent = send_numbered(sqs, queue_url, 30)
-    copies = HeldCopies().__enter__()
+    copies = CopiesAfterDelete(held=True).__enter__()
     child = ReleasedQuery(released, tmp_path, moto_endpoint, queue_url, journal_location, "killed")
     child.start()
     child.wait_for(lambda: (child.control / "at-after-sink").exists(), "its held batch")
@@ -435,20 +409,9 @@ def test_window_segments_of_the_previous_layout_still_drop_copies(
     copies.__exit__()
     legacy = [k for k in Journal(journal_location).store.list("window") if "/" not in k[7:]]
     assert legacy, "the released version wrote window segments"
-    assert copies.held, "copies of the messages the released version deleted"
-    stream = sqs_stream(
-        spark,
-        moto_endpoint,
-        queue_url,
-        journal_location,
-        visibilityTimeout=VISIBILITY,
-        maxMessagesPerTrigger=PER_TRIGGER,
-        numPartitions=2,
-    )
-    query = (
-        stream.writeStream.foreachBatch(write_sink(spark, str(out), lambda _: None))
-        .option("checkpointLocation", str(checkpoint))
-        .start()
+    assert copies.copies, "copies of the messages the released version deleted"
+    query = _start_this_version(
+        spark, moto_endpoint, queue_url, journal_location, checkpoint, out, lambda _: None
     )
 
     def settled() -> bool:
@@ -468,11 +431,7 @@ def test_window_segments_of_the_previous_layout_still_drop_copies(
         raise
     released_copies = copies.release()
     drain_and_stop(query, sqs, queue_url, timeout=300, until=settled)
-    numbers = _sink_numbers(out)
-    assert numbers == sent, (
-        f"lost {sorted(set(sent) - set(numbers))}, "
-        f"duplicated {sorted({n for n in numbers if numbers.count(n) > 1})}"
-    )
+    _check_each_sent_once(out, sent)
     assert queue_counts(sqs, queue_url) == (0, 0)
     metrics = Journal(journal_location).metrics.read()
     dropped = sum(m.get("duplicateWindowDropped", 0) for m in metrics)

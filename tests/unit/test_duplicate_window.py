@@ -25,9 +25,14 @@ from spark_sqs.journal import (
     open_store,
     window,
 )
-from spark_sqs.journal.state import JournalState
 from spark_sqs.schema import messages_to_table
-from tests.factories import FIFO_QUEUE_URL, QUEUE_URL, make_options, sqs_message
+from tests.factories import (
+    FIFO_QUEUE_URL,
+    QUEUE_URL,
+    make_options,
+    planned_on_a_window_clock,
+    sqs_message,
+)
 from tests.fakes import FakeSqs, HookedStore
 
 NOW = 1_700_000_000.0
@@ -223,12 +228,7 @@ def test_a_writer_stalled_past_the_window_forwards_the_segment_of_its_swept_batc
     and its segments swept (no seal any more, below every new plan's windowFrom). The segment
     goes on to the newest numbered batch, where a later reader finds it."""
     journal, store = journal_at(location)
-    clock = [0.0]
-    journal.window.range = window.WindowRange(600, clock=lambda: clock[0])
-    known = JournalState()
-    for n in range(1, 31):
-        journal.state.write(JournalState(planned_batch=n), known)
-        known = JournalState(planned_batch=n)
+    clock = planned_on_a_window_clock(journal, 30)
     journal.plans.write(BatchPlan(4, (ReceiverPlan(0, 10),)))
     journal.plans.write(BatchPlan(30, (ReceiverPlan(0, 10),)))
     journal.window.write(ids(1), batch=4, who="r000000", expires_at=time.time() + 600)
@@ -254,12 +254,7 @@ def test_a_stalled_writer_of_an_idle_queue_forwards_into_the_next_batch_to_be_pl
     """As above with every batch removed and swept (an idle queue): the segment goes on to the
     newest numbered batch, then the first not numbered yet, whose receivers read it."""
     journal, store = journal_at(location)
-    clock = [0.0]
-    journal.window.range = window.WindowRange(600, clock=lambda: clock[0])
-    known = JournalState()
-    for n in range(1, 31):
-        journal.state.write(JournalState(planned_batch=n), known)
-        known = JournalState(planned_batch=n)
+    clock = planned_on_a_window_clock(journal, 30)
     for batch in (4, 30):
         journal.plans.write(BatchPlan(batch, (ReceiverPlan(0, 10),)))
         journal.window.write(ids(batch), batch=batch, who="r000000", expires_at=time.time() + 1)

@@ -245,11 +245,12 @@ def test_s3_journals_of_one_location_share_one_client_per_process(
     import botocore.session
 
     from spark_sqs.journal import stores
+    from spark_sqs.per_process import PerProcess
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.setattr(stores, "_CLIENTS", {})
+    monkeypatch.setattr(stores, "_CLIENTS", PerProcess())
     created: list[str] = []
     original = botocore.session.Session.create_client
 

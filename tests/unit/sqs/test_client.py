@@ -200,12 +200,13 @@ def _sent_requests(client) -> list:
 
 
 def test_receivers_client_sends_requests_unchecked_with_a_fixed_user_agent(monkeypatch) -> None:
+    from spark_sqs.per_process import PerProcess
     from spark_sqs.sqs import client as module
     from tests.factories import make_options
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setattr(module, "_CACHE", {})
+    monkeypatch.setattr(module, "_CLIENTS", PerProcess())
     connection = make_options(endpointUrl="http://127.0.0.1:9").connection
     receivers = module.cached_client(connection, wait_time_seconds=1)
     assert module.cached_client(connection, wait_time_seconds=1) is receivers
