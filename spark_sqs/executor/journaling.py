@@ -157,12 +157,16 @@ def _still_held(
     return [m for m in messages if m["MessageId"] not in expired], len(expired)
 
 
-def finished(journal: Journal, partition: ReceiverPartition) -> str | None:
-    """Why no attempt of this batch may keep what it journaled any more, or None while the
-    batch is live: ``"removed"`` (acknowledged and removed: a straggler, e.g. of speculation)
-    or ``"retired"`` (an orphan that a later batch delivers: a task of a dead driver). Read by
-    key (``Batches.status``), never from a LIST that may lag."""
-    status = journal.batches.status(partition.batch)
+def finished(
+    journal: Journal, partition: ReceiverPartition, status: str | None = None
+) -> str | None:
+    """Why no attempt of this batch may keep (or deliver) what it journaled any more, or None
+    while the batch is live: ``"removed"`` (acknowledged and removed: a straggler, e.g. of
+    speculation) or ``"retired"`` (an orphan that a later batch delivers: a task of a dead
+    driver). Read by key (``Batches.status``), never from a LIST that may lag; ``status``: the
+    batch's status as the caller just read it so, after what it decides on (None: read here)."""
+    if status is None:
+        status = journal.batches.status(partition.batch)
     if status == LIVE:
         return None
     logger.warning(

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from ..driver.planning import ADOPTED_FROM, ReceiverPartition
 from ..errors import JournalError, SqsSourceError
+from ..journal import LIVE
 from ..journal import poison as records
 
 if TYPE_CHECKING:
@@ -55,8 +57,10 @@ def first_attempt(partition: ReceiverPartition) -> dict[bytes, bytes]:
     return {records.FIRST_ATTEMPT: attempt_key(partition.run).encode()}
 
 
-def record_attempt(journal: Journal, batch: int, receiver: int, key: str, step: int) -> None:
+def record_attempt(journal: Journal, batch: int, receiver: int, key: str, step: int) -> str | None:
     """Create this attempt's record; a record that cannot be written only undercounts.
+    Returns the batch's status (``Batches.status``) as read after the record, None if the
+    record or that read failed.
 
     A straggler may read the entry just before the batch is acknowledged and its files
     removed: its record would outlive the batch. The acknowledgement marks the batch finished
@@ -65,23 +69,37 @@ def record_attempt(journal: Journal, batch: int, receiver: int, key: str, step: 
     of finished batches (``Batches.collect``)."""
     try:
         journal.poison.write_attempt(batch, receiver, key, step, time.time())
-        if journal.batches.is_finished(batch):
+        status = journal.batches.status(batch)
+        if status != LIVE:
             journal.poison.remove_attempt(batch, receiver, key, step)
+        return status
     except JournalError as exc:
         logger.warning(
             "batch %d receiver %d: could not record the attempt: %s", batch, receiver, exc
         )
+        return None
 
 
-def on_replay(journal: Journal, partition: ReceiverPartition, table: pa.Table) -> pa.Table:
+@dataclass(frozen=True)
+class Replay:
+    """What ``on_replay`` leaves of a replayed entry, and the batch's status as read after the
+    attempt's record (None if it was not read: the receiver reads it then)."""
+
+    table: pa.Table
+    status: str | None
+
+
+def on_replay(journal: Journal, partition: ReceiverPartition, table: pa.Table) -> Replay:
     """A receiver found its entry (a retried task, a replay): record the attempt, then either
-    refuse (``fail``, too many attempts) or deliver what the batch's narrowing keeps."""
+    refuse (``fail``, too many attempts) or deliver what the batch's narrowing keeps. Whether
+    the batch is still live is the receiver's decision; the status read that follows the
+    record serves it."""
     options = partition.options
     names = journal.poison.names(partition.batch)
     narrowing = journal.poison.latest_narrowing(partition.batch, names)
     step = narrowing.step if narrowing is not None else 0
     key = attempt_key(getattr(partition, "run", ""))
-    record_attempt(journal, partition.batch, partition.receiver, key, step)
+    status = record_attempt(journal, partition.batch, partition.receiver, key, step)
     if options.poison_message_policy == records.FAIL:
         earlier = {a.key for a in journal.poison.attempts(partition.batch, names)}
         first = records.first_attempt(table)
@@ -91,8 +109,8 @@ def on_replay(journal: Journal, partition: ReceiverPartition, table: pa.Table) -
         if len(earlier) >= options.max_batch_attempts:
             raise PoisonBatchError(fail_message(options, partition.batch, len(earlier) + 1))
     if narrowing is None or partition.receiver not in narrowing.keep:
-        return table
-    return records.keep_only(table, set(narrowing.keep[partition.receiver]))
+        return Replay(table, status)
+    return Replay(records.keep_only(table, set(narrowing.keep[partition.receiver])), status)
 
 
 def fail_message(options: SqsOptions, batch: int, attempts: int) -> str:

@@ -1,7 +1,8 @@
 """Receiving on executors: one receiver per input partition. Runs on: executors.
 
 ``read_partition`` is the receive pipeline, the same for both delete modes. It either replays
-the receiver's journal entry for the batch (a retried task or a restarted query), or:
+the receiver's journal entry for the batch (a retried task or a restarted query; nothing once
+the batch was adopted or acknowledged), or:
 
 1. acknowledges the committed batches the plan assigned to it (``acknowledgement.assigned``);
 2. receives (``receiving.py``);
@@ -120,11 +121,21 @@ def read_partition(
 def _replay(
     journal: Journal, partition: ReceiverPartition, table: pa.Table
 ) -> Iterator[pa.RecordBatch]:
-    """Yield the receiver's journaled entry again."""
+    """Yield the receiver's journaled entry again, while its batch is live."""
     # Poison batches (poison.py): count this attempt; refuse (policy fail) or deliver only
     # what a narrowed batch keeps (policy deadLetter).
-    table = poison.on_replay(journal, partition, table)
-    table = _without_siblings_ids(journal, partition, table)
+    replay = poison.on_replay(journal, partition, table)
+    # The rule the first attempt applied after journaling (journaling.write_entry): a batch
+    # adopted by a later batch (retired) or acknowledged (removed) delivers nothing, whoever
+    # asks. An attempt that journaled after the adoption read the batch's entries, found it
+    # retired and died before it returned leaves an entry no adoption copied: its messages
+    # come back after their visibility timeout and the adopting query delivers them; a retry
+    # that replayed it would deliver them twice (and, on FIFO, beside the copy the adoption
+    # took of the receiver that held them first). The status is read after the entry (an
+    # adoption after the read copies it), by the attempt's record when it could write one.
+    if journaling.finished(journal, partition, replay.status) is not None:
+        return
+    table = _without_siblings_ids(journal, partition, replay.table)
     logger.info(
         "batch %d receiver %d: replayed %d messages from the journal",
         partition.batch,

@@ -250,6 +250,60 @@ def test_a_straggler_that_starts_after_acknowledgement_receives_nothing(location
     assert journal.batches.list() == []
 
 
+@pytest.mark.parametrize("record", ["written", "failed"])
+@pytest.mark.parametrize("adoption", ["copying", "removed"])
+def test_a_retry_of_an_attempt_that_found_its_batch_adopted_after_journaling_delivers_nothing(
+    location: str, adoption: str, record: str
+) -> None:
+    """A task of a driver that lost the journal receives; meanwhile another query retires its
+    batch, adopts the entries it finds (none of this receiver's yet) and, for ``removed``,
+    removes the batch. The attempt journals, reads that the batch is no longer live and dies
+    before it returns. Spark's retry finds the entry: no adoption copied it, so its messages
+    come back after their visibility timeout and the adopting query delivers them. The retry
+    must deliver nothing, as the dead attempt would have (before, it replayed the entry: the
+    messages reached two sinks, and on FIFO twice the first query's batch, beside another
+    receiver's expired copy). The retry's attempt record reads the batch's status; when the
+    record cannot be written (``failed``), the receiver reads it itself."""
+    options = options_for(location)
+    journal = Journal(location, options)
+    part = planned(journal, options)
+
+    def adopted_by_another_query() -> None:
+        journal.batches.retire(1)
+        assert journal.entries.read(1, 0) is None, "nothing of this receiver to adopt yet"
+        if adoption == "removed":
+            journal.batches.remove(1)
+
+    ours = [sqs_message(n) for n in range(3)]
+    sqs = FakeSqs(script=[ours, []], on_receive=adopted_by_another_query)
+    journaled = False
+
+    def dies_after_its_status_check(method: str, key: str) -> None:
+        nonlocal journaled
+        if method == "create" and key == "batches/000000000001/00000.arrow":
+            journaled = True
+        elif journaled and method == "read" and key.endswith("/_plan.json"):
+            raise Crash
+
+    first = journal_with(location, options, after=dies_after_its_status_check)
+    with pytest.raises(Crash):
+        list(read_partition(part, client_factory=lambda: sqs, journal=first))
+    entry = journal.entries.read(1, 0)
+    assert entry is not None and ids_of(entry) == [m["MessageId"] for m in ours]
+
+    def forbidden() -> Any:
+        raise AssertionError("the retry finds its entry; it must not receive")
+
+    def record_fails(method: str, key: str) -> None:
+        if record == "failed" and method == "create" and "/attempts/" in key:
+            raise JournalError("simulated: the attempt's record cannot be written")
+
+    again = journal_with(location, options, before=record_fails)
+    retry = rows(read_partition(part, client_factory=forbidden, journal=again))
+    assert retry.num_rows == 0
+    assert released(sqs) == [], "the adoption may hold them (copying): nothing released"
+
+
 # -- a journal write whose outcome is unknown ------------------------------------------------------
 
 

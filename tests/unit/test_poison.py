@@ -15,7 +15,7 @@ from spark_sqs.driver import poison as driver_poison
 from spark_sqs.driver.planning import ReceiverPartition
 from spark_sqs.errors import InvalidOptionError
 from spark_sqs.executor import poison as executor_poison
-from spark_sqs.journal import BatchPlan, Journal, JournalState, ReceiverPlan
+from spark_sqs.journal import LIVE, BatchPlan, Journal, JournalState, ReceiverPlan
 from spark_sqs.journal import poison as records
 from spark_sqs.schema import messages_to_table
 from tests.factories import QUEUE_URL, make_options, sqs_message
@@ -126,11 +126,12 @@ def test_policy_fail_refuses_a_replay_after_max_batch_attempts_naming_the_releas
     metadata = {**(table.schema.metadata or {}), records.FIRST_ATTEMPT: b"r1-s0-t0"}
     table = table.replace_schema_metadata(metadata)
     # The same run reading again (another Spark job of one foreachBatch) is the same attempt.
-    assert _ids(executor_poison.on_replay(journal, _partition(options, 7, 0, "r1"), table)) == _ids(
-        table
-    )
-    assert executor_poison.on_replay(journal, _partition(options, 7, 0, "r2"), table).num_rows == 3
-    assert executor_poison.on_replay(journal, _partition(options, 7, 0, "r2"), table).num_rows == 3
+    first = executor_poison.on_replay(journal, _partition(options, 7, 0, "r1"), table)
+    assert _ids(first.table) == _ids(table) and first.status == LIVE
+    again = executor_poison.on_replay(journal, _partition(options, 7, 0, "r2"), table)
+    assert again.table.num_rows == 3
+    again = executor_poison.on_replay(journal, _partition(options, 7, 0, "r2"), table)
+    assert again.table.num_rows == 3
     with pytest.raises(executor_poison.PoisonBatchError) as raised:
         executor_poison.on_replay(journal, _partition(options, 7, 0, "r3"), table)
     message = str(raised.value)
@@ -148,11 +149,11 @@ def test_policy_dead_letter_replays_only_what_the_narrowing_keeps(tmp_path: Any)
     kept = executor_poison.on_replay(
         journal, _partition(options, 7, 0, "r9"), journal.entries.read(7, 0)
     )
-    assert _ids(kept) == [_mid(2)]
+    assert _ids(kept.table) == [_mid(2)]
     untouched = executor_poison.on_replay(
         journal, _partition(options, 7, 1, "r9"), journal.entries.read(7, 1)
     )
-    assert _ids(untouched) == [_mid(4)]
+    assert _ids(untouched.table) == [_mid(4)]
     assert records.attempts_by_step(journal.poison.attempts(7)) == {1: 1}
 
 
