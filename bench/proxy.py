@@ -13,7 +13,9 @@ requests are delayed concurrently, as on a real network. Run standalone as
 The proxy also counts what passes through it by kind (``bench.cost.request_kind``: SQS by
 action, S3 by price class), with the 64 KiB units SQS bills and the KMS requests S3's SSE-KMS
 implies, for the cost section of ``make bench``. Control requests, never forwarded nor counted:
-``GET /__bench/counts`` (JSON) and ``POST /__bench/reset``.
+``GET /__bench/counts`` (JSON) and ``POST /__bench/reset``. For SQS it also counts what each
+call carried (``sqs_items``): the messages a ``ReceiveMessage`` returned, the entries of a
+batch call, and the calls that carried none: how full the calls were.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import re
 import socket
 import sys
 import threading
@@ -127,6 +130,8 @@ class _ProxyServer(ThreadingHTTPServer):
         self._counts: dict[str, int] = {}
         self._units: dict[str, int] = {}
         self._objects: dict[str, int] = {}
+        self._items: dict[str, int] = {}
+        self._empty: dict[str, int] = {}
         self._guard = threading.Lock()
 
     def count(
@@ -143,8 +148,10 @@ class _ProxyServer(ThreadingHTTPServer):
         units = 0
         kms = 0
         obj = ""
+        items = -1
         if kind.startswith("SQS "):
             units = cost.sqs_billed_requests(max(len(body or b""), len(data)))
+            items = sqs_items(kind, body, data)
         else:
             kms = cost.kms_requests(kind, headers, dict(response.getheaders()))
             obj = f"{kind} {cost.s3_key_pattern(path, query)}"
@@ -157,6 +164,10 @@ class _ProxyServer(ThreadingHTTPServer):
                 self._counts["KMS"] = self._counts.get("KMS", 0) + kms
             if obj:
                 self._objects[obj] = self._objects.get(obj, 0) + 1
+            if items >= 0:
+                self._items[kind] = self._items.get(kind, 0) + items
+                if not items:
+                    self._empty[kind] = self._empty.get(kind, 0) + 1
 
     def snapshot(self) -> dict[str, Any]:
         with self._guard:
@@ -165,6 +176,8 @@ class _ProxyServer(ThreadingHTTPServer):
                 "counts": dict(self._counts),
                 "units": dict(self._units),
                 "objects": dict(self._objects),
+                "sqs_items": dict(self._items),
+                "sqs_empty": dict(self._empty),
             }
 
     def reset(self) -> None:
@@ -173,6 +186,20 @@ class _ProxyServer(ThreadingHTTPServer):
             self._counts.clear()
             self._units.clear()
             self._objects.clear()
+            self._items.clear()
+            self._empty.clear()
+
+
+def sqs_items(kind: str, body: bytes | None, data: bytes) -> int:
+    """What one SQS call carried: the messages a ``ReceiveMessage`` returned, the entries of a
+    ``...Batch`` request, 1 for any other call. JSON protocol (``"MessageId"`` and
+    ``"ReceiptHandle"``/``"Id"`` keys) or the query protocol (XML answers, form requests)."""
+    if kind == "SQS ReceiveMessage":
+        return data.count(b'"MessageId"') + data.count(b"<MessageId>")
+    if kind.endswith("Batch"):
+        request = body or b""
+        return request.count(b'"Id"') + len(re.findall(rb"Entry\.\d+\.Id=", request))
+    return 1
 
 
 class DelayProxy:
@@ -191,7 +218,8 @@ class DelayProxy:
 
     def counts(self) -> dict[str, Any]:
         """``{"requests": n, "counts": {kind: n}, "units": {SQS kind: 64 KiB units},
-        "objects": {"S3 <class> <key pattern>": n}}``."""
+        "objects": {"S3 <class> <key pattern>": n}, "sqs_items": {SQS kind: messages or
+        entries}, "sqs_empty": {SQS kind: calls that carried none}}``."""
         return self._server.snapshot()
 
     def stop(self) -> None:
