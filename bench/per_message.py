@@ -84,6 +84,7 @@ class Counters:
             "objects": {},
             "sqs_items": {},
             "sqs_empty": {},
+            "connections": {},
         }
         for port in self.ports:
             data = proxy_counts(port)
@@ -353,6 +354,7 @@ def cpu_point(spark: Any, wd: Any, eps: Any, receivers: int, args: Any) -> dict[
         "rate": (d1 - d0) / seconds if seconds else 0.0,
         "cpu_ms_per_message": cpu,
         "sqs_calls": sqs_calls(counted, d1 - d0),
+        "connections_opened": counted["connections"],
     }
     run.delete_queue(setup_ep, url)
     # Source: from the end of the first batch to the end of ``window_batches`` more.
@@ -389,6 +391,7 @@ def cpu_point(spark: Any, wd: Any, eps: Any, receivers: int, args: Any) -> dict[
         "batches": window_batches,
         "cpu_ms_per_message": cpu,
         "sqs_calls": sqs_calls(counted, messages),
+        "connections_opened": counted["connections"],
     }
     run.delete_queue(setup_ep, url)
     row["load_average_after"] = [round(x, 2) for x in os.getloadavg()]

@@ -15,7 +15,8 @@ action, S3 by price class), with the 64 KiB units SQS bills and the KMS requests
 implies, for the cost section of ``make bench``. Control requests, never forwarded nor counted:
 ``GET /__bench/counts`` (JSON) and ``POST /__bench/reset``. For SQS it also counts what each
 call carried (``sqs_items``): the messages a ``ReceiveMessage`` returned, the entries of a
-batch call, and the calls that carried none: how full the calls were.
+batch call, and the calls that carried none: how full the calls were; and the connections
+opened, to the proxy and from it to the server (``connections``).
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         pass
 
+    def setup(self) -> None:
+        super().setup()
+        self.server.opened("client")
+
     def _control(self, body: bytes | None) -> None:
         if self.path == CONTROL + "reset":
             self.server.reset()
@@ -88,6 +93,7 @@ class _Handler(BaseHTTPRequestHandler):
                 )
                 conn.connect()
                 conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self.server.opened("upstream")
                 self._upstream = conn
             try:
                 conn.request(self.command, self.path, body=body, headers=headers)
@@ -132,7 +138,13 @@ class _ProxyServer(ThreadingHTTPServer):
         self._objects: dict[str, int] = {}
         self._items: dict[str, int] = {}
         self._empty: dict[str, int] = {}
+        self._connections: dict[str, int] = {}
         self._guard = threading.Lock()
+
+    def opened(self, side: str) -> None:
+        """A connection opened: a client's to the proxy, or the proxy's to the upstream."""
+        with self._guard:
+            self._connections[side] = self._connections.get(side, 0) + 1
 
     def count(
         self,
@@ -178,6 +190,7 @@ class _ProxyServer(ThreadingHTTPServer):
                 "objects": dict(self._objects),
                 "sqs_items": dict(self._items),
                 "sqs_empty": dict(self._empty),
+                "connections": dict(self._connections),
             }
 
     def reset(self) -> None:
@@ -188,6 +201,7 @@ class _ProxyServer(ThreadingHTTPServer):
             self._objects.clear()
             self._items.clear()
             self._empty.clear()
+            self._connections.clear()
 
 
 def sqs_items(kind: str, body: bytes | None, data: bytes) -> int:
@@ -219,7 +233,8 @@ class DelayProxy:
     def counts(self) -> dict[str, Any]:
         """``{"requests": n, "counts": {kind: n}, "units": {SQS kind: 64 KiB units},
         "objects": {"S3 <class> <key pattern>": n}, "sqs_items": {SQS kind: messages or
-        entries}, "sqs_empty": {SQS kind: calls that carried none}}``."""
+        entries}, "sqs_empty": {SQS kind: calls that carried none}, "connections": {"client" or
+        "upstream": connections opened}}``."""
         return self._server.snapshot()
 
     def stop(self) -> None:

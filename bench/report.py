@@ -200,10 +200,11 @@ def sqs_calls_lines(rows: list[dict[str, Any]]) -> list[str]:
         "",
         "SQS requests per 1,000 messages in the same windows, by action (counted at the delay "
         "proxy; in brackets the messages a receive returned or the entries a batch call carried, "
-        "on average, and the receives that returned nothing per 1,000 messages):",
+        "on average, and the receives that returned nothing per 1,000 messages), and the "
+        "connections opened in the window, to the proxy and from it to the SQS server:",
         "",
-        "| receivers | consumer | " + " | ".join(actions) + " | all |",
-        "| ---: | --- |" + " ---: |" * (len(actions) + 1),
+        "| receivers | consumer | " + " | ".join(actions) + " | all | connections opened |",
+        "| ---: | --- |" + " ---: |" * (len(actions) + 2),
     ]
     for r in rows:
         for kind, label in (("baseline", "plain consumer"), ("source", "source")):
@@ -221,8 +222,12 @@ def sqs_calls_lines(rows: list[dict[str, Any]]) -> list[str]:
                     cell += f"; empty {_f(c['empty_per_1000_messages'], 1)}"
                 cells.append(cell + ")")
             total = sum(c["per_1000_messages"] for c in calls.values())
+            opened = r[kind].get("connections_opened")
+            conns = f"{opened.get('client', 0)}, {opened.get('upstream', 0)}" if opened else "-"
             out.append(
-                f"| {r['receivers']} | {label} | " + " | ".join(cells) + f" | {_f(total, 1)} |"
+                f"| {r['receivers']} | {label} | "
+                + " | ".join(cells)
+                + f" | {_f(total, 1)} | {conns} |"
             )
     return out
 

@@ -209,6 +209,7 @@ def test_the_cpu_section_checks_the_target_on_all_processes_and_shows_the_strict
         "baseline": {"messages": 1000, "rate": 100.0, "cpu_ms_per_message": base_cpu},
         "source": {"messages": 1000, "rate": 90.0, "cpu_ms_per_message": src_cpu},
     }
+    row["source"]["connections_opened"] = {"client": 3, "upstream": 2}
     row["baseline"]["sqs_calls"] = sqs_calls(base_counts, 1000)
     row["source"]["sqs_calls"] = sqs_calls(src_counts, 1000)
     text = "\n".join(cpu_window_lines([row]))
@@ -218,5 +219,5 @@ def test_the_cpu_section_checks_the_target_on_all_processes_and_shows_the_strict
     assert "counted for each): 1.33 (at most 1.3: **not met**)" in text
     assert "out on both sides): 2.00 (no target)" in text
     # Requests per 1,000 messages, messages a call, empty receives; S3 is not SQS's.
-    assert "| 16 | plain consumer | 100.0 (10.00) | 100.0 (10.00; empty 0.0) | 200.0 |" in text
-    assert "| 16 | source | 100.0 (10.00) | 110.0 (9.09; empty 10.0) | 210.0 |" in text
+    assert "| 16 | plain consumer | 100.0 (10.00) | 100.0 (10.00; empty 0.0) | 200.0 | - |" in text
+    assert "| 16 | source | 100.0 (10.00) | 110.0 (9.09; empty 10.0) | 210.0 | 3, 2 |" in text

@@ -94,6 +94,8 @@ def test_proxy_counts_requests_by_kind_and_resets_on_request() -> None:
         # The echo answers no messages: two empty receives.
         assert counted["sqs_items"] == {"SQS ReceiveMessage": 0}
         assert counted["sqs_empty"] == {"SQS ReceiveMessage": 2}
+        # One client connection (keep-alive), one to the upstream.
+        assert counted["connections"] == {"client": 1, "upstream": 1}
         assert proxy.counts() == counted
         conn.request("POST", "/__bench/reset", body=b"")
         conn.getresponse().read()
@@ -104,6 +106,7 @@ def test_proxy_counts_requests_by_kind_and_resets_on_request() -> None:
             "objects": {},
             "sqs_items": {},
             "sqs_empty": {},
+            "connections": {},
         }
 
 
