@@ -23,7 +23,9 @@ number of seconds.
 **CPU** (``cpu_point``): CPU seconds by process (``bench.run.CpuSampler``) over a steady window
 of a backlog drain on LocalStack through the delay proxy at a fixed batch size (``receivers``
 x ``per_receiver`` messages a batch; local journal), against the plain consumer with as many
-threads on the same backlog.
+threads on the same backlog. Over the same windows the SQS proxy counts the SQS requests by
+action, with the messages or entries they carried (``sqs_calls``): what the SQS server's CPU
+was spent on.
 """
 
 from __future__ import annotations
@@ -76,7 +78,14 @@ class Counters:
             proxy_counts(port, reset=True)
 
     def read(self) -> dict[str, dict[str, int]]:
-        out: dict[str, dict[str, int]] = {"counts": {}, "units": {}, "objects": {}}
+        out: dict[str, dict[str, int]] = {
+            "counts": {},
+            "units": {},
+            "objects": {},
+            "sqs_items": {},
+            "sqs_empty": {},
+            "connections": {},
+        }
         for port in self.ports:
             data = proxy_counts(port)
             for field, merged in out.items():
@@ -323,17 +332,20 @@ def cpu_point(spark: Any, wd: Any, eps: Any, receivers: int, args: Any) -> dict[
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
     pids = eps.pids(server)
+    counters = Counters(consumer_ep.rsplit(":", 1)[1])
     # Baseline: from a tenth of the backlog to four fifths of it.
     url = run.new_queue(setup_ep, "cpu-base")
     load.fill(setup_ep, url, backlog, args.body_bytes)
     consumer = load.BaselineConsumer(consumer_ep, url, receivers)
     consumer.start()
     _wait(lambda: consumer.deleted() >= backlog // 10, 300)
+    counters.reset()
     sampler = run.CpuSampler(*pids)
     d0, t0 = consumer.deleted(), time.monotonic()
     _wait(lambda: consumer.deleted() >= backlog * 4 // 5, 600)
     d1 = consumer.deleted()
     cpu = sampler.stop(d1 - d0)
+    counted = counters.read()
     seconds = time.monotonic() - t0
     consumer.stop()
     row["baseline"] = {
@@ -341,6 +353,8 @@ def cpu_point(spark: Any, wd: Any, eps: Any, receivers: int, args: Any) -> dict[
         "seconds": round(seconds, 1),
         "rate": (d1 - d0) / seconds if seconds else 0.0,
         "cpu_ms_per_message": cpu,
+        "sqs_calls": sqs_calls(counted, d1 - d0),
+        "connections_opened": counted["connections"],
     }
     run.delete_queue(setup_ep, url)
     # Source: from the end of the first batch to the end of ``window_batches`` more.
@@ -358,6 +372,7 @@ def cpu_point(spark: Any, wd: Any, eps: Any, receivers: int, args: Any) -> dict[
     query = spark_runs._start_noop(df, base / "checkpoint")
     try:
         start = next_batch(query, -1, 300)
+        counters.reset()
         sampler = run.CpuSampler(*pids)
         t0 = time.monotonic()
         end = start
@@ -366,6 +381,7 @@ def cpu_point(spark: Any, wd: Any, eps: Any, receivers: int, args: Any) -> dict[
         seconds = time.monotonic() - t0
         messages = rows_between(_batches(query), start.batch_id, end.batch_id)
         cpu = sampler.stop(messages)
+        counted = counters.read()
     finally:
         spark_runs._stop(query)
     row["source"] = {
@@ -374,10 +390,30 @@ def cpu_point(spark: Any, wd: Any, eps: Any, receivers: int, args: Any) -> dict[
         "rate": messages / seconds if seconds else 0.0,
         "batches": window_batches,
         "cpu_ms_per_message": cpu,
+        "sqs_calls": sqs_calls(counted, messages),
+        "connections_opened": counted["connections"],
     }
     run.delete_queue(setup_ep, url)
     row["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     return row
+
+
+def sqs_calls(counted: dict[str, dict[str, int]], messages: int) -> dict[str, dict[str, float]]:
+    """SQS requests by action over a window: per 1,000 messages, the messages or entries each
+    carried on average, and how many carried none (an empty receive), per 1,000 messages."""
+    out: dict[str, dict[str, float]] = {}
+    for kind, n in sorted(counted["counts"].items()):
+        if not kind.startswith("SQS ") or not n:
+            continue
+        items = counted.get("sqs_items", {}).get(kind, 0)
+        empty = counted.get("sqs_empty", {}).get(kind, 0)
+        out[kind[len("SQS ") :]] = {
+            "requests": n,
+            "per_1000_messages": round(1000 * n / messages, 1) if messages else 0.0,
+            "items_per_request": round(items / n, 2),
+            "empty_per_1000_messages": round(1000 * empty / messages, 1) if messages else 0.0,
+        }
+    return out
 
 
 def _wait(condition: Any, timeout: float) -> None:

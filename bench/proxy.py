@@ -13,7 +13,10 @@ requests are delayed concurrently, as on a real network. Run standalone as
 The proxy also counts what passes through it by kind (``bench.cost.request_kind``: SQS by
 action, S3 by price class), with the 64 KiB units SQS bills and the KMS requests S3's SSE-KMS
 implies, for the cost section of ``make bench``. Control requests, never forwarded nor counted:
-``GET /__bench/counts`` (JSON) and ``POST /__bench/reset``.
+``GET /__bench/counts`` (JSON) and ``POST /__bench/reset``. For SQS it also counts what each
+call carried (``sqs_items``): the messages a ``ReceiveMessage`` returned, the entries of a
+batch call, and the calls that carried none: how full the calls were; and the connections
+opened, to the proxy and from it to the server (``connections``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import re
 import socket
 import sys
 import threading
@@ -56,6 +60,10 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         pass
 
+    def setup(self) -> None:
+        super().setup()
+        self.server.opened("client")
+
     def _control(self, body: bytes | None) -> None:
         if self.path == CONTROL + "reset":
             self.server.reset()
@@ -85,6 +93,7 @@ class _Handler(BaseHTTPRequestHandler):
                 )
                 conn.connect()
                 conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self.server.opened("upstream")
                 self._upstream = conn
             try:
                 conn.request(self.command, self.path, body=body, headers=headers)
@@ -127,7 +136,15 @@ class _ProxyServer(ThreadingHTTPServer):
         self._counts: dict[str, int] = {}
         self._units: dict[str, int] = {}
         self._objects: dict[str, int] = {}
+        self._items: dict[str, int] = {}
+        self._empty: dict[str, int] = {}
+        self._connections: dict[str, int] = {}
         self._guard = threading.Lock()
+
+    def opened(self, side: str) -> None:
+        """A connection opened: a client's to the proxy, or the proxy's to the upstream."""
+        with self._guard:
+            self._connections[side] = self._connections.get(side, 0) + 1
 
     def count(
         self,
@@ -143,8 +160,10 @@ class _ProxyServer(ThreadingHTTPServer):
         units = 0
         kms = 0
         obj = ""
+        items = -1
         if kind.startswith("SQS "):
             units = cost.sqs_billed_requests(max(len(body or b""), len(data)))
+            items = sqs_items(kind, body, data)
         else:
             kms = cost.kms_requests(kind, headers, dict(response.getheaders()))
             obj = f"{kind} {cost.s3_key_pattern(path, query)}"
@@ -157,6 +176,10 @@ class _ProxyServer(ThreadingHTTPServer):
                 self._counts["KMS"] = self._counts.get("KMS", 0) + kms
             if obj:
                 self._objects[obj] = self._objects.get(obj, 0) + 1
+            if items >= 0:
+                self._items[kind] = self._items.get(kind, 0) + items
+                if not items:
+                    self._empty[kind] = self._empty.get(kind, 0) + 1
 
     def snapshot(self) -> dict[str, Any]:
         with self._guard:
@@ -165,6 +188,9 @@ class _ProxyServer(ThreadingHTTPServer):
                 "counts": dict(self._counts),
                 "units": dict(self._units),
                 "objects": dict(self._objects),
+                "sqs_items": dict(self._items),
+                "sqs_empty": dict(self._empty),
+                "connections": dict(self._connections),
             }
 
     def reset(self) -> None:
@@ -173,6 +199,21 @@ class _ProxyServer(ThreadingHTTPServer):
             self._counts.clear()
             self._units.clear()
             self._objects.clear()
+            self._items.clear()
+            self._empty.clear()
+            self._connections.clear()
+
+
+def sqs_items(kind: str, body: bytes | None, data: bytes) -> int:
+    """What one SQS call carried: the messages a ``ReceiveMessage`` returned, the entries of a
+    ``...Batch`` request, 1 for any other call. JSON protocol (``"MessageId"`` and
+    ``"ReceiptHandle"``/``"Id"`` keys) or the query protocol (XML answers, form requests)."""
+    if kind == "SQS ReceiveMessage":
+        return data.count(b'"MessageId"') + data.count(b"<MessageId>")
+    if kind.endswith("Batch"):
+        request = body or b""
+        return request.count(b'"Id"') + len(re.findall(rb"Entry\.\d+\.Id=", request))
+    return 1
 
 
 class DelayProxy:
@@ -191,7 +232,9 @@ class DelayProxy:
 
     def counts(self) -> dict[str, Any]:
         """``{"requests": n, "counts": {kind: n}, "units": {SQS kind: 64 KiB units},
-        "objects": {"S3 <class> <key pattern>": n}}``."""
+        "objects": {"S3 <class> <key pattern>": n}, "sqs_items": {SQS kind: messages or
+        entries}, "sqs_empty": {SQS kind: calls that carried none}, "connections": {"client" or
+        "upstream": connections opened}}``."""
         return self._server.snapshot()
 
     def stop(self) -> None:

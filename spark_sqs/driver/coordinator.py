@@ -166,8 +166,11 @@ class Coordinator:
         self._initial_given: dict | None = None
         # When each batch of this run was planned (monotonic), until Spark commits it, and how
         # long the last committed one took: the plan asks receivers to extend their messages
-        # themselves when batches are slow (_executor_extension).
+        # themselves when batches are slow (_executor_extension). The run's first planned
+        # batch carries the query's start-up (Python workers, clients), so its time is not
+        # counted (_note_committed).
         self._planned_at: dict[int, float] = {}
+        self._first_planned: int | None = None
         self._last_duration = 0.0
         self._extended_seen = 0
         self.flow = FlowControl(options, clock=clock)
@@ -467,6 +470,8 @@ class Coordinator:
             self._adopt(stored)
             if not replay:
                 self._planned_at.setdefault(batch, self._clock())
+                if self._first_planned is None:
+                    self._first_planned = batch
             if replay and self.quarantine is not None:
                 # A batch that keeps failing is narrowed, its last message quarantined.
                 self.quarantine.prepare_replay(batch, [r.receiver for r in stored.receivers])
@@ -605,15 +610,25 @@ class Coordinator:
 
     def _note_committed(self, committed: int) -> None:
         done = [b for b in self._planned_at if b <= committed]
-        if done:
-            now = self._clock()
-            self._last_duration = max(now - self._planned_at.pop(b) for b in done)
+        if not done:
+            return
+        now = self._clock()
+        took = {b: now - self._planned_at.pop(b) for b in done}
+        # The run's first batch waited for the query to start (Python workers forked, modules
+        # imported, clients made: tens of seconds on a busy machine), not for its pipeline: it
+        # would flag the next batch slow and cost that batch one ChangeMessageVisibilityBatch
+        # per 10 messages. The heartbeat extends whatever turns out to need it either way, and
+        # flags the next plan when it has to (_executor_extension).
+        steady = [t for b, t in took.items() if b != self._first_planned]
+        if steady:
+            self._last_duration = max(steady)
 
     def _executor_extension(self) -> int:
         """Seconds the receivers of a new batch extend their own messages by once journaled
         (executor/extension.py), or 0. Only when batches are slow: the last one took more than
-        a third of the visibility timeout, or the heartbeat had to extend messages since the
-        previous plan. A fast pipeline pays no extra SQS call; a slow one stops costing the
+        a third of the visibility timeout (the run's first batch, which includes the query's
+        start-up, does not count), or the heartbeat had to extend messages since the previous
+        plan. A fast pipeline pays no extra SQS call; a slow one stops costing the
         driver work per message. Not with deleteOnCommit=false (messages must come back after
         about the timeout) nor deleteAfterJournal (messages are deleted right away)."""
         extended = self.heartbeat.stats.extended

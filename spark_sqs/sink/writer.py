@@ -23,6 +23,7 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 from pyspark.sql.types import StructType
 
 from ..connection import Connection
+from ..executor import collection
 from ..per_process import PerProcess
 from ..sqs.client import SqsClient, classify, make_client, queue_attributes, resolve_queue_url
 from .errors import OversizeRowError, SinkInputError
@@ -171,6 +172,9 @@ def write_partition(
     """Send one partition's rows; runs in a Spark task."""
     options = target.options
     client = _client(options.connection, options.max_in_flight_calls)
+    # The worker now has what it keeps for its life (its client): PySpark's collection after
+    # each task need not walk it again (executor/collection.py).
+    collection.freeze_long_lived()
     converter = RowConverter(
         target.layout,
         fifo=target.queue.fifo,

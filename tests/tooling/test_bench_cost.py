@@ -164,6 +164,9 @@ def test_cpu_targets_compare_the_source_s_processes_with_the_plain_consumer_s() 
     ]
     assert cpu_measure(rows, 16, "Python workers, ms per message") == pytest.approx(0.3)
     assert cpu_measure(rows, 16, "source's processes / plain consumer's") == pytest.approx(2.0)
+    # The definition counts the SQS server and the proxy on both sides: (0.4 + 18) / 1.2.
+    every = "all processes, SQS server and proxy included / plain consumer's"
+    assert cpu_measure(rows, 16, every) == pytest.approx(18.4 / 1.2)
     assert cpu_measure(rows, 4, "Python workers / plain consumer's threads") == pytest.approx(1.5)
     assert cpu_measure(rows, 8, "Python workers, ms per message") is None
 
@@ -181,3 +184,40 @@ def test_cpu_targets_compare_the_source_s_processes_with_the_plain_consumer_s() 
 )
 def test_s3_requests_are_grouped_by_journal_object(path: str, query: str, expected: str) -> None:
     assert cost.s3_key_pattern(path, query) == expected
+
+
+def test_the_cpu_section_checks_the_target_on_all_processes_and_shows_the_strict_ratio() -> None:
+    from bench.per_message import sqs_calls
+    from bench.report import cpu_window_lines
+
+    base_cpu = {"sqs server": 0.3, "delay proxy": 0.1, "bench process": 0.2}
+    src_cpu = {"sqs server": 0.3, "delay proxy": 0.1, "JVM": 0.1, "Python workers": 0.3}
+    base_counts = {
+        "counts": {"SQS ReceiveMessage": 100, "SQS DeleteMessageBatch": 100},
+        "sqs_items": {"SQS ReceiveMessage": 1000, "SQS DeleteMessageBatch": 1000},
+        "sqs_empty": {},
+    }
+    src_counts = {
+        "counts": {"SQS ReceiveMessage": 110, "SQS DeleteMessageBatch": 100, "S3 PUT": 5},
+        "sqs_items": {"SQS ReceiveMessage": 1000, "SQS DeleteMessageBatch": 1000},
+        "sqs_empty": {"SQS ReceiveMessage": 10},
+    }
+    row = {
+        "receivers": 16,
+        "messages_per_batch": 8000,
+        "load_average": [2.5, 2.0, 1.0],
+        "baseline": {"messages": 1000, "rate": 100.0, "cpu_ms_per_message": base_cpu},
+        "source": {"messages": 1000, "rate": 90.0, "cpu_ms_per_message": src_cpu},
+    }
+    row["source"]["connections_opened"] = {"client": 3, "upstream": 2}
+    row["baseline"]["sqs_calls"] = sqs_calls(base_counts, 1000)
+    row["source"]["sqs_calls"] = sqs_calls(src_counts, 1000)
+    text = "\n".join(cpu_window_lines([row]))
+    # All processes: 0.8 / 0.6; the consumer's own: 0.4 / 0.2.
+    assert "| 0.200 | 0.600 | 2.50 |" in text and "| 0.400 | 0.800 | 2.50 |" in text
+    assert "the definition the target uses" in text
+    assert "counted for each): 1.33 (at most 1.3: **not met**)" in text
+    assert "out on both sides): 2.00 (no target)" in text
+    # Requests per 1,000 messages, messages a call, empty receives; S3 is not SQS's.
+    assert "| 16 | plain consumer | 100.0 (10.00) | 100.0 (10.00; empty 0.0) | 200.0 | - |" in text
+    assert "| 16 | source | 100.0 (10.00) | 110.0 (9.09; empty 10.0) | 210.0 | 3, 2 |" in text

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from bench.proxy import DelayProxy
+from bench.proxy import DelayProxy, sqs_items
 
 
 class _Echo(BaseHTTPRequestHandler):
@@ -91,7 +91,47 @@ def test_proxy_counts_requests_by_kind_and_resets_on_request() -> None:
         assert counted["counts"] == {"SQS ReceiveMessage": 2, "S3 POST": 2, "KMS": 1}
         assert counted["units"] == {"SQS ReceiveMessage": 2}
         assert counted["objects"] == {"S3 POST (journal root)": 1, "S3 POST key": 1}
+        # The echo answers no messages: two empty receives.
+        assert counted["sqs_items"] == {"SQS ReceiveMessage": 0}
+        assert counted["sqs_empty"] == {"SQS ReceiveMessage": 2}
+        # One client connection (keep-alive), one to the upstream.
+        assert counted["connections"] == {"client": 1, "upstream": 1}
         assert proxy.counts() == counted
         conn.request("POST", "/__bench/reset", body=b"")
         conn.getresponse().read()
-        assert proxy.counts() == {"requests": 0, "counts": {}, "units": {}, "objects": {}}
+        assert proxy.counts() == {
+            "requests": 0,
+            "counts": {},
+            "units": {},
+            "objects": {},
+            "sqs_items": {},
+            "sqs_empty": {},
+            "connections": {},
+        }
+
+
+def test_sqs_calls_are_counted_with_the_messages_or_entries_they_carried() -> None:
+    received = json.dumps(
+        {
+            "Messages": [
+                {"MessageId": f"m{i}", "ReceiptHandle": f"h{i}", "Body": '{"MessageId": "x"}'}
+                for i in range(3)
+            ]
+        }
+    ).encode()
+    deletes = json.dumps(
+        {"QueueUrl": "q", "Entries": [{"Id": str(i), "ReceiptHandle": f"h{i}"} for i in range(7)]}
+    ).encode()
+    form = b"Action=DeleteMessageBatch&DeleteMessageBatchRequestEntry.1.Id=0&" + (
+        b"DeleteMessageBatchRequestEntry.1.ReceiptHandle=h&DeleteMessageBatchRequestEntry.2.Id=1"
+    )
+    xml = b"<ReceiveMessageResult>" + (
+        b"<Message><MessageId>a</MessageId></Message></ReceiveMessageResult>"
+    )
+    # A body that quotes a message id is not a message.
+    assert sqs_items("SQS ReceiveMessage", b"{}", received) == 3
+    assert sqs_items("SQS ReceiveMessage", b"", xml) == 1
+    assert sqs_items("SQS ReceiveMessage", b"{}", b"{}") == 0
+    assert sqs_items("SQS DeleteMessageBatch", deletes, b"{}") == 7
+    assert sqs_items("SQS DeleteMessageBatch", form, b"") == 2
+    assert sqs_items("SQS GetQueueAttributes", b"{}", b"{}") == 1
