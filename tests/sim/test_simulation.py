@@ -281,7 +281,7 @@ def test_byte_limits_stop_receivers_and_replays_keep_them(
 @pytest.mark.parametrize(
     ("name", "seed"),
     [
-        ("adoption renumbers", 1765),
+        ("adoption renumbers", 2119),
         ("no straggler check", 146),
         ("checkpoint not checked against the journal", 3),
         ("probe creates once", 0),
