@@ -458,6 +458,9 @@ class SparkSim:
         # The unkind world: the run whose journal diverged from its checkpoint (and how), the
         # second queries that run batches, and how many of each were made.
         self.diverged: dict[str, str] = {}
+        # While a deleted journal is gone (``_diverged_run``): the keys tasks of earlier runs
+        # created in its location meanwhile, which its restoration leaves in place.
+        self._created_while_deleted: set[str] | None = None
         self._query2_epochs = 0
         self._query2_active: set[str] = set()
         self._query2_took_over: Checkpoint | None = None
@@ -813,6 +816,19 @@ class SparkSim:
             self._lease_written(store, key)
         if _ENTRY_FILE.match(key):
             self._straggler_entry(store, method, key)
+        if self._created_while_deleted is not None and store is self.store:
+            self._created_meanwhile(store, method, key)
+
+    def _created_meanwhile(self, store: SimJournalStore, method: str, key: str) -> None:
+        """Note a key a task (of an earlier run: the diverged run is refused before any task
+        runs) created, or removed again, in a deleted journal's location."""
+        actor = self.sched.current()
+        if actor is None or actor.kind != "task":
+            return
+        if method == "create" and store.writes and store.writes[-1][1:] == ("create", key):
+            self._created_while_deleted.add(key)  # type: ignore[union-attr]
+        elif method == "delete" and store.peek(key) is None:
+            self._created_while_deleted.discard(key)  # type: ignore[union-attr]
 
     def _straggler_entry(self, store: SimJournalStore, method: str, key: str) -> None:
         """Note an entry a task created in a batch that is not live (no plan, carry, release or
@@ -1540,6 +1556,7 @@ class SparkSim:
         saved: dict[str, bytes] | None = None
         if kind == "deleted":
             saved = self.store.clear()
+            self._created_while_deleted = set()
             target = self.store
         elif kind == "moved":
             target = SimJournalStore(
@@ -1551,7 +1568,12 @@ class SparkSim:
             self.stores.append(target)
         self._one_run(opts, store=target, diverged=kind)
         if saved is not None:
-            self.store.restore(saved)
+            # Put back as an undelete or a copy back over the location would: what was deleted
+            # comes back, and what tasks of earlier runs still running wrote there meanwhile
+            # stays (a write that succeeded is read: docs/design.md's assumptions). What the
+            # diverged run wrote goes: the journal put back replaces it.
+            self.store.restore(saved, keep=self._created_while_deleted or ())
+            self._created_while_deleted = None
         self.log(f"{'spark':<22} == JOURNAL RESTORED")
 
     def _foreign_journal(self, checkpoint_batch: int) -> SimJournalStore:
