@@ -246,6 +246,7 @@ def delete_redeliveries(
         who=window.receiver_writer(partition.receiver),
         now=clocks.wall_clock(),
         catch=Exception,
+        clock=clocks.wall_clock,
     )
     if deletion.error is not None:
         logger.warning("could not delete redelivered messages", exc_info=deletion.error)
