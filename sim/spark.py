@@ -455,6 +455,10 @@ class SparkSim:
         # The driver removes a batch by key and sweeps leftovers later, so a leftover at the
         # end no longer shows a missing check: this does.
         self._straggler_entries: dict[tuple[int, str], Actor] = {}
+        # The worker windows (executor/duplicates.py) of task attempts with a clock of their
+        # own (``clocks``): a Python worker runs on one host, so the tasks that share its
+        # window share its clock; an attempt with a clock of its own is a worker of its own.
+        self._own_windows: dict[Actor, dict[tuple[str, float], duplicates.DuplicateWindow]] = {}
         # The unkind world: the run whose journal diverged from its checkpoint (and how), the
         # second queries that run batches, and how many of each were made.
         self.diverged: dict[str, str] = {}
@@ -920,6 +924,16 @@ class SparkSim:
         ids = random.Random(f"uuid:{self.config.seed}")
         original = uuid.uuid4
         uuid.uuid4 = lambda: uuid.UUID(int=ids.getrandbits(128), version=4)
+        shared_window = duplicates.worker_window
+
+        def worker_window(location: str, window_seconds: float) -> duplicates.DuplicateWindow:
+            own = self._own_windows.get(self.sched.current())  # type: ignore[arg-type]
+            if own is None:
+                return shared_window(location, window_seconds)
+            key = (location, window_seconds)
+            return own.setdefault(key, duplicates.DuplicateWindow(window_seconds))
+
+        duplicates.worker_window = worker_window
         # The library's logs are silenced for speed while the seed runs, and given back after
         # (a test that runs a seed in its process must not silence the tests after it).
         library = logging.getLogger("spark_sqs")
@@ -930,6 +944,7 @@ class SparkSim:
             return self._run()
         finally:
             uuid.uuid4 = original
+            duplicates.worker_window = shared_window
             library.setLevel(level)
 
     def _run(self) -> Result:
@@ -1417,6 +1432,8 @@ class SparkSim:
             return rows
 
         actor = self.sched.spawn(name, f"{group}/exec", "task", task)
+        if clocks.view is not None:
+            self._own_windows[actor] = {}
         self._slot[actor] = (partition.batch, partition.receiver, partition.max_messages, group)
         ts.attempts[index].append(actor)
 
