@@ -463,8 +463,10 @@ class SparkSim:
         # second queries that run batches, and how many of each were made.
         self.diverged: dict[str, str] = {}
         # While a deleted journal is gone (``_diverged_run``): the keys tasks of earlier runs
-        # created in its location meanwhile, which its restoration leaves in place.
+        # created in its location meanwhile, which its restoration leaves in place, and what
+        # it held, which the restoration puts back (journaled all the same).
         self._created_while_deleted: set[str] | None = None
+        self._deleted_journal: dict[str, bytes] = {}
         self._query2_epochs = 0
         self._query2_active: set[str] = set()
         self._query2_took_over: Checkpoint | None = None
@@ -899,12 +901,13 @@ class SparkSim:
     def _journaled_ids(self, under: tuple[str, ...] = ("batches/",)) -> set[str]:
         """Ids in journal entries and parts, in every store a run was pointed at."""
         out: set[str] = set()
-        for store in self.stores:
-            for key, data in store.snapshot().items():
+        held = [(id(store), store.snapshot()) for store in self.stores]
+        for where, objects in [*held, (0, self._deleted_journal)]:
+            for key, data in objects.items():
                 if not key.startswith(under) or not key.endswith(".arrow"):
                     continue
                 # Keyed by content too: a store that ignores create-if-absent overwrites entries.
-                cache_key = (id(store), key, hash(data))
+                cache_key = (where, key, hash(data))
                 ids = self._journal_ids.get(cache_key)
                 if ids is None:
                     try:
@@ -1574,6 +1577,7 @@ class SparkSim:
         if kind == "deleted":
             saved = self.store.clear()
             self._created_while_deleted = set()
+            self._deleted_journal = saved
             target = self.store
         elif kind == "moved":
             target = SimJournalStore(
@@ -1591,6 +1595,7 @@ class SparkSim:
             # diverged run wrote goes: the journal put back replaces it.
             self.store.restore(saved, keep=self._created_while_deleted or ())
             self._created_while_deleted = None
+            self._deleted_journal = {}
         self.log(f"{'spark':<22} == JOURNAL RESTORED")
 
     def _foreign_journal(self, checkpoint_batch: int) -> SimJournalStore:
