@@ -455,9 +455,18 @@ class SparkSim:
         # The driver removes a batch by key and sweeps leftovers later, so a leftover at the
         # end no longer shows a missing check: this does.
         self._straggler_entries: dict[tuple[int, str], Actor] = {}
+        # The worker windows (executor/duplicates.py) of task attempts with a clock of their
+        # own (``clocks``): a Python worker runs on one host, so the tasks that share its
+        # window share its clock; an attempt with a clock of its own is a worker of its own.
+        self._own_windows: dict[Actor, dict[tuple[str, float], duplicates.DuplicateWindow]] = {}
         # The unkind world: the run whose journal diverged from its checkpoint (and how), the
         # second queries that run batches, and how many of each were made.
         self.diverged: dict[str, str] = {}
+        # While a deleted journal is gone (``_diverged_run``): the keys tasks of earlier runs
+        # created in its location meanwhile, which its restoration leaves in place, and what
+        # it held, which the restoration puts back (journaled all the same).
+        self._created_while_deleted: set[str] | None = None
+        self._deleted_journal: dict[str, bytes] = {}
         self._query2_epochs = 0
         self._query2_active: set[str] = set()
         self._query2_took_over: Checkpoint | None = None
@@ -813,6 +822,19 @@ class SparkSim:
             self._lease_written(store, key)
         if _ENTRY_FILE.match(key):
             self._straggler_entry(store, method, key)
+        if self._created_while_deleted is not None and store is self.store:
+            self._created_meanwhile(store, method, key)
+
+    def _created_meanwhile(self, store: SimJournalStore, method: str, key: str) -> None:
+        """Note a key a task (of an earlier run: the diverged run is refused before any task
+        runs) created, or removed again, in a deleted journal's location."""
+        actor = self.sched.current()
+        if actor is None or actor.kind != "task":
+            return
+        if method == "create" and store.writes and store.writes[-1][1:] == ("create", key):
+            self._created_while_deleted.add(key)  # type: ignore[union-attr]
+        elif method == "delete" and store.peek(key) is None:
+            self._created_while_deleted.discard(key)  # type: ignore[union-attr]
 
     def _straggler_entry(self, store: SimJournalStore, method: str, key: str) -> None:
         """Note an entry a task created in a batch that is not live (no plan, carry, release or
@@ -879,12 +901,13 @@ class SparkSim:
     def _journaled_ids(self, under: tuple[str, ...] = ("batches/",)) -> set[str]:
         """Ids in journal entries and parts, in every store a run was pointed at."""
         out: set[str] = set()
-        for store in self.stores:
-            for key, data in store.snapshot().items():
+        held = [(id(store), store.snapshot()) for store in self.stores]
+        for where, objects in [*held, (0, self._deleted_journal)]:
+            for key, data in objects.items():
                 if not key.startswith(under) or not key.endswith(".arrow"):
                     continue
                 # Keyed by content too: a store that ignores create-if-absent overwrites entries.
-                cache_key = (id(store), key, hash(data))
+                cache_key = (where, key, hash(data))
                 ids = self._journal_ids.get(cache_key)
                 if ids is None:
                     try:
@@ -904,6 +927,16 @@ class SparkSim:
         ids = random.Random(f"uuid:{self.config.seed}")
         original = uuid.uuid4
         uuid.uuid4 = lambda: uuid.UUID(int=ids.getrandbits(128), version=4)
+        shared_window = duplicates.worker_window
+
+        def worker_window(location: str, window_seconds: float) -> duplicates.DuplicateWindow:
+            own = self._own_windows.get(self.sched.current())  # type: ignore[arg-type]
+            if own is None:
+                return shared_window(location, window_seconds)
+            key = (location, window_seconds)
+            return own.setdefault(key, duplicates.DuplicateWindow(window_seconds))
+
+        duplicates.worker_window = worker_window
         # The library's logs are silenced for speed while the seed runs, and given back after
         # (a test that runs a seed in its process must not silence the tests after it).
         library = logging.getLogger("spark_sqs")
@@ -914,6 +947,7 @@ class SparkSim:
             return self._run()
         finally:
             uuid.uuid4 = original
+            duplicates.worker_window = shared_window
             library.setLevel(level)
 
     def _run(self) -> Result:
@@ -1401,6 +1435,8 @@ class SparkSim:
             return rows
 
         actor = self.sched.spawn(name, f"{group}/exec", "task", task)
+        if clocks.view is not None:
+            self._own_windows[actor] = {}
         self._slot[actor] = (partition.batch, partition.receiver, partition.max_messages, group)
         ts.attempts[index].append(actor)
 
@@ -1540,6 +1576,8 @@ class SparkSim:
         saved: dict[str, bytes] | None = None
         if kind == "deleted":
             saved = self.store.clear()
+            self._created_while_deleted = set()
+            self._deleted_journal = saved
             target = self.store
         elif kind == "moved":
             target = SimJournalStore(
@@ -1551,7 +1589,13 @@ class SparkSim:
             self.stores.append(target)
         self._one_run(opts, store=target, diverged=kind)
         if saved is not None:
-            self.store.restore(saved)
+            # Put back as an undelete or a copy back over the location would: what was deleted
+            # comes back, and what tasks of earlier runs still running wrote there meanwhile
+            # stays (a write that succeeded is read: docs/design.md's assumptions). What the
+            # diverged run wrote goes: the journal put back replaces it.
+            self.store.restore(saved, keep=self._created_while_deleted or ())
+            self._created_while_deleted = None
+            self._deleted_journal = {}
         self.log(f"{'spark':<22} == JOURNAL RESTORED")
 
     def _foreign_journal(self, checkpoint_batch: int) -> SimJournalStore:
@@ -1640,15 +1684,19 @@ class SparkSim:
 
     def _ghost_outside_the_window(self, message_id: str) -> bool:
         """True if a copy of ``message_id`` was a ghost (handed out after a delete) received
-        more than duplicateWindow after that delete. Not while listings lag: the window is
-        read by key."""
+        more than duplicateWindow after that delete, less what the clocks may take from it:
+        the segment's expiry is the deleter's wall clock, read by the receiver's, and each may
+        be off by the skew plus its drift so far (docs/design.md: the window is
+        ``duplicateWindow`` ± Δ). Not while listings lag: the window is read by key."""
+        c = self.config
         url = self._queue_of(message_id)
         deletes = [d.at for d in self.sqs.deletions(url) if d.message_id == message_id]
         for d in self.sqs.deliveries(url):
             if d.message_id != message_id or d.kind != "ghost":
                 continue
             before = [t for t in deletes if t <= d.at]
-            if before and d.at - max(before) > self.config.duplicate_window:
+            clocks_off = 2 * (c.clock_skew + c.clock_drift * d.at)
+            if before and d.at - max(before) > c.duplicate_window - clocks_off:
                 return True
         return False
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -209,11 +209,11 @@ class SimJournalStore:
                 self.writes.append((self.clock.elapsed, "delete", key))
             return removed
 
-    def restore(self, objects: dict[str, bytes]) -> None:
-        """Make the store hold exactly ``objects`` again (a deleted journal restored from a
-        backup); what was written since is gone."""
+    def restore(self, objects: dict[str, bytes], keep: Iterable[str] = ()) -> None:
+        """Make the store hold ``objects`` again (a deleted journal restored from a backup);
+        what was written since is gone, but for the keys in ``keep``."""
         with self._lock:
-            for key in sorted(set(self._objects) - set(objects)):
+            for key in sorted(set(self._objects) - set(objects) - set(keep)):
                 del self._objects[key]
                 self._disappear(key)
             for key, data in sorted(objects.items()):

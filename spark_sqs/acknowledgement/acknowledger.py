@@ -616,6 +616,7 @@ class Acknowledger:
                 batch=batch,
                 who=DRIVER,
                 now=self._wall(),
+                clock=self._wall,
                 doubtful=[uncertain],
                 catch=SqsSourceError,
                 # No next batch's receiver seals this batch: the driver does, with its ids.

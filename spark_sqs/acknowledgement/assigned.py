@@ -69,6 +69,7 @@ def acknowledge_assigned(
         batch=batch,
         who=receiver_writer(receiver),
         now=wall_clock(),
+        clock=wall_clock,
         doubtful=[lost_ids(r.message_ids, by_entry[(r.batch, r.receiver)].lost) for r in found],
         seal=seal,
     )

@@ -13,7 +13,7 @@ its task, log) is its own.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -26,6 +26,12 @@ if TYPE_CHECKING:
     from ..sqs.client import SqsClient
 
 logger = logging.getLogger(__name__)
+
+# A deleter whose wall clock moved on by more than this since its segment's expiry was set (a
+# stall: a GC pause, a slow seal, a delete call's retries) writes the segment again from now
+# before its next delete call: the ids stay in the window for ``duplicateWindow`` after each
+# delete, less at most this.
+RESEGMENT_AFTER = 30.0
 
 
 class Deleter(Protocol):
@@ -126,6 +132,7 @@ def delete_messages(
     doubtful: Sequence[Iterable[str]] = (),
     catch: type[Exception] | tuple[type[Exception], ...] = (),
     seal: Seal | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> Deletion:
     """Delete ``groups`` of entries, one delete call each, in order, after writing the window
     segment of ``window`` ((id, queue) pairs, a queue of None meaning ``queue_url``) as writer
@@ -136,7 +143,11 @@ def delete_messages(
     ``doubtful``: per group, the ids already known uncertain. It stops after a group some of
     whose deletes failed transiently (the caller retries). An error of a delete call of a type
     in ``catch`` stops it too and is returned (``Deletion.error``); any other error, and any of
-    the segment's write, propagates."""
+    the segment's write, propagates.
+
+    ``clock``: the wall clock ``now`` was read from. Before each delete call it is read again:
+    if it moved on by more than ``RESEGMENT_AFTER`` (the writer stalled), the segment is written
+    again from then, as the writer's next segment of ``batch``."""
     _write_segment(
         journal,
         window,
@@ -147,7 +158,33 @@ def delete_messages(
         now=now,
         seal=seal,
     )
-    return _delete_groups(deleter, groups, doubtful, catch)
+    since = now
+
+    def renew() -> None:
+        nonlocal since
+        if clock is None or duplicate_window <= 0:
+            return
+        current = clock()
+        if current - since <= RESEGMENT_AFTER:
+            return
+        logger.info(
+            "batch %d: %.0fs passed since the window segment of %s's delete: written again",
+            batch,
+            current - since,
+            who,
+        )
+        _write_segment(
+            journal,
+            window,
+            queue_url=queue_url,
+            duplicate_window=duplicate_window,
+            batch=batch,
+            who=who,
+            now=current,
+        )
+        since = current
+
+    return _delete_groups(deleter, groups, doubtful, catch, renew)
 
 
 def _write_segment(
@@ -172,10 +209,13 @@ def _delete_groups(
     groups: Sequence[Sequence[Entry]],
     doubtful: Sequence[Iterable[str]],
     catch: type[Exception] | tuple[type[Exception], ...],
+    renew: Callable[[], None] = lambda: None,
 ) -> Deletion:
-    """The deletes themselves, after the window segment (sim/mutations.py swaps the two)."""
+    """The deletes themselves, after the window segment (sim/mutations.py swaps the two);
+    ``renew`` before each (the segment again after a stall)."""
     out = Deletion()
     for n, entries in enumerate(groups):
+        renew()
         try:
             result = deleter.delete(entries)
         except catch as exc:

@@ -318,6 +318,7 @@ class Quarantine:
             who=DRIVER,
             now=self._wall(),
             catch=Exception,
+            clock=self._wall,
         )
         if deletion.error is not None:
             logger.warning(

@@ -189,7 +189,15 @@ def _held_elsewhere(
     """Ids journaled by the batches pending when this one was planned (its other receivers
     included), read only when a message arrives that SQS delivered before: its visibility ran
     out while a batch held it (a late or failing heartbeat, a task started late, a restart).
-    Each batch's receivers are those its plan (or carry record) names, read by key."""
+    Each batch's receivers are those its plan (or carry record) names, read by key.
+
+    A batch's entries count only if the batch is still live *after* they were read, its own
+    batch included: acknowledged, its messages were deleted (a copy is the duplicate
+    window's); retired, what it held was copied into the batch that adopted it, and what a
+    task of a dead driver wrote there afterwards is delivered by nobody, so dropping (and
+    deleting) a redelivery of it would lose the message. A retirement after that status read
+    comes after the entries were read, and the adoption, which reads entries after retiring,
+    copies them."""
     again = [m for m in messages if _receive_count(m) > 1]
     if not again:
         return frozenset()
@@ -197,17 +205,15 @@ def _held_elsewhere(
     for batch in plan.pending:
         if batch == partition.batch:
             receivers: tuple[int, ...] | None = tuple(r.receiver for r in plan.receivers)
-        elif journal.batches.status(batch) != LIVE:
-            # Acknowledged (its messages were deleted: a copy is the duplicate window's), or
-            # retired: what it held was copied into the batch that adopted it, and what a
-            # task of a dead driver wrote there afterwards is delivered by nobody.
-            continue
         else:
             receivers = journal.batches.live_receivers(batch)
-        if receivers:
-            ids |= journal.entries.batch_message_ids(
-                batch, receivers, but=partition.receiver if batch == partition.batch else None
-            )
+        if not receivers:
+            continue
+        held = journal.entries.batch_message_ids(
+            batch, receivers, but=partition.receiver if batch == partition.batch else None
+        )
+        if held and journal.batches.status(batch) == LIVE:
+            ids |= held
     return frozenset(ids)
 
 
@@ -240,6 +246,7 @@ def delete_redeliveries(
         who=window.receiver_writer(partition.receiver),
         now=clocks.wall_clock(),
         catch=Exception,
+        clock=clocks.wall_clock,
     )
     if deletion.error is not None:
         logger.warning("could not delete redelivered messages", exc_info=deletion.error)

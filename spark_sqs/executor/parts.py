@@ -183,6 +183,7 @@ def _receive_parts(
             who=window.receiver_writer(partition.receiver),
             now=clocks.wall_clock(),
             catch=Exception,
+            clock=clocks.wall_clock,
         )
         if deletion.error is not None:
             # The entry lists every part's messages as awaiting deletion: the driver retries.

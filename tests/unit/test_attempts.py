@@ -304,6 +304,41 @@ def test_a_retry_of_an_attempt_that_found_its_batch_adopted_after_journaling_del
     assert released(sqs) == [], "the adoption may hold them (copying): nothing released"
 
 
+def test_a_redelivery_held_only_by_an_entry_written_after_its_batch_was_retired_is_kept(
+    location: str,
+) -> None:
+    """Found by the simulation (``python -m sim --seed 9898 --unkind all``, 1 lost): tasks of a
+    dead driver run batch 4 while a new run retires and adopts it, before receiver 0 of the
+    dead run journals; receiver 0 then journals message 1 anyway (delivered by nobody: the
+    adoption read the entries already). Message 1 comes back to a late attempt of receiver 1
+    of the same batch. That attempt must not drop it as held by its batch: deleting it, or
+    only putting it in the duplicate window (its handle may be stale: the delete then does
+    nothing, and the window drops the message when it comes back), loses it."""
+    options = options_for(location)
+    journal = Journal(location, options)
+    journal.plans.write(BatchPlan(4, (ReceiverPlan(0, 10), ReceiverPlan(1, 10)), pending=(4,)))
+    part = ReceiverPartition(4, 1, 10, QUEUE_URL, options)
+    again, other = sqs_message(1, receive_count=2), sqs_message(2)
+    sqs = FakeSqs(script=[[again, other], []])
+    receive = sqs.receive_message
+
+    def receive_while_the_batch_is_adopted(**kwargs: Any) -> Any:
+        answer = receive(**kwargs)
+        if journal.entries.read(4, 0) is None:
+            journal.batches.retire(4)
+            journal.entries.write(4, 0, messages_to_table([sqs_message(1)], QUEUE_URL))
+            # Another attempt of receiver 1 journaled first, without message 1.
+            journal.entries.write(4, 1, messages_to_table([other], QUEUE_URL))
+        return answer
+
+    sqs.receive_message = receive_while_the_batch_is_adopted  # type: ignore[method-assign]
+    list(read_partition(part, client_factory=lambda: sqs, journal=Journal(location, options)))
+
+    assert [action for action, _ in sqs.batch_calls] == ["visibility"], "nothing deleted"
+    assert released(sqs) == [again["ReceiptHandle"]], "what the winner lacks goes back"
+    assert journal.store.list("window") == [], "no window segment holds it"
+
+
 # -- a journal write whose outcome is unknown ------------------------------------------------------
 
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from spark_sqs.acknowledgement.assigned import acknowledge_assigned
-from spark_sqs.acknowledgement.deletes import delete_messages
+from spark_sqs.acknowledgement.deletes import RESEGMENT_AFTER, delete_messages
 from spark_sqs.driver.planning import ReceiverPartition
 from spark_sqs.errors import JournalOutcomeUnknown
 from spark_sqs.executor import duplicates, filtering
@@ -26,6 +26,7 @@ from spark_sqs.journal import (
     window,
 )
 from spark_sqs.schema import messages_to_table
+from spark_sqs.sqs.batching import BatchResult, Entry
 from tests.factories import (
     FIFO_QUEUE_URL,
     QUEUE_URL,
@@ -313,6 +314,43 @@ def test_nothing_is_recorded_with_the_window_off_or_for_a_fifo_queue(location: s
         == set()
     )
     assert store.calls == []
+
+
+class _Deletes:
+    def __init__(self) -> None:
+        self.deleted: list[str] = []
+
+    def delete(self, entries: Any) -> Any:
+        self.deleted += [e.message_id for e in entries]
+        return BatchResult(succeeded=[e.message_id for e in entries])
+
+
+def test_a_deleter_that_stalled_after_its_segment_writes_it_again_before_deleting(
+    location: str,
+) -> None:
+    """Found by the simulation (``python -m sim --seed 6896 --unkind all``, 2 duplicated): a
+    receiver set its segment's expiry, stalled for 72 s sealing the previous batch, then
+    deleted; a copy handed out 551 s after the delete found its id expired. The ids stay in the
+    window for ``duplicateWindow`` after the delete, less at most ``RESEGMENT_AFTER``."""
+    journal, store = journal_at(location)
+    deleted_at = NOW + RESEGMENT_AFTER + 60  # the wall clock when the delete call is made
+    deleter = _Deletes()
+    delete_messages(journal, deleter, [[Entry(i, f"h-{i}") for i in ids(1, 2)]],
+                    window=[(i, None) for i in ids(1, 2)], queue_url=QUEUE_URL,
+                    duplicate_window=600, batch=3, who="r000000", now=NOW,
+                    clock=lambda: deleted_at)  # fmt: skip
+    assert deleter.deleted == ids(1, 2)
+    assert store.inner.read(window.part_key(3, "r000000", 1)) is not None, "written again"
+    cache = duplicates.DuplicateWindow(600)
+    cache.refresh(store, deleted_at + 599, lookup(3))
+    assert cache.seen(ids(1, 2)) == set(ids(1, 2)), "600 s after the delete"
+    # A deleter that did not stall (its clock within RESEGMENT_AFTER) writes one segment.
+    delete_messages(journal, _Deletes(), [[Entry(i, f"h-{i}") for i in ids(3)]],
+                    window=[(i, None) for i in ids(3)], queue_url=QUEUE_URL,
+                    duplicate_window=600, batch=4, who="r000000", now=NOW,
+                    clock=lambda: NOW + RESEGMENT_AFTER)  # fmt: skip
+    assert store.inner.read(window.part_key(4, "r000000", 0)) is not None
+    assert store.inner.read(window.part_key(4, "r000000", 1)) is None
 
 
 # -- receivers --------------------------------------------------------------------------------
