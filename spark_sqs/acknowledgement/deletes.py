@@ -148,16 +148,20 @@ def delete_messages(
     ``clock``: the wall clock ``now`` was read from. Before each delete call it is read again:
     if it moved on by more than ``RESEGMENT_AFTER`` (the writer stalled), the segment is written
     again from then, as the writer's next segment of ``batch``."""
-    _write_segment(
-        journal,
-        window,
-        queue_url=queue_url,
-        duplicate_window=duplicate_window,
-        batch=batch,
-        who=who,
-        now=now,
-        seal=seal,
-    )
+
+    def write(at: float, into: Seal | None = None) -> None:
+        _write_segment(
+            journal,
+            window,
+            queue_url=queue_url,
+            duplicate_window=duplicate_window,
+            batch=batch,
+            who=who,
+            now=at,
+            seal=into,
+        )
+
+    write(now, seal)
     since = now
 
     def renew() -> None:
@@ -173,15 +177,7 @@ def delete_messages(
             current - since,
             who,
         )
-        _write_segment(
-            journal,
-            window,
-            queue_url=queue_url,
-            duplicate_window=duplicate_window,
-            batch=batch,
-            who=who,
-            now=current,
-        )
+        write(current)
         since = current
 
     return _delete_groups(deleter, groups, doubtful, catch, renew)
