@@ -474,7 +474,11 @@ class Coordinator:
                     self._first_planned = batch
             if replay and self.quarantine is not None:
                 # A batch that keeps failing is narrowed, its last message quarantined.
-                self.quarantine.prepare_replay(batch, [r.receiver for r in stored.receivers])
+                self.quarantine.prepare_replay(
+                    batch,
+                    [r.receiver for r in stored.receivers],
+                    receiving=[r.receiver for r in stored.receivers if r.limit > 0],
+                )
             self.acknowledger.track(
                 batch,
                 limit=sum(r.limit for r in stored.receivers),

@@ -13,7 +13,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +56,9 @@ class Decision:
     keep: dict[int, list[str]] = field(default_factory=dict)
     carried: dict[int, list[str]] = field(default_factory=dict)
     quarantined: tuple[int, str] | None = None  # (receiver, message id)
+    # "replay": the one candidate left, whose quarantine waits for receivers that never
+    # journaled (``decide``'s ``unjournaled``).
+    deferred: tuple[int, str] | None = None
 
 
 def candidates(
@@ -79,6 +82,7 @@ def decide(
     entries: Mapping[int, list[str]],
     threshold: int,
     suspect: frozenset[str] = frozenset(),
+    unjournaled: bool = False,
 ) -> Decision:
     """What the next replay of a batch delivers. Pure: the same journal gives the same answer.
 
@@ -87,6 +91,16 @@ def decide(
     single candidate that failed is quarantined. A suspect batch's first step keeps exactly its
     ``suspect`` messages (the carry of the step whose narrowed replay succeeded, which holds
     the failing message if one message makes the batch fail), and carries the others out.
+
+    ``unjournaled``: a receiver of the batch that receives (not adopted, a limit above 0) has
+    no entry. It yields only after its entry is written, so no attempt so far handed the whole
+    batch to the sink: each died before that receiver journaled, killed, or cancelled because
+    a sibling failed. That the one candidate failed every time is then no evidence against it
+    (the journal cannot tell a run killed from one whose task failed on the candidate), and
+    the receiver receives fresh messages on every replay, so no replay isolates it either. Its
+    quarantine waits for ``threshold`` more failures at the step, which give that receiver the
+    chance to journal; a candidate that makes its own task fail before its siblings journal
+    is quarantined after them (a bound, not a wedge).
     """
     step = narrowing.step if narrowing is not None else 0
     needed = threshold if step == 0 else 1
@@ -97,6 +111,8 @@ def decide(
         return Decision("replay")
     keep: dict[int, list[str]] = {r: [] for r in entries}
     if len(current) == 1:
+        if unjournaled and by_step.get(step, 0) < needed + threshold:
+            return Decision("replay", deferred=current[0])
         return Decision("quarantine", keep=keep, quarantined=current[0])
     half = (len(current) + 1) // 2
     if step == 0 and suspect:
@@ -144,9 +160,14 @@ class Quarantine:
         # Makes the driver count a carry batch as pending, so the next new plan adopts it.
         self._track = track
 
-    def prepare_replay(self, batch: int, receivers: list[int]) -> Narrowing | None:
+    def prepare_replay(
+        self, batch: int, receivers: list[int], receiving: Collection[int] | None = None
+    ) -> Narrowing | None:
         """Finish what a crash left of the latest step, then take the next one if the batch's
-        attempts call for it. Returns the step the replay runs under."""
+        attempts call for it. Returns the step the replay runs under.
+
+        ``receiving``: the receivers of the plan that receive messages when they have no entry
+        (a limit above 0; None: every receiver not adopted)."""
         records = self.journal.poison
         names = records.names(batch)
         narrowing = records.latest_narrowing(batch, names)
@@ -166,7 +187,29 @@ class Quarantine:
         ]
         by_step = attempts_by_step(attempts)
         entries = {r: t.column("messageId").to_pylist() for r, t in tables.items()}
-        decision = decide(narrowing, by_step, entries, threshold, suspect_ids)
+        # Entries are read by key: a receiver whose entry is written meanwhile only delays a
+        # quarantine.
+        unjournaled = sorted(
+            r
+            for r in (receivers if receiving is None else receiving)
+            if r < ADOPTED_FROM and r not in tables
+        )
+        decision = decide(
+            narrowing, by_step, entries, threshold, suspect_ids, unjournaled=bool(unjournaled)
+        )
+        if decision.deferred is not None:
+            at = narrowing.step if narrowing is not None else 0
+            logger.warning(
+                "batch %d: one message left (%s) after %d failed attempts at step %d, but "
+                "receivers %s never journaled, so no attempt handed the whole batch to the "
+                "sink: replaying; quarantined once %d attempts at this step failed",
+                batch,
+                decision.deferred[1],
+                by_step.get(at, 0),
+                at,
+                unjournaled,
+                (threshold if at == 0 else 1) + threshold,
+            )
         if decision.kind == "replay":
             return narrowing
         step = (narrowing.step if narrowing is not None else 0) + 1

@@ -24,7 +24,10 @@ catch a message that makes every attempt of its batch fail. The source counts in
   When the candidate is one message and it failed, that message is quarantined: the decision is
   created in ``quarantine/<N>-<messageId>.json`` before it is sent to the dead-letter queue, a
   ``.sent`` marker follows the send, and every later plan of the batch finishes what a crash left
-  undone.
+  undone. While a receiver of the batch that receives has no entry (it was killed or cancelled
+  before it journaled in every attempt), no attempt handed the batch to the sink and a replay
+  does not isolate the candidate (that receiver receives fresh messages): the quarantine waits
+  ``maxBatchAttempts`` more failed attempts at the step (``driver/poison.py`` ``decide``).
 
 Carrying out rather than releasing to SQS: the carried messages stay journaled (their receipt
 handles may have expired, and a message made visible again could be received under the batch's

@@ -98,6 +98,28 @@ def test_a_suspect_batch_first_keeps_exactly_the_newest_carry() -> None:
     assert later.keep == {0: [], 10000: [], 10001: ["p"]} and later.carried == {10001: ["q"]}
 
 
+def test_a_lone_candidate_waits_for_receivers_that_never_journaled() -> None:
+    """A receiver without an entry receives fresh messages on every replay and yields only
+    once journaled: failures so far are no evidence against the one candidate, whose
+    quarantine waits for ``threshold`` more failed attempts at the step, and no longer."""
+    entries = {1: ["m"]}
+    waiting = driver_poison.decide(None, {0: 2}, entries, threshold=2, unjournaled=True)
+    assert waiting.kind == "replay" and waiting.deferred == (1, "m")
+    assert driver_poison.decide(None, {0: 3}, entries, threshold=2, unjournaled=True).kind == (
+        "replay"
+    )
+    bounded = driver_poison.decide(None, {0: 4}, entries, threshold=2, unjournaled=True)
+    assert bounded.kind == "quarantine" and bounded.quarantined == (1, "m")
+    # Without such a receiver, or at a later step (one failure, then ``threshold`` more).
+    assert driver_poison.decide(None, {0: 2}, entries, threshold=2).kind == "quarantine"
+    step = records.Narrowing(2, {1: ["m"]}, {1: ["n"]})
+    assert driver_poison.decide(step, {2: 2}, entries, threshold=2, unjournaled=True).deferred
+    assert driver_poison.decide(step, {2: 3}, entries, 2, unjournaled=True).kind == "quarantine"
+    # Narrowing carries nothing away for good: it goes on as before.
+    two = driver_poison.decide(None, {0: 2}, {1: ["m", "n"]}, threshold=2, unjournaled=True)
+    assert two.kind == "narrow" and two.carried == {1: ["n"]}
+
+
 # -- attempt counting --
 
 
@@ -611,3 +633,124 @@ def test_a_plan_adopting_a_narrowed_batch_adopts_the_carry_its_narrowing_left_un
     assert journal.batches.live_receivers(3) is None, "the carry batch was adopted and removed"
     assert journal.batches.live_receivers(2) is None
     assert journal.store.read(f"{records.batch_dir(batch)}/{records.SUSPECT}") is not None
+
+
+# -- receivers that never journaled (found by the simulation: seed 626 with --poison) --
+
+
+@pytest.fixture
+def server_dlq(moto_endpoint: str) -> tuple[Any, str]:
+    """An SQS client on the moto server (beside the s3 journal) and a dead-letter queue."""
+    import uuid
+
+    import boto3
+
+    client = boto3.client("sqs", region_name="us-east-1", endpoint_url=moto_endpoint)
+    url = client.create_queue(QueueName=f"dlq-{uuid.uuid4().hex[:12]}")["QueueUrl"]
+    return client, url
+
+
+def _planned(journal_location: str, dlq: str, receivers: int) -> tuple[Any, Any]:
+    options = make_options(
+        journal_location,
+        region="us-east-1",
+        poisonMessagePolicy="deadLetter",
+        maxBatchAttempts="2",
+        deadLetterQueueUrl=dlq,
+    )
+    journal = Journal(journal_location, options)
+    journal.plans.write(BatchPlan(2, tuple(ReceiverPlan(r, 3) for r in range(receivers))))
+    journal.state.write(JournalState(planned_batch=2, acked_batch=1, initial_batch=0))
+    return journal, options
+
+
+def _journaled(journal: Any, receiver: int, numbers: list[int], run: str) -> None:
+    """Receiver ``receiver`` of batch 2 journaled ``numbers`` in run ``run`` (its first
+    attempt, named in the entry's metadata as read_partition names it)."""
+    table = messages_to_table([sqs_message(n) for n in numbers], QUEUE_URL)
+    metadata = {records.FIRST_ATTEMPT: f"{run}-s0-t0".encode()}
+    journal.entries.write(2, receiver, table.replace_schema_metadata(metadata))
+
+
+def test_a_lone_message_is_not_quarantined_while_runs_die_before_its_siblings_journal(
+    journal_location: str, server_dlq: tuple[Any, str]
+) -> None:
+    """Seed 626: receivers 0 and 2 of batch 2 were killed before journaling in every run,
+    receiver 1 journaled one message; two runs failed. The lone message was quarantined, though
+    no run had handed the batch to the sink (nothing failed on it) and a replay could not
+    isolate it (receivers 0 and 2 receive fresh messages on every replay). Local and s3
+    journals."""
+    client, dlq = server_dlq
+    journal, options = _planned(journal_location, dlq, receivers=3)
+    quarantine = _quarantine(journal, options, client, _Driver(planned=2), dlq=dlq)
+    _journaled(journal, 1, [4], "r1")
+    _fail_once_more(journal, 2, "r2", [1])
+
+    assert quarantine.prepare_replay(2, [0, 1, 2]) is None, "replayed whole"
+    assert journal.poison.latest_narrowing(2) is None
+    assert journal.poison.quarantined() == [] and _dlq_messages(client, dlq) == []
+    # The replay (run r3) gets receivers 0 and 2 to journal; the run dies all the same.
+    _journaled(journal, 0, [5, 6], "r3")
+    _journaled(journal, 2, [7], "r3")
+    _fail_once_more(journal, 2, "r3", [1])
+    step = quarantine.prepare_replay(2, [0, 1, 2])
+    # Four candidates now: the batch is narrowed, nothing quarantined.
+    assert step is not None and step.step == 1 and step.quarantined == ()
+    assert step.keep == {0: [_mid(5), _mid(6)], 1: [], 2: []}
+    assert step.carried == {1: [_mid(4)], 2: [_mid(7)]}
+    assert journal.poison.quarantined() == [] and _dlq_messages(client, dlq) == []
+
+
+def test_a_message_failing_fast_while_its_siblings_never_journal_is_quarantined_in_bounded_runs(
+    journal_location: str, server_dlq: tuple[Any, str]
+) -> None:
+    """The other side: a message that makes its own task fail (a UDF) within milliseconds of
+    its replay, while receiver 1 is still long-polling: Spark cancels receiver 1 before it
+    journals, in every run. The quarantine waits maxBatchAttempts (2) more failed attempts
+    than it would with every receiver journaled, and then happens: the query is not wedged.
+    The replays are read_partition's, as an executor runs them. Local and s3 journals."""
+    from spark_sqs.executor.receiver import read_partition
+
+    client, dlq = server_dlq
+    journal, options = _planned(journal_location, dlq, receivers=2)
+    quarantine = _quarantine(journal, options, client, _Driver(planned=2), dlq=dlq)
+    _journaled(journal, 0, [9], "run1")
+
+    def never() -> Any:
+        raise AssertionError("a replay calls no SQS")
+
+    quarantined_at = None
+    for run in range(2, 12):
+        # The run plans the replay of batch 2 (the driver), then receiver 0 replays its entry,
+        # whose message fails the task; receiver 1 is cancelled before it journals.
+        step = quarantine.prepare_replay(2, [0, 1])
+        if step is not None and step.quarantined:
+            quarantined_at = run
+            break
+        partition = ReceiverPartition(2, 0, 3, QUEUE_URL, options, run=f"run{run}")
+        assert sum(b.num_rows for b in read_partition(partition, client_factory=never)) == 1
+        assert journal.entries.read(2, 1) is None
+    # maxBatchAttempts failed runs (run1, run2), then maxBatchAttempts more (run3, run4).
+    assert quarantined_at == 5
+    assert step.quarantined == (_mid(9),) and step.keep == {0: []}
+    [sent] = _dlq_messages(client, dlq)
+    info = json.loads(sent["MessageAttributes"][driver_poison.QUARANTINE_ATTRIBUTE]["StringValue"])
+    assert info["messageId"] == _mid(9) and info["batchAttempts"] == 4
+    # The next replay delivers nothing of it.
+    partition = ReceiverPartition(2, 0, 3, QUEUE_URL, options, run="run5")
+    assert sum(b.num_rows for b in read_partition(partition, client_factory=never)) == 0
+
+
+def test_receivers_planned_to_receive_nothing_do_not_hold_a_quarantine_back(
+    tmp_path: Any, sqs: Any
+) -> None:
+    """A receiver with a limit of 0 (a suspect batch's, a released plan's) receives nothing
+    on a replay: its missing entry changes no decision."""
+    journal, options = _journal_with_batch(
+        tmp_path, 4, [[1]], poisonMessagePolicy="deadLetter", maxBatchAttempts="2"
+    )
+    quarantine = _quarantine(journal, options, sqs, _Driver(4))
+    for run in ("r1", "r2"):
+        _fail_once_more(journal, 4, run, [0])
+    step = quarantine.prepare_replay(4, [0, 1], receiving=[0])
+    assert step is not None and step.quarantined == (_mid(1),)
