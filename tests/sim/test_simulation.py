@@ -101,6 +101,18 @@ def test_a_narrowed_batch_adopted_by_a_new_checkpoint_delivers_what_it_keeps() -
     assert result.ok, result.violations
 
 
+def test_a_lone_message_is_not_quarantined_while_runs_die_before_its_siblings_journal() -> None:
+    """Seed 626 (found by the poison sweep): every run that read batch 2 died of task kills and
+    store faults before two of its three receivers journaled; the third had journaled one
+    message, an innocent one, and after two such runs it was quarantined: in the dead-letter
+    queue, never in the sink. A receiver without an entry yields nothing, so those runs handed
+    no message to the sink; the quarantine now waits for it (spark_sqs/driver/poison.py
+    ``decide``)."""
+    result = run_seed(626, fifo=None, configure=Variant(poison=True))
+    assert result.ok, result.violations
+    assert result.stats.get("quarantined") == 1, "the poison message, once"
+
+
 def _tiny_sqs_limit(config: Config) -> None:
     config.sqs_inflight_limit = 4
     config.wait_time = 0  # short polls: at the limit, ReceiveMessage fails with OverLimit
