@@ -140,6 +140,101 @@ def test_dead_letter_quarantines_the_poison_and_delivers_every_other_message_onc
     )
 
 
+class UdfSink:
+    """``foreachBatch``: computes a UDF over the batch's rows, in the tasks that read them; the
+    UDF raises on the marked message ``poison``, which fails its task (and the retries of it)
+    within milliseconds of the rows being yielded. Records what it stored per batch id."""
+
+    def __init__(self, poison: int) -> None:
+        from pyspark.sql.functions import udf
+
+        # No type hints: PySpark would try to infer a pandas UDF from them, and warn.
+        @udf("int")
+        def number(body):
+            n = json.loads(body)["n"]
+            if n == poison:
+                raise ValueError(f"the UDF cannot parse message {n} (injected by the test)")
+            return n
+
+        self.number = number
+        self.written: dict[int, list[int]] = {}
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        self.written[batch_id] = sorted(
+            r.n for r in df.select(self.number("body").alias("n")).collect()
+        )
+
+    def delivered(self) -> Counter:
+        return Counter(n for numbers in self.written.values() for n in numbers)
+
+
+def _entries(journal: Any) -> dict[str, list[str]]:
+    """Each journal batch's entry files (not parts), by batch directory."""
+    return {
+        d.name: sorted(f.name for f in d.iterdir() if re.fullmatch(r"\d{5,}\.arrow", f.name))
+        for d in sorted((journal / "batches").iterdir())
+        if (d / "_plan.json").exists()
+    }
+
+
+def test_dead_letter_quarantines_a_message_failing_its_task_before_its_siblings_journal(
+    spark, moto_endpoint, sqs, fifo_queue_url, tmp_path
+):
+    """A UDF fails on the marked message (the first of the queue's one message group) in the
+    task that reads it, within milliseconds of every replay. The batch's other receiver is
+    long-polling meanwhile (the group is held by the first, so SQS gives it nothing), and Spark
+    cancels it before it journals, in every run: no run hands the whole batch to the sink. A
+    quarantine that waited for every receiver to journal would wait for ever; the source waits
+    maxBatchAttempts more failed attempts, then quarantines, and every other message is
+    delivered once."""
+    dlq = sqs.create_queue(
+        QueueName=f"dlq-{uuid.uuid4().hex[:12]}.fifo", Attributes={"FifoQueue": "true"}
+    )["QueueUrl"]
+    # Over 100 visible: the first batch plans two receivers (driver/planning.py).
+    total = 101
+    send_numbered(sqs, fifo_queue_url, total, MessageGroupId="one")
+    poison = 0
+    sink = UdfSink(poison)
+    others = list(range(1, total))
+
+    def done() -> bool:
+        return sorted(sink.delivered()) == others and queue_counts(sqs, fifo_queue_url) == (0, 0)
+
+    # Full size costs MAX_ATTEMPTS runs, each halving at most two more, and a receiver that
+    # never journals MAX_ATTEMPTS more (docs/operations.md, poison messages).
+    bound = 2 * MAX_ATTEMPTS + 2 * math.ceil(math.log2(BATCH))
+    restarts = 0
+    while True:
+        query = _start(
+            spark,
+            moto_endpoint,
+            fifo_queue_url,
+            tmp_path,
+            sink,
+            poisonMessagePolicy="deadLetter",
+            deadLetterQueueUrl=dlq,
+            waitTimeSeconds=20,
+        )
+        error = _run_until(query, done)
+        if error is None:
+            break
+        assert "the UDF cannot parse message 0" in error, error
+        restarts += 1
+        if restarts == 1:
+            # What makes this case: the batch has two receivers, only one journaled.
+            [(batch, files)] = [(b, f) for b, f in _entries(tmp_path / "journal").items() if f]
+            plan = json.loads((tmp_path / "journal" / "batches" / batch / "_plan.json").read_text())
+            assert len(plan["receivers"]) == 2 and len(files) == 1, (plan, files)
+        assert restarts <= bound, f"still failing after {restarts} restarts (a wedge)"
+
+    assert sink.delivered() == Counter(others)
+    got = sqs.receive_message(
+        QueueUrl=dlq, MaxNumberOfMessages=10, MessageAttributeNames=["All"], WaitTimeSeconds=1
+    )["Messages"]
+    assert [json.loads(m["Body"])["n"] for m in got] == [poison]
+    print(f"UDF poison, siblings cancelled: {restarts} restarts (bound {bound})")
+
+
 def test_fail_deletes_nothing_and_names_the_release_command_which_works(
     spark, moto_endpoint, sqs, queue_url, tmp_path
 ):
