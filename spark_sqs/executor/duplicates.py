@@ -100,10 +100,6 @@ class _Slice:
     newest: int
     runs: list[_Run] = field(default_factory=list)
 
-    @property
-    def span(self) -> int:
-        return self.end - self.lo
-
     def add(self, run: _Run) -> None:
         self.runs.append(run)
         base, newer = self.runs[0].table.num_rows, sum(r.table.num_rows for r in self.runs[1:])
@@ -133,6 +129,9 @@ class DuplicateWindow:
         self._next: dict[tuple[int, str], int] = {}
         self._receivers: dict[int, tuple[int, ...]] = {}
         self._legacy = False  # an earlier version's segments were listed
+        # The highest windowFrom applied: what a concurrent refresh read below it is not noted
+        # as read (its ids may be forgotten meanwhile; a plan that names it reads it again).
+        self._floor = 0
         self._lock = threading.Lock()
 
     def _all_runs(self) -> list[_Run]:
@@ -205,12 +204,14 @@ class DuplicateWindow:
             # What was read counts as read only once its digests are held (another task of
             # this worker may look up meanwhile: it reads again, never misses).
             self._legacy = self._legacy or read.legacy
-            self._final |= read.final
+            self._final |= {b for b in read.final if b >= self._floor}
             for key, end in read.next.items():
-                if key[0] not in self._final:
+                if key[0] not in self._final and key[0] >= self._floor:
                     self._next[key] = max(end, self._next.get(key, 0))
             self._receivers.update(
-                (b, r) for b, r in read.receivers.items() if b not in self._final
+                (b, r)
+                for b, r in read.receivers.items()
+                if b not in self._final and b >= self._floor
             )
             for key in [k for k in self._next if k[0] in self._final]:
                 del self._next[key]
@@ -221,6 +222,7 @@ class DuplicateWindow:
     def _forget_below(self, window_from: int) -> None:
         """Forget the slices whose batches are all below ``window_from``, and what was noted
         of those batches (a later plan that names one again reads it again)."""
+        self._floor = max(self._floor, window_from)
         self._slices = [s for s in self._slices if s.newest >= window_from]
         for b in [b for b in self._final if b < window_from]:
             self._final.discard(b)

@@ -272,6 +272,40 @@ def test_a_stalled_writer_of_an_idle_queue_forwards_into_the_next_batch_to_be_pl
     assert cache.seen(ids(2)) == set(ids(2))
 
 
+@pytest.mark.parametrize("span", [1, 12, 60])
+def test_a_worker_holds_a_few_slices_of_batches_and_forgets_them_below_the_range(
+    tmp_path: Any, span: int
+) -> None:
+    """The worker's layout: sorted runs per slice of consecutive batches, at most
+    ``MAX_SLICES``, each forgotten once its newest batch is below the plan's range; what is
+    held is the range and at most a slice more, whatever the readers' clocks."""
+    store = open_store(str(tmp_path / "journal"))
+    cache = duplicates.DuplicateWindow(600)
+    width = max(1, -(-span // duplicates.SLICES))
+    for batch in range(1, 121):
+        table = window.segment_table(ids(2 * batch, 2 * batch + 1))
+        store.create(window.merged_key(batch), window.ipc_bytes(table))
+        start = max(1, batch - span + 1)
+        cache.refresh(store, NOW - batch * 1000, lookup(batch + 1, start=start))
+        assert cache.slices <= duplicates.MAX_SLICES
+        in_range = ids(*(2 * b for b in range(start, batch + 1)))
+        assert cache.seen(in_range) == set(in_range), "the range is held"
+        # Two ids a batch: the range and at most two slices' spans below it.
+        assert cache.size <= 2 * (batch - start + 1 + 2 * width), "and little more"
+    assert cache.seen(ids(2)) == set(), "batch 1 forgotten"
+
+
+def test_a_range_that_grows_merges_its_narrow_first_slices(tmp_path: Any) -> None:
+    store = open_store(str(tmp_path / "journal"))
+    cache = duplicates.DuplicateWindow(600)
+    for batch in range(1, 101):
+        store.create(window.merged_key(batch), window.ipc_bytes(window.segment_table(ids(batch))))
+        cache.refresh(store, NOW, lookup(batch + 1, start=1))
+        assert cache.slices <= duplicates.MAX_SLICES
+    assert cache.seen(ids(*range(1, 101))) == set(ids(*range(1, 101)))
+    assert cache.size == 100
+
+
 def test_an_earlier_version_s_segments_are_listed_once_while_live(location: str) -> None:
     journal, store = journal_at(location)
     old = window.LegacyKey(int(NOW) + 60, 3, "r000000-ack")
