@@ -36,15 +36,13 @@ LOOKUPS = 10_000
 FOLLOWING = 12  # batches after the warm-up, each a task's refresh
 
 
-def _random_segment(rows: int, expires: float) -> bytes:
+def _random_segment(rows: int) -> bytes:
     def column() -> pa.Array:
         data = pa.py_buffer(os.urandom(rows * 8))
         return pa.Array.from_buffers(pa.uint64(), rows, [None, data])
 
     table = pa.table({"h1": column(), "h2": column()}).sort_by("h1")
-    return window.ipc_bytes(
-        table.replace_schema_metadata({window.EXPIRES: str(int(expires)).encode()})
-    )
+    return window.ipc_bytes(table)
 
 
 def measure(size: int, window_seconds: float, batch_seconds: float, root: str) -> dict[str, Any]:
@@ -52,10 +50,9 @@ def measure(size: int, window_seconds: float, batch_seconds: float, root: str) -
     batches = max(1, int(window_seconds // batch_seconds))
     per_batch = max(1, size // batches)
     now = time.time()
-    # The oldest batch first, each merged segment expiring a batch later than the one before.
+    # The oldest batch first: the plan's range holds all of them.
     for b in range(batches):
-        expires = now + window_seconds - (batches - b) * batch_seconds + batch_seconds
-        store.create(window.merged_key(b), _random_segment(per_batch, expires))
+        store.create(window.merged_key(b), _random_segment(per_batch))
 
     cold = DuplicateWindow(window_seconds)
     started = time.process_time()
@@ -67,7 +64,7 @@ def measure(size: int, window_seconds: float, batch_seconds: float, root: str) -
     refreshes = []
     for k in range(FOLLOWING):
         later = now + k * batch_seconds
-        segment = _random_segment(per_batch, later + window_seconds + 1)
+        segment = _random_segment(per_batch)
         store.create(window.merged_key(batches + k), segment)
         started = time.process_time()
         cold.refresh(store, later, Lookup(batches + k + 1, (0,), k + 1))

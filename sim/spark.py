@@ -1684,19 +1684,16 @@ class SparkSim:
 
     def _ghost_outside_the_window(self, message_id: str) -> bool:
         """True if a copy of ``message_id`` was a ghost (handed out after a delete) received
-        more than duplicateWindow after that delete, less what the clocks may take from it:
-        the segment's expiry is the deleter's wall clock, read by the receiver's, and each may
-        be off by the skew plus its drift so far (docs/design.md: the window is
-        ``duplicateWindow`` ± Δ). Not while listings lag: the window is read by key."""
-        c = self.config
+        more than duplicateWindow after that delete, on the true clock: no clock error is
+        allowed (readers keep a batch's ids by the driver's range, never by a wall clock).
+        Not while listings lag: the window is read by key."""
         url = self._queue_of(message_id)
         deletes = [d.at for d in self.sqs.deletions(url) if d.message_id == message_id]
         for d in self.sqs.deliveries(url):
             if d.message_id != message_id or d.kind != "ghost":
                 continue
             before = [t for t in deletes if t <= d.at]
-            clocks_off = 2 * (c.clock_skew + c.clock_drift * d.at)
-            if before and d.at - max(before) > c.duplicate_window - clocks_off:
+            if before and d.at - max(before) > self.config.duplicate_window:
                 return True
         return False
 

@@ -615,8 +615,7 @@ class Acknowledger:
                 duplicate_window=self._duplicate_window,
                 batch=batch,
                 who=DRIVER,
-                now=self._wall(),
-                clock=self._wall,
+                clock=self._clock,
                 doubtful=[uncertain],
                 catch=SqsSourceError,
                 # No next batch's receiver seals this batch: the driver does, with its ids.

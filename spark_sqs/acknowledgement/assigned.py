@@ -37,7 +37,7 @@ def acknowledge_assigned(
     assignments: Sequence[AckAssignment],
     *,
     on_deleted: PayloadDeleter | None = None,
-    wall_clock: Callable[[], float] = time.time,
+    clock: Callable[[], float] = time.monotonic,
     duplicate_window: float = 0.0,
     seal: Seal | None = None,
 ) -> list[AckedEntry]:
@@ -47,7 +47,8 @@ def acknowledge_assigned(
     and an entry already removed was acknowledged before. Transient failures that outlast the
     retries fail the task, so that Spark retries it: the batch only commits once every
     assigned delete was made. ``seal``: this receiver seals the previous batch's window
-    segments with the ids it deletes (journal/window.py)."""
+    segments with the ids it deletes (journal/window.py). ``clock``: the monotonic clock that
+    tells a stall before a delete (``delete_messages``)."""
     caller = BatchCaller(client, queue_url)
     entries: list[AckedEntry] = []
     uncertain: set[str] = set()
@@ -68,8 +69,7 @@ def acknowledge_assigned(
         duplicate_window=duplicate_window,
         batch=batch,
         who=receiver_writer(receiver),
-        now=wall_clock(),
-        clock=wall_clock,
+        clock=clock,
         doubtful=[lost_ids(r.message_ids, by_entry[(r.batch, r.receiver)].lost) for r in found],
         seal=seal,
     )

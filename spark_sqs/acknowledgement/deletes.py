@@ -13,6 +13,7 @@ its task, log) is its own.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -27,10 +28,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# A deleter whose wall clock moved on by more than this since its segment's expiry was set (a
-# stall: a GC pause, a slow seal, a delete call's retries) writes the segment again from now
-# before its next delete call: the ids stay in the window for ``duplicateWindow`` after each
-# delete, less at most this.
+# A deleter whose monotonic clock moved on by more than this since it wrote its segment (a
+# stall: a GC pause, a slow seal, a delete call's retries) writes the segment again before its
+# next delete call, into a batch live then: each delete follows its ids' last segment by at most
+# this, which the driver's range covers (journal/window.py, EXPIRY_MARGIN).
 RESEGMENT_AFTER = 30.0
 
 
@@ -128,28 +129,28 @@ def delete_messages(
     duplicate_window: float,
     batch: int,
     who: str,
-    now: float,
     doubtful: Sequence[Iterable[str]] = (),
     catch: type[Exception] | tuple[type[Exception], ...] = (),
     seal: Seal | None = None,
-    clock: Callable[[], float] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Deletion:
     """Delete ``groups`` of entries, one delete call each, in order, after writing the window
     segment of ``window`` ((id, queue) pairs, a queue of None meaning ``queue_url``) as writer
-    ``who``'s next of ``batch`` for ``duplicate_window`` seconds from ``now``: ids of FIFO
-    queues are left out (they never come back), and nothing is written with the window off
-    (0 s). ``seal``: the segment goes into that batch's seal (``Window.write``).
+    ``who``'s next of ``batch``: ids of FIFO queues are left out (they never come back), and
+    nothing is written with the window off (``duplicate_window`` 0 s). ``seal``: the segment
+    goes into that batch's seal (``Window.write``).
 
     ``doubtful``: per group, the ids already known uncertain. It stops after a group some of
     whose deletes failed transiently (the caller retries). An error of a delete call of a type
     in ``catch`` stops it too and is returned (``Deletion.error``); any other error, and any of
     the segment's write, propagates.
 
-    ``clock``: the wall clock ``now`` was read from. Before each delete call it is read again:
-    if it moved on by more than ``RESEGMENT_AFTER`` (the writer stalled), the segment is written
-    again from then, as the writer's next segment of ``batch``."""
+    ``clock``: this process's monotonic clock, read before the segment and again before each
+    delete call: if it moved on by more than ``RESEGMENT_AFTER`` (the writer stalled), the
+    segment is written again, as the writer's next segment of ``batch`` (forwarded on if the
+    batch was sealed or removed meanwhile)."""
 
-    def write(at: float, into: Seal | None = None) -> None:
+    def write(into: Seal | None = None) -> None:
         _write_segment(
             journal,
             window,
@@ -157,16 +158,15 @@ def delete_messages(
             duplicate_window=duplicate_window,
             batch=batch,
             who=who,
-            now=at,
             seal=into,
         )
 
-    write(now, seal)
-    since = now
+    since = clock()
+    write(seal)
 
     def renew() -> None:
         nonlocal since
-        if clock is None or duplicate_window <= 0:
+        if duplicate_window <= 0:
             return
         current = clock()
         if current - since <= RESEGMENT_AFTER:
@@ -177,8 +177,8 @@ def delete_messages(
             current - since,
             who,
         )
-        write(current)
         since = current
+        write()
 
     return _delete_groups(deleter, groups, doubtful, catch, renew)
 
@@ -191,13 +191,12 @@ def _write_segment(
     duplicate_window: float,
     batch: int,
     who: str,
-    now: float,
     seal: Seal | None = None,
 ) -> None:
     if duplicate_window <= 0:
         return
     ids = [i for i, q in pairs if not window.is_fifo(q or queue_url)]
-    journal.window.write(ids, batch=batch, who=who, expires_at=now + duplicate_window, seal=seal)
+    journal.window.write(ids, batch=batch, who=who, seal=seal)
 
 
 def _delete_groups(

@@ -777,7 +777,7 @@ class Coordinator:
             self.options,
             reserve_batch=self.markers.reserve_batch,
             track=self.acknowledger.track,
-            wall_clock=self._wall,
+            clock=self._clock,
         )
 
 

@@ -142,10 +142,10 @@ class Quarantine:
         *,
         reserve_batch: Callable[[], int],
         track: Callable[..., None],
-        wall_clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.journal = journal
-        self._wall = wall_clock
+        self._clock = clock
         self.client = client
         self.queue_url = queue_url
         # One dead-letter queue, or one per source queue (several queues in one stream: each
@@ -359,9 +359,8 @@ class Quarantine:
             duplicate_window=self.options.duplicate_window,
             batch=batch,
             who=DRIVER,
-            now=self._wall(),
             catch=Exception,
-            clock=self._wall,
+            clock=self._clock,
         )
         if deletion.error is not None:
             logger.warning(

@@ -244,9 +244,8 @@ def delete_redeliveries(
         duplicate_window=partition.options.duplicate_window,
         batch=partition.batch,
         who=window.receiver_writer(partition.receiver),
-        now=clocks.wall_clock(),
         catch=Exception,
-        clock=clocks.wall_clock,
+        clock=clocks.clock,
     )
     if deletion.error is not None:
         logger.warning("could not delete redelivered messages", exc_info=deletion.error)

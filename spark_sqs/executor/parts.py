@@ -181,9 +181,8 @@ def _receive_parts(
             duplicate_window=partition.options.duplicate_window,
             batch=partition.batch,
             who=window.receiver_writer(partition.receiver),
-            now=clocks.wall_clock(),
             catch=Exception,
-            clock=clocks.wall_clock,
+            clock=clocks.clock,
         )
         if deletion.error is not None:
             # The entry lists every part's messages as awaiting deletion: the driver retries.

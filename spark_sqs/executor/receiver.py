@@ -94,7 +94,6 @@ def read_partition(
             [],
             batch=partition.batch,
             who=window.receiver_writer(partition.receiver),
-            expires_at=wall_clock() + options.duplicate_window,
             seal=seal,
         )
     if assigned:
@@ -108,7 +107,7 @@ def read_partition(
             partition.receiver,
             assigned,
             on_deleted=_payload_deleter(options),
-            wall_clock=wall_clock,
+            clock=clock,
             duplicate_window=options.duplicate_window,
             seal=seal,
         )

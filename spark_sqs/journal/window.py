@@ -40,9 +40,12 @@ each plan as ``windowFrom``), judged on its monotonic clock.
 
 A segment stores no id itself: two unsigned 64-bit columns ``h1``/``h2`` hold each id's 128-bit
 BLAKE2b digest, sorted by ``h1``, so a lookup is a binary search and two different ids match
-with probability below 2**-100 in any realistic window. Its schema metadata holds the epoch
-second after which its ids may be forgotten (``spark_sqs.expires``); a merged segment also the
-``windowFrom`` of its sealer. Segments are written create-if-absent and never changed.
+with probability below 2**-100 in any realistic window. A segment holds no time: its ids count
+while its batch is in the reader's plan's range (``windowFrom`` upwards), never by a writer's
+wall clock. A merged segment's schema metadata holds the ``windowFrom`` of its sealer.
+Segments are written create-if-absent and never changed. Only an earlier version's segments
+carry an expiry (in their names): the one wall-clock comparison of another host's time left
+(docs/design.md, clocks), once after an upgrade.
 """
 
 from __future__ import annotations
@@ -66,7 +69,6 @@ logger = logging.getLogger(__name__)
 PREFIX = "window"
 DRIVER = "x"  # the driver's and forwarded segments' writer name
 MERGED = "merged"
-EXPIRES = b"spark_sqs.expires"
 WINDOW_FROM = b"spark_sqs.windowFrom"
 # Earlier versions' keys: window/<expires>-<N>-<who>.arrow (read at a worker's first lookup
 # while the driver says some may be live, WindowRange.legacy_until).
@@ -75,8 +77,9 @@ _BATCH = re.compile(r"^window/(\d{12})/")
 _PLANNED = re.compile(rf"^{STATE_PREFIX}/planned-(\d{{12}})$")
 # Creates of one key whose outcome stays unknown before the error is passed on.
 _UNKNOWN_RETRIES = 3
-# Margin on the driver's clock before a removed batch's segments count as expired: covers the
-# writers' wall clocks being a little ahead of the driver's view (docs/design.md, clocks).
+# Margin on the driver's monotonic clock before a removed batch leaves the range: covers a
+# deleter's re-segment after a stall (RESEGMENT_AFTER in acknowledgement/deletes.py: its last
+# segment may precede its delete by that much) and the clocks' rate errors (docs/design.md).
 EXPIRY_MARGIN = 60.0
 
 
@@ -133,11 +136,8 @@ class LegacyKey:
         return cls(int(m.group(1)), int(m.group(2)), m.group(3)) if m else None
 
 
-def segment_table(
-    message_ids: Iterable[str], expires: int = 0, window_from: int | None = None
-) -> pa.Table:
-    """The digests of ``message_ids``, sorted by ``h1`` (duplicates removed), expiring at
-    ``expires`` (epoch seconds)."""
+def segment_table(message_ids: Iterable[str], window_from: int | None = None) -> pa.Table:
+    """The digests of ``message_ids``, sorted by ``h1`` (duplicates removed)."""
     pairs = sorted({digest(i) for i in message_ids})
     table = pa.table(
         {
@@ -145,18 +145,12 @@ def segment_table(
             "h2": pa.array([p[1] for p in pairs], pa.uint64()),
         }
     )
-    return _with_metadata(table, expires, window_from)
+    return _with_metadata(table, window_from)
 
 
-def _with_metadata(table: pa.Table, expires: int, window_from: int | None = None) -> pa.Table:
-    meta = {EXPIRES: str(expires).encode()}
-    if window_from is not None:
-        meta[WINDOW_FROM] = str(window_from).encode()
+def _with_metadata(table: pa.Table, window_from: int | None = None) -> pa.Table:
+    meta = {WINDOW_FROM: str(window_from).encode()} if window_from is not None else None
     return table.replace_schema_metadata(meta)
-
-
-def expires_of(table: pa.Table) -> int:
-    return int((table.schema.metadata or {}).get(EXPIRES, b"0"))
 
 
 def window_from_of(table: pa.Table) -> int | None:
@@ -281,7 +275,6 @@ def seal_batch(
     table: pa.Table | None = None,
     *,
     window_from: int | None = None,
-    now: float | None = None,
 ) -> bool:
     """Seal ``batch``: read its receivers' and the driver's segments by key, and create
     ``merged.arrow`` of them and of ``table`` (the sealer's own ids, if any). Then probe each
@@ -295,14 +288,11 @@ def seal_batch(
         found, ends[who] = read_run(store, batch, who)
         tables.extend(found)
     own = [table] if table is not None else []
-    expires = max(
-        [expires_of(t) for t in [*tables, *own]] or [int(now if now is not None else time.time())]
-    )
     merged = pa.concat_tables(
         [t.replace_schema_metadata(None) for t in [*tables, *own]]
         or [segment_table([]).replace_schema_metadata(None)]
     ).sort_by("h1")
-    merged = _with_metadata(merged.combine_chunks(), expires, window_from)
+    merged = _with_metadata(merged.combine_chunks(), window_from)
     if not _create(store, merged_key(batch), ipc_bytes(merged)):
         return False
     for who in writers:
@@ -324,9 +314,9 @@ def list_legacy(store: JournalStore) -> list[LegacyKey]:
 
 
 def read_legacy(store: JournalStore, name: LegacyKey) -> pa.Table | None:
-    """An earlier version's segment, with its expiry (from its name) as this layout keeps it."""
+    """An earlier version's segment (its expiry is in its name)."""
     table = read_table(store, name.key)
-    return _with_metadata(table, name.expires) if table is not None else None
+    return table.replace_schema_metadata(None) if table is not None else None
 
 
 def live_legacy(names: Iterable[LegacyKey], now: float) -> list[LegacyKey]:
@@ -340,9 +330,11 @@ def live_legacy(names: Iterable[LegacyKey], now: float) -> list[LegacyKey]:
 class WindowRange:
     """The driver's view of which batches may hold live window ids: every batch not yet
     removed, and those removed less than the window (and a margin) ago on its monotonic clock.
-    Segments of a removed batch were all written before its removal (its seal precedes it;
-    later ones are forwarded to a batch not yet sealed), so they expire within the window of
-    it, whatever their writers' clocks say within the margin."""
+    Readers keep a batch's ids exactly while it is in this range. Segments of a removed batch
+    were all written before its removal (its seal precedes it; later ones are forwarded to a
+    batch not yet sealed), and each delete follows its ids' last segment by at most
+    ``RESEGMENT_AFTER`` (acknowledgement/deletes.py), within the margin: so every id stays in
+    the range for the window after its delete, judged on this one clock."""
 
     def __init__(
         self,
@@ -410,15 +402,14 @@ class Window(Record):
         *,
         batch: int,
         who: str,
-        expires_at: float,
         seal: Seal | None = None,
     ) -> None:
-        """Record acknowledged ids for the duplicate window until ``expires_at``; written
-        before the messages are deleted, as writer ``who``'s next segment of ``batch``. With
+        """Record acknowledged ids for the duplicate window; written before the messages are
+        deleted, as writer ``who``'s next segment of ``batch``. With
         ``seal`` (the receiver of the next batch its plan names, or the driver deleting a batch
         itself), the ids go into that batch's seal instead, created even with no ids; if the
         batch was sealed already, they are written as usual."""
-        table = segment_table(message_ids, int(expires_at) + 1)
+        table = segment_table(message_ids)
         if seal is not None and seal_batch(
             self.store, seal.batch, seal.receivers, table, window_from=seal.window_from
         ):
@@ -450,7 +441,6 @@ class Window(Record):
                     batch,
                     live,
                     window_from=self.range.window_from(batch),
-                    now=time.time(),
                 )
         self.range.removed(batch)
 

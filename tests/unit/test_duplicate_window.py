@@ -70,9 +70,11 @@ def lookup(batch: int, receivers: tuple[int, ...] = (0,), start: int | None = No
     return duplicates.Lookup(batch, receivers, batch if start is None else start, **kw)
 
 
-def test_acknowledged_ids_are_seen_until_they_expire(location: str) -> None:
+def test_acknowledged_ids_are_seen_while_their_batch_is_in_the_plan_s_range(
+    location: str,
+) -> None:
     journal, store = journal_at(location)
-    journal.window.write(ids(1, 2), batch=3, who="r000000", expires_at=NOW + 40)
+    journal.window.write(ids(1, 2), batch=3, who="r000000")
     assert store.inner.read(window.part_key(3, "r000000", 0)) is not None
     cache = duplicates.DuplicateWindow(40)
     assert cache.refresh(store, NOW, lookup(3)) == 1
@@ -84,17 +86,21 @@ def test_acknowledged_ids_are_seen_until_they_expire(location: str) -> None:
         ("read", window.part_key(3, "r000000", 1)),
         ("read", window.part_key(3, "x", 0)),
     ]
-    # Once expired (and its slice over), forgotten.
-    cache.refresh(store, NOW + 100, lookup(3))
+    # Kept whatever the reader's clock says: the batch is in the range of the plan.
+    cache.refresh(store, NOW + 10 * 40, lookup(4, start=3))
+    assert cache.seen(ids(1)) == set(ids(1))
+    # Forgotten once a plan's range starts after it.
+    cache.refresh(store, NOW, lookup(4))
     assert cache.seen(ids(1)) == set()
+    assert cache.size == 0
 
 
 def test_segments_of_batches_below_the_driver_s_range_are_collected(location: str) -> None:
     journal, store = journal_at(location)
     now = [0.0]
     journal.window.range = window.WindowRange(40, clock=lambda: now[0], start_from=3)
-    journal.window.write(ids(1), batch=3, who="r000000", expires_at=NOW + 40)
-    journal.window.write(ids(2), batch=4, who="r000000", expires_at=NOW + 40)
+    journal.window.write(ids(1), batch=3, who="r000000")
+    journal.window.write(ids(2), batch=4, who="r000000")
     journal.window.range.removed(3)
     # Within the window (and its margin) of batch 3's removal, both are kept.
     now[0] = 90.0
@@ -108,12 +114,12 @@ def test_segments_of_batches_below_the_driver_s_range_are_collected(location: st
 
 def test_a_writer_numbers_its_segments_densely_and_two_attempts_both_land(location: str) -> None:
     journal, store = journal_at(location)
-    journal.window.write(ids(1), batch=3, who="r000001", expires_at=NOW + 40)
-    journal.window.write(ids(2), batch=3, who="r000001", expires_at=NOW + 40)
+    journal.window.write(ids(1), batch=3, who="r000001")
+    journal.window.write(ids(2), batch=3, who="r000001")
     # A concurrent attempt of the same task (its own process) tries number 0 first: taken, so
     # it takes the next free one.
     other = Journal(location, journal._options, store=store)
-    other.window.write(ids(3), batch=3, who="r000001", expires_at=NOW + 40)
+    other.window.write(ids(3), batch=3, who="r000001")
     assert store.inner.list("window") == [window.part_key(3, "r000001", k) for k in range(3)]
     cache = duplicates.DuplicateWindow(40)
     assert cache.refresh(store, NOW, lookup(3, (1,))) == 3
@@ -134,7 +140,7 @@ def test_a_create_with_an_unknown_outcome_is_read_back(location: str, effect: bo
         store.after = lose
     else:
         store.before = lose
-    journal.window.write(ids(1), batch=3, who="r000000", expires_at=NOW + 40)
+    journal.window.write(ids(1), batch=3, who="r000000")
     # One segment at number 0 either way: ours found by reading it back, or created again.
     assert store.inner.list("window") == [window.part_key(3, "r000000", 0)]
     cache = duplicates.DuplicateWindow(40)
@@ -144,15 +150,14 @@ def test_a_create_with_an_unknown_outcome_is_read_back(location: str, effect: bo
 
 def test_a_sealed_batch_is_read_from_its_merged_segment_once(location: str) -> None:
     journal, store = journal_at(location)
-    journal.window.write(ids(1), batch=7, who="r000000", expires_at=NOW + 60)
-    journal.window.write(ids(2), batch=7, who="r000001", expires_at=NOW + 61)
-    journal.window.write(ids(3), batch=7, who="x", expires_at=NOW + 62)
+    journal.window.write(ids(1), batch=7, who="r000000")
+    journal.window.write(ids(2), batch=7, who="r000001")
+    journal.window.write(ids(3), batch=7, who="x")
     # The sealer (a receiver of batch 8) seals batch 7 with the ids it acknowledges.
     seal = window.Seal(7, (0, 1), window_from=5)
-    journal.window.write(ids(4), batch=8, who="r000000", expires_at=NOW + 90, seal=seal)
+    journal.window.write(ids(4), batch=8, who="r000000", seal=seal)
     merged = window.read_table(store, window.merged_key(7))
     assert merged is not None and merged.num_rows == 4
-    assert window.expires_of(merged) == int(NOW + 90) + 1
     assert window.window_from_of(merged) == 5
     assert store.inner.read(window.part_key(8, "r000000", 0)) is None, "in the seal, not a part"
     cache = duplicates.DuplicateWindow(600)
@@ -163,7 +168,7 @@ def test_a_sealed_batch_is_read_from_its_merged_segment_once(location: str) -> N
     cache.refresh(store, NOW, lookup(8, start=7))
     assert all(window.merged_key(7) != k and "/000000000007/" not in k for _, k in store.calls)
     # A second sealer (a retry) finds the seal and writes its ids as a segment of its own.
-    journal.window.write(ids(5), batch=8, who="r000000", expires_at=NOW + 90, seal=seal)
+    journal.window.write(ids(5), batch=8, who="r000000", seal=seal)
     cache.refresh(store, NOW, lookup(8, start=7))
     assert cache.seen(ids(5)) == set(ids(5))
 
@@ -172,12 +177,11 @@ def test_a_segment_written_after_its_batch_was_sealed_is_forwarded(location: str
     """The hole a merge that hides parts had: a straggler of batch 7 writes a segment after
     batch 7 was sealed; a worker that read the seal before must still see it."""
     journal, store = journal_at(location)
-    journal.window.write(ids(1), batch=7, who="r000000", expires_at=NOW + 60)
-    journal.window.write([], batch=8, who="r000000", expires_at=NOW + 60,
-                         seal=window.Seal(7, (0,)))  # fmt: skip
+    journal.window.write(ids(1), batch=7, who="r000000")
+    journal.window.write([], batch=8, who="r000000", seal=window.Seal(7, (0,)))
     cache = duplicates.DuplicateWindow(600)
     cache.refresh(store, NOW, lookup(8, start=7))
-    journal.window.write(ids(2), batch=7, who="r000000", expires_at=NOW + 60)
+    journal.window.write(ids(2), batch=7, who="r000000")
     assert store.inner.read(window.part_key(8, "x", 0)) is not None, "forwarded to batch 8"
     cache.refresh(store, NOW, lookup(8, start=7))
     assert cache.seen(ids(1, 2)) == set(ids(1, 2))
@@ -187,7 +191,7 @@ def test_a_segment_created_while_the_seal_was_made_is_forwarded_by_the_sealer(
     location: str,
 ) -> None:
     journal, store = journal_at(location)
-    late = window.segment_table(ids(2), int(NOW + 60))
+    late = window.segment_table(ids(2))
 
     def straggler(method: str, key: str) -> None:
         # Between the sealer's reads and its create, a writer creates a segment of batch 7 and
@@ -196,10 +200,9 @@ def test_a_segment_created_while_the_seal_was_made_is_forwarded_by_the_sealer(
             store.before = None
             window.create_dense(store.inner, 7, "r000000", window.ipc_bytes(late))
 
-    journal.window.write(ids(1), batch=7, who="r000000", expires_at=NOW + 60)
+    journal.window.write(ids(1), batch=7, who="r000000")
     store.before = straggler
-    journal.window.write([], batch=8, who="r000001", expires_at=NOW + 60,
-                         seal=window.Seal(7, (0,)))  # fmt: skip
+    journal.window.write([], batch=8, who="r000001", seal=window.Seal(7, (0,)))
     merged = window.read_table(store, window.merged_key(7))
     assert merged is not None and merged.num_rows == 1
     cache = duplicates.DuplicateWindow(600)
@@ -210,7 +213,7 @@ def test_a_segment_created_while_the_seal_was_made_is_forwarded_by_the_sealer(
 def test_a_batch_is_sealed_before_its_plan_is_removed(location: str) -> None:
     journal, store = journal_at(location)
     journal.plans.write(BatchPlan(4, (ReceiverPlan(0, 10), ReceiverPlan(1, 10))))
-    journal.window.write(ids(1), batch=4, who="r000001", expires_at=time.time() + 600)
+    journal.window.write(ids(1), batch=4, who="r000001")
     journal.window.range = window.WindowRange(600)
     journal.batches.remove(4)
     assert journal.plans.read(4) is None
@@ -232,7 +235,7 @@ def test_a_writer_stalled_past_the_window_forwards_the_segment_of_its_swept_batc
     clock = planned_on_a_window_clock(journal, 30)
     journal.plans.write(BatchPlan(4, (ReceiverPlan(0, 10),)))
     journal.plans.write(BatchPlan(30, (ReceiverPlan(0, 10),)))
-    journal.window.write(ids(1), batch=4, who="r000000", expires_at=time.time() + 600)
+    journal.window.write(ids(1), batch=4, who="r000000")
     # The writer's check, then its stall: the driver seals and removes batch 4 and, once the
     # window and its margin passed, sweeps its segments.
     assert journal.batches.live_receivers(4) == (0,)
@@ -240,7 +243,7 @@ def test_a_writer_stalled_past_the_window_forwards_the_segment_of_its_swept_batc
     clock[0] = 600 + window.EXPIRY_MARGIN + 1
     assert journal.window.collect(time.time(), oldest_pending=30) >= 2
     assert window.read_table(store, window.merged_key(4)) is None
-    journal.window.write(ids(2), batch=4, who="r000000", expires_at=time.time() + 600)
+    journal.window.write(ids(2), batch=4, who="r000000")
     assert store.inner.read(window.part_key(30, "x", 0)) is not None, "forwarded to batch 30"
     cache = duplicates.DuplicateWindow(600)
     start = journal.window.range.window_from(30)
@@ -258,15 +261,49 @@ def test_a_stalled_writer_of_an_idle_queue_forwards_into_the_next_batch_to_be_pl
     clock = planned_on_a_window_clock(journal, 30)
     for batch in (4, 30):
         journal.plans.write(BatchPlan(batch, (ReceiverPlan(0, 10),)))
-        journal.window.write(ids(batch), batch=batch, who="r000000", expires_at=time.time() + 1)
+        journal.window.write(ids(batch), batch=batch, who="r000000")
         journal.batches.remove(batch)
     clock[0] = 600 + window.EXPIRY_MARGIN + 1
     assert journal.window.collect(time.time(), oldest_pending=31) >= 4
-    journal.window.write(ids(2), batch=4, who="r000000", expires_at=time.time() + 600)
+    journal.window.write(ids(2), batch=4, who="r000000")
     assert store.inner.read(window.part_key(31, "x", 0)) is not None, "forwarded to batch 31"
     cache = duplicates.DuplicateWindow(600)
     cache.refresh(store, time.time(), lookup(31, start=31), journal.batches.live_receivers)
     assert cache.seen(ids(2)) == set(ids(2))
+
+
+@pytest.mark.parametrize("span", [1, 12, 60])
+def test_a_worker_holds_a_few_slices_of_batches_and_forgets_them_below_the_range(
+    tmp_path: Any, span: int
+) -> None:
+    """The worker's layout: sorted runs per slice of consecutive batches, at most
+    ``MAX_SLICES``, each forgotten once its newest batch is below the plan's range; what is
+    held is the range and at most a slice more, whatever the readers' clocks."""
+    store = open_store(str(tmp_path / "journal"))
+    cache = duplicates.DuplicateWindow(600)
+    width = max(1, -(-span // duplicates.SLICES))
+    for batch in range(1, 121):
+        table = window.segment_table(ids(2 * batch, 2 * batch + 1))
+        store.create(window.merged_key(batch), window.ipc_bytes(table))
+        start = max(1, batch - span + 1)
+        cache.refresh(store, NOW - batch * 1000, lookup(batch + 1, start=start))
+        assert cache.slices <= duplicates.MAX_SLICES
+        in_range = ids(*(2 * b for b in range(start, batch + 1)))
+        assert cache.seen(in_range) == set(in_range), "the range is held"
+        # Two ids a batch: the range and at most two slices' spans below it.
+        assert cache.size <= 2 * (batch - start + 1 + 2 * width), "and little more"
+    assert cache.seen(ids(2)) == set(), "batch 1 forgotten"
+
+
+def test_a_range_that_grows_merges_its_narrow_first_slices(tmp_path: Any) -> None:
+    store = open_store(str(tmp_path / "journal"))
+    cache = duplicates.DuplicateWindow(600)
+    for batch in range(1, 101):
+        store.create(window.merged_key(batch), window.ipc_bytes(window.segment_table(ids(batch))))
+        cache.refresh(store, NOW, lookup(batch + 1, start=1))
+        assert cache.slices <= duplicates.MAX_SLICES
+    assert cache.seen(ids(*range(1, 101))) == set(ids(*range(1, 101)))
+    assert cache.size == 100
 
 
 def test_an_earlier_version_s_segments_are_listed_once_while_live(location: str) -> None:
@@ -302,8 +339,8 @@ def test_nothing_is_recorded_with_the_window_off_or_for_a_fifo_queue(location: s
     journal, store = journal_at(location)
     for seconds, queue in ((0, QUEUE_URL), (600, FIFO_QUEUE_URL)):
         delete_messages(journal, _NoDeletes(), [], window=[(i, None) for i in ids(1)],
-                        queue_url=queue, duplicate_window=seconds, batch=1, who="r000000",
-                        now=NOW)  # fmt: skip
+                        queue_url=queue, duplicate_window=seconds, batch=1,
+                        who="r000000")  # fmt: skip
     assert store.inner.list("window") == []
     # A FIFO queue is never looked up either: no store request at all.
     store.calls.clear()
@@ -329,28 +366,122 @@ def test_a_deleter_that_stalled_after_its_segment_writes_it_again_before_deletin
     location: str,
 ) -> None:
     """Found by the simulation (``python -m sim --seed 6896 --unkind all``, 2 duplicated): a
-    receiver set its segment's expiry, stalled for 72 s sealing the previous batch, then
-    deleted; a copy handed out 551 s after the delete found its id expired. The ids stay in the
-    window for ``duplicateWindow`` after the delete, less at most ``RESEGMENT_AFTER``."""
+    receiver wrote its segment, stalled for 72 s sealing the previous batch, then deleted. Its
+    batch may be sealed and removed during such a stall, and leave the driver's range
+    (``duplicateWindow`` plus a minute after its removal) before a copy of the delete comes: the
+    segment written again before the delete goes on to a batch that is live then."""
     journal, store = journal_at(location)
-    deleted_at = NOW + RESEGMENT_AFTER + 60  # the wall clock when the delete call is made
+    driver = planned_on_a_window_clock(journal, 4)  # the driver's monotonic clock
+    for batch in (3, 4):
+        journal.plans.write(BatchPlan(batch, (ReceiverPlan(0, 10),)))
+    deleter_clock = [1000.0]  # the deleter's monotonic clock: another origin
+
+    def stall(method: str, key: str) -> None:
+        # After the segment's create: 90 s pass; the driver seals and removes batch 3.
+        if method == "create" and key == window.part_key(3, "r000000", 0):
+            store.after = None
+            journal.batches.remove(3)
+            driver[0] += 90
+            deleter_clock[0] += 90
+
+    store.after = stall
     deleter = _Deletes()
     delete_messages(journal, deleter, [[Entry(i, f"h-{i}") for i in ids(1, 2)]],
                     window=[(i, None) for i in ids(1, 2)], queue_url=QUEUE_URL,
-                    duplicate_window=600, batch=3, who="r000000", now=NOW,
-                    clock=lambda: deleted_at)  # fmt: skip
+                    duplicate_window=600, batch=3, who="r000000",
+                    clock=lambda: deleter_clock[0])  # fmt: skip
     assert deleter.deleted == ids(1, 2)
     assert store.inner.read(window.part_key(3, "r000000", 1)) is not None, "written again"
+    assert store.inner.read(window.part_key(4, "x", 0)) is not None, "forwarded to batch 4"
+    # 599 s after the delete batch 3 is out of the range; the copy is found in batch 4.
+    driver[0] += 599
+    start = journal.window.range.window_from(4)
+    assert start == 4
     cache = duplicates.DuplicateWindow(600)
-    cache.refresh(store, deleted_at + 599, lookup(3))
-    assert cache.seen(ids(1, 2)) == set(ids(1, 2)), "600 s after the delete"
+    cache.refresh(store, NOW, lookup(4, start=start), journal.batches.live_receivers)
+    assert cache.seen(ids(1, 2)) == set(ids(1, 2)), "599 s after the delete"
     # A deleter that did not stall (its clock within RESEGMENT_AFTER) writes one segment.
+    times = iter([deleter_clock[0], deleter_clock[0] + RESEGMENT_AFTER])
     delete_messages(journal, _Deletes(), [[Entry(i, f"h-{i}") for i in ids(3)]],
                     window=[(i, None) for i in ids(3)], queue_url=QUEUE_URL,
-                    duplicate_window=600, batch=4, who="r000000", now=NOW,
-                    clock=lambda: NOW + RESEGMENT_AFTER)  # fmt: skip
+                    duplicate_window=600, batch=4, who="r000000",
+                    clock=lambda: next(times))  # fmt: skip
     assert store.inner.read(window.part_key(4, "r000000", 0)) is not None
     assert store.inner.read(window.part_key(4, "r000000", 1)) is None
+
+
+@pytest.mark.parametrize("moved", ["wall", "monotonic"])
+def test_the_stall_before_a_delete_is_judged_on_the_monotonic_clock(
+    location: str, moved: str
+) -> None:
+    """A receiver acknowledging batch 2 seals it with its segment; then its clock moves on by
+    more than ``RESEGMENT_AFTER`` before the delete call. Only the monotonic clock tells a
+    stall: a wall clock that jumps (an NTP step) writes nothing again."""
+    journal, store = journal_at(location, duplicateWindow="600")
+    journal.entries.write(2, 0, messages_to_table([sqs_message(n) for n in range(3)], QUEUE_URL))
+    journal.plans.write(BatchPlan(2, (ReceiverPlan(0, 10),)))
+    journal.plans.write(
+        BatchPlan(3, (ReceiverPlan(0, 10),), acks=(AckAssignment(2, 0, 0, time.time() + 600),))
+    )
+    mono, wall = [1000.0], [NOW]
+
+    def stall(method: str, key: str) -> None:
+        if method == "create" and key == window.merged_key(2):
+            if moved == "wall":
+                wall[0] += 3600
+            else:
+                mono[0] += RESEGMENT_AFTER + 1
+
+    store.after = stall
+    sqs = FakeSqs(available=0)
+    partition = ReceiverPartition(3, 0, 10, QUEUE_URL, journal._options)
+    list(
+        read_partition(
+            partition,
+            client_factory=lambda: sqs,
+            journal=journal,
+            clock=lambda: mono[0],
+            wall_clock=lambda: wall[0],
+        )
+    )
+    assert [e["Id"] for _, entries in sqs.batch_calls for e in entries], "deleted"
+    merged = window.read_table(store, window.merged_key(2))
+    assert merged is not None and merged.num_rows == 3, "the seal holds the acknowledged ids"
+    again = store.inner.read(window.part_key(3, "r000000", 0))
+    assert (again is not None) == (moved == "monotonic")
+
+
+def test_a_reader_whose_wall_clock_runs_far_ahead_still_drops_a_copy(location: str) -> None:
+    """No decision compares two hosts' clocks: a receiver whose wall clock is twice the window
+    ahead of the deleter's keeps the deleted ids while their batch is in its plan's range (the
+    driver's, on its monotonic clock), so a copy SQS hands out right after the delete is
+    dropped. Before, the segment's expiry (the deleter's clock plus the window) had passed by
+    the reader's clock."""
+    journal, store = journal_at(location, duplicateWindow="600")
+    journal.plans.write(BatchPlan(3, (ReceiverPlan(0, 10),)))
+    # Receiver 1 of batch 4 seals batch 3 (3 % 2): the reader, receiver 0, reads its parts.
+    journal.plans.write(BatchPlan(4, (ReceiverPlan(0, 10), ReceiverPlan(1, 10)), window_from=3))
+    deleter = _Deletes()
+    delete_messages(journal, deleter, [[Entry(i, f"h-{i}") for i in ids(1)]],
+                    window=[(i, None) for i in ids(1)], queue_url=QUEUE_URL,
+                    duplicate_window=600, batch=3, who="r000000")  # fmt: skip
+    assert deleter.deleted == ids(1)
+    sqs = FakeSqs(script=[[sqs_message(1, receive_count=2), sqs_message(2)]])
+    ahead = time.time() + 2 * 600
+    out = pa.Table.from_batches(
+        list(
+            read_partition(
+                ReceiverPartition(4, 0, 10, QUEUE_URL, journal._options),
+                client_factory=lambda: sqs,
+                journal=journal,
+                wall_clock=lambda: ahead,
+            )
+        )
+    )
+    assert out.column("messageId").to_pylist() == ids(2)
+    entry = journal.entries.read(4, 0)
+    assert entry is not None and entry.schema.metadata[WINDOW_DROPPED] == b"1"
+    assert store.inner.read(window.merged_key(3)) is None, "read from its parts"
 
 
 # -- receivers --------------------------------------------------------------------------------
@@ -361,8 +492,7 @@ def test_a_receiver_drops_and_deletes_a_copy_of_an_acknowledged_message(location
     journal.plans.write(BatchPlan(4, (ReceiverPlan(0, 10),)))
     # Batch 2 acknowledged message 1 cleanly (sealed into batch 3's window by the driver); SQS
     # now hands out a copy of it with message 2.
-    journal.window.write(ids(1), batch=3, who="x", expires_at=time.time() + 600,
-                         seal=window.Seal(3, (0,)))  # fmt: skip
+    journal.window.write(ids(1), batch=3, who="x", seal=window.Seal(3, (0,)))
     sqs = FakeSqs(script=[[sqs_message(1, receive_count=2), sqs_message(2)]])
     partition = ReceiverPartition(4, 0, 10, QUEUE_URL, make_options(location, region="us-east-1"))
     out = pa.Table.from_batches(
@@ -408,9 +538,8 @@ def test_one_receiver_of_each_batch_seals_the_previous_batch(location: str) -> N
     journal, store = journal_at(location)
     journal.plans.write(BatchPlan(4, (ReceiverPlan(0, 10), ReceiverPlan(1, 10))))
     journal.plans.write(BatchPlan(5, (ReceiverPlan(0, 10), ReceiverPlan(1, 10)), window_from=4))
-    later = time.time() + 600
-    journal.window.write(ids(1), batch=4, who="r000000", expires_at=later)
-    journal.window.write(ids(2), batch=4, who="r000001", expires_at=later)
+    journal.window.write(ids(1), batch=4, who="r000000")
+    journal.window.write(ids(2), batch=4, who="r000001")
     options = make_options(location, region="us-east-1")
     # With no acknowledgement assigned, receiver 4 % 2 == 0 seals; receiver 1 does not.
     for receiver in (1, 0):
@@ -431,10 +560,9 @@ def test_a_straggler_s_delete_after_the_seal_still_drops_a_later_copy(location: 
     receivers = (ReceiverPlan(0, 10), ReceiverPlan(1, 10))
     journal.plans.write(BatchPlan(4, receivers, window_from=4))
     journal.plans.write(BatchPlan(5, receivers, window_from=4))
-    later = time.time() + 600
     # Batch 4's receivers wrote segments (a merge of several parts is what could hide more).
-    journal.window.write(ids(7), batch=4, who="r000000", expires_at=later)
-    journal.window.write(ids(8), batch=4, who="r000001", expires_at=later)
+    journal.window.write(ids(7), batch=4, who="r000000")
+    journal.window.write(ids(8), batch=4, who="r000001")
     for receiver in (0, 1):
         sqs = FakeSqs(available=0)
         partition = ReceiverPartition(5, receiver, 10, QUEUE_URL, options)
@@ -481,8 +609,7 @@ def test_copies_are_recognised_by_the_attribute_too(location: str) -> None:
     journal.plans.write(BatchPlan(4, (ReceiverPlan(0, 10),)))
     # A sink batch sent row "a" twice (two messages, two ids, one dedupe id); the first copy
     # was delivered and acknowledged earlier.
-    journal.window.write([window.attribute_key("a")], batch=3, who="x",
-                         expires_at=time.time() + 600, seal=window.Seal(3, (0,)))  # fmt: skip
+    journal.window.write([window.attribute_key("a")], batch=3, who="x", seal=window.Seal(3, (0,)))
     sqs = FakeSqs(script=[[with_attribute(1, "a"), with_attribute(2, "b"), with_attribute(3, "b")]])
     partition = ReceiverPartition(4, 0, 10, QUEUE_URL, options)
     got = pa.Table.from_batches(

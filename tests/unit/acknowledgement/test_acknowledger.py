@@ -768,7 +768,7 @@ class Run:
                 batch,
                 receiver,
                 plan.acks_by(receiver),
-                wall_clock=self.wall,
+                clock=self.clock,
             )
             messages = [sqs_message(n) for n in entries[receiver]]
             self.journal.entries.write(batch, receiver, messages_to_table(messages, QUEUE_URL))

@@ -193,7 +193,6 @@ def test_handles_the_heartbeat_lost_are_reported_uncertain(tmp_path: Path) -> No
         2,
         0,
         assignments,
-        wall_clock=lambda: 1600.0,
     )
 
     assert len(deletes(sqs)) == 5

@@ -3,12 +3,18 @@ delete, then the deletes, the uncertain ids."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from spark_sqs.acknowledgement.deletes import OneByOne, delete_messages, lost_ids
+from spark_sqs.acknowledgement.deletes import (
+    RESEGMENT_AFTER,
+    OneByOne,
+    delete_messages,
+    lost_ids,
+)
 from spark_sqs.errors import TransientSqsError
 from spark_sqs.sqs.batching import BatchResult, Entry
 from tests.factories import FIFO_QUEUE_URL, QUEUE_URL
@@ -27,10 +33,8 @@ class _Window:
     def __init__(self, events: list[Any]) -> None:
         self.events = events
 
-    def write(
-        self, ids: list[str], *, batch: int, who: str, expires_at: float, seal: Any = None
-    ) -> None:
-        self.events.append(("window", sorted(ids), batch, who, expires_at))
+    def write(self, ids: list[str], *, batch: int, who: str, seal: Any = None) -> None:
+        self.events.append(("window", sorted(ids), batch, who))
 
 
 class _Deleter:
@@ -62,10 +66,9 @@ def test_the_window_segment_is_written_before_any_delete() -> None:
         duplicate_window=60,
         batch=3,
         who="r000001",
-        now=NOW,
     )
     assert events == [
-        ("window", ["a", "b", "key"], 3, "r000001", NOW + 60),
+        ("window", ["a", "b", "key"], 3, "r000001"),
         ("delete", ["a"]),
         ("delete", ["b"]),
     ]
@@ -74,7 +77,7 @@ def test_the_window_segment_is_written_before_any_delete() -> None:
 
 def test_no_segment_with_the_window_off_and_no_fifo_ids_in_it() -> None:
     events: list[Any] = []
-    common: dict[str, Any] = {"batch": 1, "who": "driver", "now": NOW}
+    common: dict[str, Any] = {"batch": 1, "who": "driver"}
     deleter = _Deleter(events, [BatchResult(succeeded=["a"])] * 2)
     delete_messages(
         _Journal(events), deleter, [_entries("a")], window=[("a", None)], queue_url=QUEUE_URL,
@@ -86,7 +89,7 @@ def test_no_segment_with_the_window_off_and_no_fifo_ids_in_it() -> None:
         _Journal(events), deleter, [_entries("a")], window=[("a", FIFO_QUEUE_URL), ("b", None)],
         queue_url=QUEUE_URL, duplicate_window=60, **common,
     )  # fmt: skip
-    assert events[0] == ("window", ["b"], 1, "driver", NOW + 60)
+    assert events[0] == ("window", ["b"], 1, "driver")
 
 
 def test_uncertain_ids_are_the_doubted_and_those_sqs_refused() -> None:
@@ -96,7 +99,7 @@ def test_uncertain_ids_are_the_doubted_and_those_sqs_refused() -> None:
     )
     deletion = delete_messages(
         _Journal(events), deleter, [_entries("a", "b", "c")], window=[], queue_url=QUEUE_URL,
-        duplicate_window=0, batch=1, who="x", now=NOW, doubtful=[{"c"}],
+        duplicate_window=0, batch=1, who="x", doubtful=[{"c"}],
     )  # fmt: skip
     assert deletion.uncertain == {"b", "c"}
     assert deletion.groups[0].failures == 1 and deletion.permanent == {
@@ -109,7 +112,7 @@ def test_it_stops_after_a_group_that_failed_transiently() -> None:
     deleter = _Deleter(events, [BatchResult(transient={"a": "ServiceUnavailable"})])
     deletion = delete_messages(
         _Journal(events), deleter, [_entries("a"), _entries("b")], window=[],
-        queue_url=QUEUE_URL, duplicate_window=0, batch=1, who="r000000", now=NOW,
+        queue_url=QUEUE_URL, duplicate_window=0, batch=1, who="r000000",
     )  # fmt: skip
     assert events == [("delete", ["a"])]
     assert deletion.transient == {"a": "ServiceUnavailable"} and len(deletion.groups) == 1
@@ -120,7 +123,7 @@ def test_an_error_of_a_delete_is_returned_only_when_asked_for() -> None:
     error = TransientSqsError("down")
     common: dict[str, Any] = {
         "window": [("a", None)], "queue_url": QUEUE_URL, "duplicate_window": 60, "batch": 1,
-        "who": "driver", "now": NOW,
+        "who": "driver",
     }  # fmt: skip
     deletion = delete_messages(
         _Journal(events), _Deleter(events, [error]), [_entries("a")], catch=Exception, **common
@@ -130,6 +133,40 @@ def test_an_error_of_a_delete_is_returned_only_when_asked_for() -> None:
         delete_messages(_Journal(events), _Deleter(events, [error]), [_entries("a")], **common)
     # Both wrote their segment first.
     assert [e[0] for e in events] == ["window", "delete", "window", "delete"]
+
+
+@pytest.mark.parametrize("stalled", [RESEGMENT_AFTER, RESEGMENT_AFTER + 1])
+def test_a_stall_on_the_monotonic_clock_writes_the_segment_again(stalled: float) -> None:
+    """Before each delete call the monotonic clock is read again: moved on by more than
+    ``RESEGMENT_AFTER`` since the segment, the segment is written again; a jump of the wall
+    clock meanwhile (an NTP step) counts for nothing."""
+    events: list[Any] = []
+    mono = [NOW]
+    deleter = _Deleter(events, [BatchResult(succeeded=["a"]), BatchResult(succeeded=["b"])])
+    original = deleter.delete
+
+    def delete(entries: Sequence[Entry]) -> BatchResult:
+        mono[0] += stalled  # the delete call itself stalls: before the second one, again
+        return original(entries)
+
+    deleter.delete = delete  # type: ignore[method-assign]
+    with pytest.MonkeyPatch.context() as patch:
+        wall = [NOW]
+
+        def jumping() -> float:
+            wall[0] += 3600
+            return wall[0]
+
+        patch.setattr(time, "time", jumping)
+        delete_messages(
+            _Journal(events), deleter, [_entries("a"), _entries("b")], window=[("a", None)],
+            queue_url=QUEUE_URL, duplicate_window=60, batch=3, who="r000000",
+            clock=lambda: mono[0],
+        )  # fmt: skip
+    again = stalled > RESEGMENT_AFTER
+    assert [e[0] for e in events] == [
+        "window", "delete", *(["window"] if again else []), "delete"
+    ]  # fmt: skip
 
 
 def test_one_by_one_deletes_each_entry_with_its_own_call_to_its_queue() -> None:

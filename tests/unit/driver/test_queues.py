@@ -267,7 +267,6 @@ def test_a_receiver_deletes_assigned_entries_on_the_queues_they_came_from(tmp_pa
         2,
         0,
         assigned,
-        wall_clock=lambda: 1010.0,
     )
     assert sum(e.deleted for e in entries) == 17
     assert _calls_by_queue(sqs, "delete") == {
