@@ -62,7 +62,7 @@ from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.errors import JournalError, JournalInUseError
 from spark_sqs.executor import duplicates
 from spark_sqs.executor.receiver import read_partition
-from spark_sqs.journal import Journal, JournalState
+from spark_sqs.journal import Journal, JournalState, window
 from spark_sqs.journal import drops as journal_drops
 from spark_sqs.journal.batches import batch_dir
 from spark_sqs.journal.lease import RECORDS_KEPT, Lease
@@ -396,6 +396,12 @@ class SparkSim:
         # The unkind world's draws during the history, each from a stream of its own.
         self._clock_rng = random.Random(f"unkind-actor-clocks:{c.seed}")
         self._stall_rng = random.Random(f"unkind-stall-draws:{c.seed}")
+        # Long stalls (_long_stall) draw from a stream of their own: seeds where none happens
+        # keep their histories.
+        self._long_stall_rng = random.Random(f"unkind-long-stall-draws:{c.seed}")
+        self._long_stalled: set[Actor] = set()
+        self._long_stall_until = 0.0  # when the last long stall ends (the drain waits for it)
+        self._stragglers: set[Actor] = set()
         self._waves_rng = random.Random(f"unkind-slots:{c.seed}")
         self._query2_rng = random.Random(f"unkind-query2-runs:{c.seed}")
         # Its own stream: the other draws of a seed stay what they were.
@@ -567,6 +573,8 @@ class SparkSim:
         c = self.config
         rng = self._stall_rng
         now = self.clock.elapsed
+        if actor.kind == "task" and c.stall and self._long_stall(actor):
+            return True
         if (
             actor.kind == "task"
             and c.stall
@@ -604,6 +612,30 @@ class SparkSim:
                 self._second_query(actor.group, driver.options)
             return True
         return False
+
+    def _long_stall(self, actor: Actor) -> bool:
+        """``stalls``: an attempt that outlived its batch (a straggler, or a task of a dead
+        run) about to create a window segment, after it checked its batch was live, freezes
+        for longer than duplicateWindow and its margin (docs/design.md, the crash table: a
+        writer stalled past the window). Meanwhile its batch may be sealed, removed and swept,
+        and later batches numbered: the segment must still reach a batch readers read (found
+        by key, whatever a lagging listing shows). Once per attempt, half of the times."""
+        if actor in self._long_stalled or not _WINDOW_SEGMENT.match(actor.label):
+            return False
+        slot = self._slot.get(actor)
+        if actor not in self._stragglers and (slot is None or slot[3] == self.current_run):
+            return False
+        self._long_stalled.add(actor)
+        rng = self._long_stall_rng
+        if rng.random() >= 0.5:
+            return False
+        seconds = self.config.duplicate_window + window.EXPIRY_MARGIN + rng.uniform(30.0, 600.0)
+        self.stats["long_stalls"] = self.stats.get("long_stalls", 0) + 1
+        self.log(f"{actor.name:<22} == LONG STALL before its window segment: {seconds:.0f}s")
+        until = self.clock.elapsed + seconds
+        self._long_stall_until = max(self._long_stall_until, until)
+        self.sched.hold(actor, until)
+        return True
 
     def _race(self) -> None:
         """``races``: the delete that just returned left a copy ready for the next receive;
@@ -1385,6 +1417,7 @@ class SparkSim:
                                     self.sched.kill(other)
                                 else:
                                     self.stats["stragglers"] += 1
+                                    self._stragglers.add(other)
                                     self.event(f"{other.name} left running (straggler)")
                         continue
                     ts.failures[i] += 1
@@ -1750,7 +1783,9 @@ class SparkSim:
         # two per halving of a batch of up to 100 (the narrowed replay, and the suspect batch
         # that delivers the carried half), as docs/operations.md states.
         tries = 5 + (2 + 2 * 7 if self.config.poison else 0)
-        deadline = self.clock.elapsed + (20 * VISIBILITY + 600) * (tries // 5)
+        # A straggler in a long stall (_long_stall) holds the drain until it goes on.
+        start = max(self.clock.elapsed, self._long_stall_until)
+        deadline = start + (20 * VISIBILITY + 600) * (tries // 5)
         daj = self.config.delete_after_journal and not self.config.change_delete_after_journal
         opts = RunOptions(
             4,
@@ -1926,6 +1961,8 @@ _PROBE_KEY = re.compile(r"_probe/[0-9a-f]{32}")
 # write is the protocol's documented residual window (docs/design.md, "Stalls"): a journal
 # write that outlasts half of visibilityTimeout. The unkind world stalls tasks anywhere else.
 _RESIDUAL_WRITE = re.compile(r"^store\.create batches/\d+/\d+\.(?:part-\d+\.)?arrow")
+# A receiver's window segment, created after its check that its batch is live (_long_stall).
+_WINDOW_SEGMENT = re.compile(r"^store\.create window/\d+/r\d+-\d+\.arrow")
 # What a journal keeps for good: _meta.json, its state markers, the lease, the last metrics,
 # dedupe records within their window (and, by design, quarantine/, one record per message sent
 # to the dead-letter queue, queues/, every queue the journal was used with, window/, until the

@@ -34,7 +34,8 @@ from .stores import JournalRoot, Record
 PREFIX = "state"
 INITIAL = "state/initial.json"
 _MARKER = re.compile(r"^state/(planned|acked|initial|retired)-(\d{12})$")
-# How many of the newest planned markers are kept (State.write).
+# How many of the newest planned markers are kept (State.write): all of the newest ones exist,
+# which a stalled window segment writer relies on to find the newest number by key (window.py).
 PLANNED_MARKERS_KEPT = 16
 # How many of the newest acknowledged markers are kept: they hold the counters of their batches
 # (``spark-sqs inspect``'s recent batches, ``Journal.metrics``), so older ones go by key as each

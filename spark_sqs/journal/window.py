@@ -61,6 +61,7 @@ import pyarrow as pa
 
 from ..errors import JournalOutcomeUnknown
 from .plans import plan_key
+from .state import PLANNED_MARKERS_KEPT
 from .state import PREFIX as STATE_PREFIX
 from .stores import JournalRoot, JournalStore, Record, ipc_bytes
 
@@ -74,7 +75,9 @@ WINDOW_FROM = b"spark_sqs.windowFrom"
 # while the driver says some may be live, WindowRange.legacy_until).
 _LEGACY = re.compile(r"^window/(\d{12})-(\d{12})-([a-z0-9-]+)\.arrow$")
 _BATCH = re.compile(r"^window/(\d{12})/")
-_PLANNED = re.compile(rf"^{STATE_PREFIX}/planned-(\d{{12}})$")
+# Planned markers a writer of a removed batch probes, PLANNED_MARKERS_KEPT numbers apart, for
+# a newer number (_kept_above): a writer that stalled for up to 65,536 batches finds one.
+FORWARD_PROBES = 4096
 # Creates of one key whose outcome stays unknown before the error is passed on.
 _UNKNOWN_RETRIES = 3
 # Margin on the driver's monotonic clock before a removed batch leaves the range: covers a
@@ -235,30 +238,81 @@ def forward(store: JournalStore, data: bytes, batch: int, numbered: bool = True)
 
 
 def _planned(store: JournalStore, batch: int) -> bool:
-    """Whether ``batch`` has its planned marker: one of the newest numbers handed out."""
+    """Whether ``batch`` has its planned marker: one of the newest numbers handed out (or one
+    a driver that died between a marker's create and its deletes left behind)."""
     return store.read(f"{STATE_PREFIX}/planned-{batch:012d}") is not None
 
 
 def _after_removed(store: JournalStore, batch: int) -> int | None:
-    """Where a segment of removed ``batch`` goes on to: the next batch if ``batch`` is one of
-    the newest numbers (its planned marker kept). Older: the sweep may have removed the seals of
-    every batch up to the newest ones, so it goes to the newest numbered batch a listing of the
-    planned markers shows (one LIST, only on this path: a writer that stalled past the window).
-    None if that is not above ``batch`` (never numbered, or a listing that lags)."""
-    if _planned(store, batch):
+    """Where a segment of removed ``batch`` goes on to, found by key (no LIST: a listing that
+    lags could show only batches already swept). The markers of the newest
+    PLANNED_MARKERS_KEPT numbers exist (State.write creates each number's marker, then
+    removes the one PLANNED_MARKERS_KEPT below it), so:
+
+    - ``batch``'s marker and the next one exist: the next batch is numbered, and the segment
+      goes to the newest number (``_top``);
+    - ``batch``'s marker exists, the next one not, and its PLANNED_MARKERS_KEPT - 1
+      predecessors do (``_newest``): the next batch is not numbered yet;
+    - else ``batch``'s marker is gone (removed once ``batch`` + PLANNED_MARKERS_KEPT was
+      numbered), or is one a driver that died before its deletes left behind: either way the
+      newest number is at least ``batch`` + PLANNED_MARKERS_KEPT, and ``_kept_above`` finds
+      one of the newest markers by key.
+
+    None if nothing was found above a removed ``batch``: a batch of a journal deleted and
+    started anew, not numbered in this one yet, where the segment stays for its receivers."""
+    present = _planned(store, batch)
+    if present and _planned(store, batch + 1):
+        return _top(store, batch + 1)
+    if present and _newest(store, batch):
         return batch + 1
-    newest = max(
-        (int(m.group(1)) for k in store.list(STATE_PREFIX) if (m := _PLANNED.match(k))),
-        default=None,
+    found = _kept_above(store, batch)
+    if found is not None:
+        return _top(store, found)
+    if present:
+        # Only a journal whose markers an earlier version removed (all but its newest):
+        # ``batch``'s marker says it was numbered, and nothing was found above it.
+        return batch + 1
+    logger.info(
+        "duplicate window: batch %d is removed and no newer batch was found numbered: its "
+        "segment stays there",
+        batch,
     )
-    if newest is None or newest <= batch:
-        logger.info(
-            "duplicate window: batch %d is removed and no newer batch is numbered: its segment "
-            "stays there",
-            batch,
-        )
-        return None
-    return newest
+    return None
+
+
+def _newest(store: JournalStore, batch: int) -> bool:
+    """Whether ``batch``, whose marker exists and whose next one did not, is the newest
+    number: its PLANNED_MARKERS_KEPT - 1 predecessors (those from 1) exist with it, where a
+    marker a driver that died between its create and its deletes left behind has its
+    neighbours removed (all of them would have to be left behind, by as many drivers that each
+    died there in turn). Else the next marker is read again: a number handed out meanwhile
+    removes a predecessor."""
+    below = range(batch - 1, max(0, batch - PLANNED_MARKERS_KEPT), -1)
+    return all(_planned(store, n) for n in below) or _planned(store, batch + 1)
+
+
+def _kept_above(store: JournalStore, batch: int) -> int | None:
+    """A number above ``batch`` whose planned marker exists, when the newest number is at
+    least ``batch`` + PLANNED_MARKERS_KEPT: every PLANNED_MARKERS_KEPT-th number from there is
+    probed by key. A probe at or below the newest number whose marker is absent is
+    PLANNED_MARKERS_KEPT or more below it (the newest PLANNED_MARKERS_KEPT are kept, and
+    numbers only grow), so the next probe is still at or below it, and the first probe among
+    the newest numbers finds its marker. One GET per PLANNED_MARKERS_KEPT numbers the writer
+    stalled for, at most FORWARD_PROBES (a writer that stalled for more batches than that
+    covers, or a batch of another journal at this location, finds none)."""
+    for j in range(1, FORWARD_PROBES + 1):
+        probe = batch + PLANNED_MARKERS_KEPT * j
+        if _planned(store, probe):
+            return probe
+    return None
+
+
+def _top(store: JournalStore, batch: int) -> int:
+    """The newest number from ``batch``, whose marker exists, on: the following markers read
+    until the first absent one (at most PLANNED_MARKERS_KEPT)."""
+    while _planned(store, batch + 1):
+        batch += 1
+    return batch
 
 
 def forward_late(store: JournalStore, batch: int, data: bytes) -> None:

@@ -16,6 +16,7 @@ from sim.spark import QUERY2_EPOCHS, UNKIND, VISIBILITY, Config, SparkSim, run_s
 from sim.sqs import SimSqs
 from sim.store import SimJournalStore
 from sim.sweep import Variant, parse_unkind
+from spark_sqs.journal import window
 
 # A trace line: time, then the actor ("run3/driver", "run3 b1.r0.a2", "run3-q2/heartbeat").
 _LINE = re.compile(r"^t=\s*([0-9.]+) (run\d+(?:-q\d+)?(?:/\w+| b\d+\.r\d+\.a\d+)|\S+)")
@@ -154,6 +155,27 @@ def test_stalled_tasks_and_paused_owners_freeze_for_as_long_as_drawn() -> None:
                     (f"{group}/driver", f"{group}/heartbeat") and "** HELD" not in text
                 ]  # fmt: skip
                 assert not during, during
+
+
+def test_a_straggler_freezes_before_its_window_segment_for_longer_than_the_window() -> None:
+    """``stalls``: an attempt that outlived its batch, about to create a window segment (after
+    its check that its batch is live), may freeze past duplicateWindow and its margin: the
+    writer stalled past the window of docs/design.md's crash table (seed 40)."""
+    result = run_seed(40, trace=True, configure=_unkind("stalls"))
+    assert result.ok, result.violations
+    assert result.stats.get("long_stalls") == 1
+    lines = _lines(result.trace)
+    stalls = [
+        (i, at, actor, line) for i, (at, actor, line) in enumerate(lines) if "LONG STALL" in line
+    ]
+    assert len(stalls) == 1
+    i, at, actor, line = stalls[0]
+    seconds = float(re.search(r"LONG STALL before its window segment: ([0-9.]+)s", line).group(1))
+    assert seconds > result.config.duplicate_window + window.EXPIRY_MARGIN
+    held = next(text for t, a, text in lines[i + 1 :] if a == actor)
+    assert re.search(r"store\.create window/\d+/r\d+-\d+\.arrow  \*\* HELD for", held), held
+    after = next(t for t, a, text in lines[i + 1 :] if a == actor and "** HELD" not in text)
+    assert after >= at + seconds - 1
 
 
 def test_a_paused_owner_lets_a_second_query_take_over_and_run_batches() -> None:

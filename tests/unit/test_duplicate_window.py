@@ -21,10 +21,12 @@ from spark_sqs.journal import (
     AckAssignment,
     BatchPlan,
     Journal,
+    JournalState,
     ReceiverPlan,
     open_store,
     window,
 )
+from spark_sqs.journal.plans import plan_key
 from spark_sqs.schema import messages_to_table
 from spark_sqs.sqs.batching import BatchResult, Entry
 from tests.factories import (
@@ -34,7 +36,7 @@ from tests.factories import (
     planned_on_a_window_clock,
     sqs_message,
 )
-from tests.fakes import FakeSqs, HookedStore
+from tests.fakes import FakeSqs, HookedStore, ListHidingStore
 
 NOW = 1_700_000_000.0
 
@@ -304,6 +306,132 @@ def test_a_range_that_grows_merges_its_narrow_first_slices(tmp_path: Any) -> Non
         assert cache.slices <= duplicates.MAX_SLICES
     assert cache.seen(ids(*range(1, 101))) == set(ids(*range(1, 101)))
     assert cache.size == 100
+
+
+def stalled_writer_of(journal: Journal, clock: list[float], planned: int, idle: bool) -> int:
+    """Batches 4 and ``planned`` have plans (every number to ``planned`` handed out); the
+    writer of batch 4 checks it is live and stalls while the driver removes batch 4 (and,
+    ``idle``, ``planned``: no batch live) and, once the window and its margin passed, sweeps
+    them. Returns the oldest batch not removed, where a forwarded segment must be read."""
+    for batch in (4, planned):
+        journal.plans.write(BatchPlan(batch, (ReceiverPlan(0, 10),)))
+    journal.window.write(ids(1), batch=4, who="r000000")
+    assert journal.batches.live_receivers(4) == (0,)
+    for batch in (4, planned) if idle else (4,):
+        journal.batches.remove(batch)
+    clock[0] = 600 + window.EXPIRY_MARGIN + 1
+    oldest = planned + 1 if idle else planned
+    assert journal.window.collect(time.time(), oldest_pending=oldest) >= 2
+    assert window.read_table(journal.store, window.merged_key(4)) is None
+    return oldest
+
+
+def read_by(journal: Journal, store: Any, oldest: int, planned: int) -> set[str]:
+    """What a receiver of the batch after ``planned`` drops of ids 1 and 2 (its plan's
+    ``windowFrom``: ``oldest``)."""
+    assert journal.window.range is not None
+    cache = duplicates.DuplicateWindow(600)
+    start = journal.window.range.window_from(oldest)
+    assert start == oldest
+    cache.refresh(
+        store, time.time(), lookup(planned + 1, start=start), journal.batches.live_receivers
+    )
+    return cache.seen(ids(1, 2))
+
+
+@pytest.mark.parametrize("idle", [False, True], ids=["live", "idle"])
+def test_a_stalled_writer_forwards_by_key_while_listings_lag_the_planned_markers(
+    location: str, idle: bool
+) -> None:
+    """A writer stalled past the window finds where its segment goes by reading the planned
+    markers by key: a listing that shows none of them yet (a store whose listings lag) once
+    kept it in its swept batch, where no reader looks."""
+    opts = make_options(location, region="us-east-1")
+    store = ListHidingStore(
+        open_store(location, opts.connection), lambda key: key.startswith("state/planned-")
+    )
+    journal = Journal(location, opts, store=store)
+    clock = planned_on_a_window_clock(journal, 30)
+    oldest = stalled_writer_of(journal, clock, 30, idle)
+    store.calls.clear()
+    journal.window.write(ids(2), batch=4, who="r000000")
+    assert [k for m, k in store.calls if m == "list"] == []
+    assert store.inner.read(window.part_key(oldest, "x", 0)) is not None
+    assert read_by(journal, store, oldest, 30) == set(ids(2))
+
+
+@pytest.mark.parametrize("planned", [30, 100])
+def test_a_stalled_writer_reads_one_planned_marker_per_16_batches_and_lists_nothing(
+    location: str, planned: int
+) -> None:
+    """The markers of the newest 16 numbers are kept: from the stalled writer's batch, every
+    16th marker is read until one exists (one GET per 16 batches numbered in the stall), then
+    the following ones up to the first absent one (the newest number)."""
+    journal, store = journal_at(location)
+    clock = planned_on_a_window_clock(journal, planned)
+    oldest = stalled_writer_of(journal, clock, planned, idle=False)
+    store.calls.clear()
+    journal.window.write(ids(2), batch=4, who="r000000")
+    hit = next(4 + 16 * j for j in range(1, planned) if 4 + 16 * j > planned - 16)
+    markers = [4, *range(20, hit, 16), *range(hit, planned + 2)]
+    assert [(m, k) for m, k in store.calls if m != "create"] == [
+        ("read", window.merged_key(4)),
+        ("read", plan_key(4)),
+        *(("read", f"state/planned-{n:012d}") for n in markers),
+        ("read", window.merged_key(planned)),
+        ("read", plan_key(planned)),
+    ]
+    assert len(markers) == {30: 1 + 1 + 11, 100: 1 + 6 + 1}[planned]
+    assert read_by(journal, store, oldest, planned) == set(ids(2))
+
+
+def test_a_marker_a_dead_driver_left_behind_does_not_keep_a_segment_in_a_swept_batch(
+    location: str,
+) -> None:
+    """The driver that numbered batch 20 died between its marker's create and the removal of
+    batch 4's (the next driver removes the one below its own number only): batch 4's marker
+    stays. A stalled writer of batch 4 must not take batch 5 (marker absent) for one not
+    numbered yet: batch 4's neighbours are gone, so it is no newest number."""
+    journal, store = journal_at(location)
+    clock = planned_on_a_window_clock(journal, 19)
+
+    def dies(method: str, key: str) -> None:
+        if method == "delete" and key == "state/planned-000000000004":
+            raise RuntimeError("driver killed")
+
+    store.before = dies
+    with pytest.raises(RuntimeError):
+        journal.state.write(JournalState(planned_batch=20), JournalState(planned_batch=19))
+    store.before = None
+    known = journal.state.read()
+    assert known.planned_batch == 20
+    for n in range(21, 31):
+        journal.state.write(JournalState(planned_batch=n), known)
+        known = JournalState(planned_batch=n)
+    assert store.inner.read("state/planned-000000000004") is not None
+    oldest = stalled_writer_of(journal, clock, 30, idle=True)
+    journal.window.write(ids(2), batch=4, who="r000000")
+    assert store.inner.read(window.part_key(oldest, "x", 0)) is not None
+    assert read_by(journal, store, oldest, 30) == set(ids(2))
+
+
+def test_a_batch_no_newer_number_is_found_above_keeps_its_segment(
+    location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer of batch 50 of a journal that was deleted and started anew (numbered to 10
+    since): no marker above it, none of its own. Its segment stays in batch 50 (its receivers
+    read it once this journal plans it), after FORWARD_PROBES reads, with no LIST."""
+    monkeypatch.setattr(window, "FORWARD_PROBES", 8)
+    journal, store = journal_at(location)
+    planned_on_a_window_clock(journal, 10)
+    store.calls.clear()
+    journal.window.write(ids(2), batch=50, who="r000000")
+    assert store.inner.read(window.part_key(50, "r000000", 0)) is not None
+    assert [k for m, k in store.calls if m in ("create", "list")] == [
+        window.part_key(50, "r000000", 0)
+    ]
+    probes = [k for m, k in store.calls if k.startswith("state/")]
+    assert probes == [f"state/planned-{50 + 16 * j:012d}" for j in range(9)]
 
 
 def test_an_earlier_version_s_segments_are_listed_once_while_live(location: str) -> None:
