@@ -188,7 +188,30 @@ def cpu_window_lines(rows: list[dict[str, Any]]) -> list[str]:
         lines.append(
             f"- {receivers} receivers, {what}{EXPLAINED.get(what, '')}: {value:.2f} ({verdict})"
         )
-    return out + ([""] + lines if lines else []) + sqs_calls_lines(rows)
+    return out + ([""] + lines if lines else []) + sqs_calls_lines(rows) + cpu_inside_lines(rows)
+
+
+def cpu_inside_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """What the source's window holds that is not steady work: the JVM's JIT compilers (a
+    young JVM still compiles Spark's per-batch code) and the connections each batch opened."""
+    out = []
+    for r in rows:
+        s = r["source"]
+        threads = s.get("jvm_threads_cpu_ms_per_message")
+        opened = s.get("client_connections_by_batch")
+        if threads is None or opened is None:
+            continue
+        jvm = (s.get("cpu_ms_per_message") or {}).get("JVM")
+        jit = sum(v for k, v in threads.items() if "CompilerThre" in k)
+        by_batch = s.get("jvm_cpu_seconds_by_batch") or []
+        out.append(
+            f"- {r['receivers']} receivers, the source's window: of the JVM's {_f(jvm, 3)} ms a "
+            f"message, its JIT compilers {_f(jit, 3)} (by batch, seconds: "
+            + ", ".join(f"{_f(b['jit_compilers'], 2)} of {_f(b['all'], 2)}" for b in by_batch)
+            + "); connections opened to the proxy by batch: "
+            + ", ".join(str(n) for n in opened)
+        )
+    return ["", *out] if out else []
 
 
 def sqs_calls_lines(rows: list[dict[str, Any]]) -> list[str]:
