@@ -321,7 +321,8 @@ def cpu_point(spark: Any, wd: Any, eps: Any, receivers: int, args: Any) -> dict[
     consumer_ep, setup_ep = eps.get(server, True)
     per_receiver = args.cpu_batch
     window_batches = args.cpu_batches
-    backlog = receivers * per_receiver * (window_batches + 2)
+    warmup = max(1, getattr(args, "cpu_warmup_batches", 2))
+    backlog = receivers * per_receiver * (warmup + window_batches + 1)
     row: dict[str, Any] = {
         "server": server,
         "proxied": True,
@@ -329,6 +330,7 @@ def cpu_point(spark: Any, wd: Any, eps: Any, receivers: int, args: Any) -> dict[
         "messages_per_batch": receivers * per_receiver,
         "messages_queued": backlog,
         "journal": "local",
+        "warmup_batches": warmup,
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
     pids = eps.pids(server)
@@ -357,7 +359,10 @@ def cpu_point(spark: Any, wd: Any, eps: Any, receivers: int, args: Any) -> dict[
         "connections_opened": counted["connections"],
     }
     run.delete_queue(setup_ep, url)
-    # Source: from the end of the first batch to the end of ``window_batches`` more.
+    # Source: from the end of the ``warmup`` batches to the end of ``window_batches`` more. The
+    # default warm-up is two: the first batch starts the workers, the second is the first whose
+    # receivers delete (a worker's delete threads open their connections then), as the plain
+    # consumer's threads have theirs open before its window.
     url = run.new_queue(setup_ep, "cpu-src")
     load.fill(setup_ep, url, backlog, args.body_bytes)
     base = wd.fresh("cpu")
@@ -372,6 +377,8 @@ def cpu_point(spark: Any, wd: Any, eps: Any, receivers: int, args: Any) -> dict[
     query = spark_runs._start_noop(df, base / "checkpoint")
     try:
         start = next_batch(query, -1, 300)
+        for _ in range(warmup - 1):
+            start = next_batch(query, start.batch_id, 300)
         counters.reset()
         sampler = run.CpuSampler(*pids)
         jvm_before = jvm_threads_cpu()

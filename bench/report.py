@@ -659,7 +659,14 @@ def write(results: dict[str, Any], out_dir: Path) -> Path:
             "",
             "A steady window of a backlog drain "
             f"({cpu_rows[0]['server']}, delay proxy, local journal) at a fixed batch size: for "
-            f"the source {p.get('cpu_batches')} batches after the first, for the plain consumer "
+            f"the source {p.get('cpu_batches')} batches after "
+            + (
+                f"its first {p['cpu_warmup_batches']} (the first starts the Python workers, the "
+                "second is the first whose receivers delete)"
+                if p.get("cpu_warmup_batches", 1) >= 2
+                else "the first"
+            )
+            + ", for the plain consumer "
             "(as many threads as receivers, in the bench process) from a tenth to four fifths "
             "of the same backlog. Milliseconds of CPU per message, by process; the consumer's "
             "processes are all but the SQS server and the proxy, all processes include them "
