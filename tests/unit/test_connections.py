@@ -27,8 +27,10 @@ BATCHES = 6
 @pytest.fixture
 def proxy(moto_endpoint: str) -> Iterator[DelayProxy]:
     # moto closes each connection after its response (HTTP/1.0); the proxy keeps the client's
-    # open (HTTP/1.1) and counts those it accepts.
-    counting = DelayProxy(moto_endpoint, delay=0.0)
+    # open (HTTP/1.1) and counts those it accepts. Its delay makes a receiver's delete calls
+    # overlap in every batch, so the first batch that deletes opens as many connections as
+    # any later one needs.
+    counting = DelayProxy(moto_endpoint, delay=0.1)
     yield counting
     counting.stop()
 
