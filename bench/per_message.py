@@ -321,7 +321,8 @@ def cpu_point(spark: Any, wd: Any, eps: Any, receivers: int, args: Any) -> dict[
     consumer_ep, setup_ep = eps.get(server, True)
     per_receiver = args.cpu_batch
     window_batches = args.cpu_batches
-    backlog = receivers * per_receiver * (window_batches + 2)
+    warmup = max(1, getattr(args, "cpu_warmup_batches", 2))
+    backlog = receivers * per_receiver * (warmup + window_batches + 1)
     row: dict[str, Any] = {
         "server": server,
         "proxied": True,
@@ -329,6 +330,7 @@ def cpu_point(spark: Any, wd: Any, eps: Any, receivers: int, args: Any) -> dict[
         "messages_per_batch": receivers * per_receiver,
         "messages_queued": backlog,
         "journal": "local",
+        "warmup_batches": warmup,
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
     pids = eps.pids(server)
@@ -357,7 +359,10 @@ def cpu_point(spark: Any, wd: Any, eps: Any, receivers: int, args: Any) -> dict[
         "connections_opened": counted["connections"],
     }
     run.delete_queue(setup_ep, url)
-    # Source: from the end of the first batch to the end of ``window_batches`` more.
+    # Source: from the end of the ``warmup`` batches to the end of ``window_batches`` more. The
+    # default warm-up is two: the first batch starts the workers, the second is the first whose
+    # receivers delete (a worker's delete threads open their connections then), as the plain
+    # consumer's threads have theirs open before its window.
     url = run.new_queue(setup_ep, "cpu-src")
     load.fill(setup_ep, url, backlog, args.body_bytes)
     base = wd.fresh("cpu")
@@ -372,16 +377,40 @@ def cpu_point(spark: Any, wd: Any, eps: Any, receivers: int, args: Any) -> dict[
     query = spark_runs._start_noop(df, base / "checkpoint")
     try:
         start = next_batch(query, -1, 300)
+        for _ in range(warmup - 1):
+            start = next_batch(query, start.batch_id, 300)
         counters.reset()
         sampler = run.CpuSampler(*pids)
+        jvm_before = jvm_threads_cpu()
         t0 = time.monotonic()
         end = start
-        for _ in range(window_batches):
+        # Connections opened to the proxy in each batch of the window: a one-off (a worker's
+        # first deletes) or a cost of every batch. Each read is a connection of its own.
+        opened: list[int] = []
+        # The JVM's CPU seconds in each batch, and its JIT compilers' part: warm-up or not.
+        jvm_by_batch: list[dict[str, float]] = []
+        previous = jvm_before
+        # Every process's CPU seconds in each batch, by role.
+        roles_by_batch: list[dict[str, float]] = []
+        roles_before = run.cpu_snapshot(*pids)
+        for n in range(window_batches):
             end = next_batch(query, end.batch_id, 300)
+            total = counters.read()["connections"].get("client", 0)
+            opened.append(total - (n + 1) - sum(opened))
+            now = jvm_threads_cpu()
+            jvm_by_batch.append(_jvm_seconds(previous, now))
+            previous = now
+            roles_now = run.cpu_snapshot(*pids)
+            roles_by_batch.append(_role_seconds(roles_before, roles_now))
+            roles_before = roles_now
         seconds = time.monotonic() - t0
         messages = rows_between(_batches(query), start.batch_id, end.batch_id)
         cpu = sampler.stop(messages)
+        jvm = jvm_threads_cpu_per_message(jvm_before, jvm_threads_cpu(), messages)
         counted = counters.read()
+        # The per-batch reads' own connections, as the baseline's count holds only its one read.
+        if "client" in counted["connections"]:
+            counted["connections"]["client"] -= window_batches
     finally:
         spark_runs._stop(query)
     row["source"] = {
@@ -392,10 +421,86 @@ def cpu_point(spark: Any, wd: Any, eps: Any, receivers: int, args: Any) -> dict[
         "cpu_ms_per_message": cpu,
         "sqs_calls": sqs_calls(counted, messages),
         "connections_opened": counted["connections"],
+        "client_connections_by_batch": opened,
+        "jvm_threads_cpu_ms_per_message": jvm,
+        "jvm_cpu_seconds_by_batch": jvm_by_batch,
+        "cpu_seconds_by_batch": roles_by_batch,
     }
     run.delete_queue(setup_ep, url)
     row["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     return row
+
+
+def jvm_threads_cpu() -> dict[tuple[int, int], tuple[str, float]]:
+    """CPU seconds of each thread of this process's JVM children (Spark's), by (process id,
+    thread id), with the thread's name (``/proc/<pid>/task/<tid>/comm``, 15 characters)."""
+    from bench.run import _cmdline
+    from bench.sink import _TICK, tree_cpu_seconds
+
+    out: dict[tuple[int, int], tuple[str, float]] = {}
+    for pid in tree_cpu_seconds(os.getpid()):
+        if "java" not in _cmdline(pid).split(" ", 1)[0]:
+            continue
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                    name = f.read().strip()
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            out[(pid, int(tid))] = (name, (int(fields[11]) + int(fields[12])) / _TICK)
+    return out
+
+
+def _role_seconds(
+    before: dict[str, dict[int, float]], after: dict[str, dict[int, float]]
+) -> dict[str, float]:
+    """CPU seconds by role between two ``run.cpu_snapshot`` snapshots."""
+    from bench.sink import cpu_spent
+
+    return {role: round(cpu_spent(before.get(role, {}), pids), 3) for role, pids in after.items()}
+
+
+def _jvm_seconds(
+    before: dict[tuple[int, int], tuple[str, float]],
+    after: dict[tuple[int, int], tuple[str, float]],
+) -> dict[str, float]:
+    """The JVM's CPU seconds between two snapshots: in all threads, and in its JIT compilers."""
+    spent = {k: sec - before.get(k, (name, 0.0))[1] for k, (name, sec) in after.items()}
+    return {
+        "all": round(sum(v for v in spent.values() if v > 0), 3),
+        "jit_compilers": round(
+            sum(v for k, v in spent.items() if v > 0 and "CompilerThre" in after[k][0]), 3
+        ),
+    }
+
+
+def jvm_threads_cpu_per_message(
+    before: dict[tuple[int, int], tuple[str, float]],
+    after: dict[tuple[int, int], tuple[str, float]],
+    messages: int,
+) -> dict[str, float]:
+    """Milliseconds of the JVM's CPU per message between two ``jvm_threads_cpu`` snapshots, by
+    thread name with its digits dropped ("GC Thread#"), largest first. A thread that ended in
+    between counts for nothing, so the sum can fall short of the JVM's row."""
+    by_name: dict[str, float] = {}
+    for key, (name, seconds) in after.items():
+        spent = seconds - before.get(key, (name, 0.0))[1]
+        if spent > 0:
+            group = "".join(c for c in name if not c.isdigit())
+            by_name[group] = by_name.get(group, 0.0) + spent
+    if not messages:
+        return {}
+    return {
+        name: round(1000 * seconds / messages, 4)
+        for name, seconds in sorted(by_name.items(), key=lambda kv: -kv[1])
+        if 1000 * seconds / messages >= 0.0005
+    }
 
 
 def sqs_calls(counted: dict[str, dict[str, int]], messages: int) -> dict[str, dict[str, float]]:

@@ -188,7 +188,30 @@ def cpu_window_lines(rows: list[dict[str, Any]]) -> list[str]:
         lines.append(
             f"- {receivers} receivers, {what}{EXPLAINED.get(what, '')}: {value:.2f} ({verdict})"
         )
-    return out + ([""] + lines if lines else []) + sqs_calls_lines(rows)
+    return out + ([""] + lines if lines else []) + sqs_calls_lines(rows) + cpu_inside_lines(rows)
+
+
+def cpu_inside_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """What the source's window holds that is not steady work: the JVM's JIT compilers (a
+    young JVM still compiles Spark's per-batch code) and the connections each batch opened."""
+    out = []
+    for r in rows:
+        s = r["source"]
+        threads = s.get("jvm_threads_cpu_ms_per_message")
+        opened = s.get("client_connections_by_batch")
+        if threads is None or opened is None:
+            continue
+        jvm = (s.get("cpu_ms_per_message") or {}).get("JVM")
+        jit = sum(v for k, v in threads.items() if "CompilerThre" in k)
+        by_batch = s.get("jvm_cpu_seconds_by_batch") or []
+        out.append(
+            f"- {r['receivers']} receivers, the source's window: of the JVM's {_f(jvm, 3)} ms a "
+            f"message, its JIT compilers {_f(jit, 3)} (by batch, seconds: "
+            + ", ".join(f"{_f(b['jit_compilers'], 2)} of {_f(b['all'], 2)}" for b in by_batch)
+            + "); connections opened to the proxy by batch: "
+            + ", ".join(str(n) for n in opened)
+        )
+    return ["", *out] if out else []
 
 
 def sqs_calls_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -636,7 +659,14 @@ def write(results: dict[str, Any], out_dir: Path) -> Path:
             "",
             "A steady window of a backlog drain "
             f"({cpu_rows[0]['server']}, delay proxy, local journal) at a fixed batch size: for "
-            f"the source {p.get('cpu_batches')} batches after the first, for the plain consumer "
+            f"the source {p.get('cpu_batches')} batches after "
+            + (
+                f"its first {p['cpu_warmup_batches']} (the first starts the Python workers, the "
+                "second is the first whose receivers delete)"
+                if p.get("cpu_warmup_batches", 1) >= 2
+                else "the first"
+            )
+            + ", for the plain consumer "
             "(as many threads as receivers, in the bench process) from a tenth to four fifths "
             "of the same backlog. Milliseconds of CPU per message, by process; the consumer's "
             "processes are all but the SQS server and the proxy, all processes include them "

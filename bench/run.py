@@ -82,6 +82,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cpu-receivers", default="4,16", help="CPU per message: receivers")
     p.add_argument("--cpu-batch", type=int, default=500, help="CPU: messages/receiver/batch")
     p.add_argument("--cpu-batches", type=int, default=4, help="CPU: batches measured")
+    p.add_argument(
+        "--cpu-warmup-batches",
+        type=int,
+        default=2,
+        help="CPU: the source's batches before the window (the second is the first that deletes)",
+    )
     p.add_argument("--report-only", action="store_true", help="rewrite README from results.json")
     args = p.parse_args(argv)
     if args.quick:

@@ -221,3 +221,30 @@ def test_the_cpu_section_checks_the_target_on_all_processes_and_shows_the_strict
     # Requests per 1,000 messages, messages a call, empty receives; S3 is not SQS's.
     assert "| 16 | plain consumer | 100.0 (10.00) | 100.0 (10.00; empty 0.0) | 200.0 | - |" in text
     assert "| 16 | source | 100.0 (10.00) | 110.0 (9.09; empty 10.0) | 210.0 | 3, 2 |" in text
+
+
+def test_the_cpu_section_shows_the_jit_compilers_and_the_connections_by_batch() -> None:
+    from bench.report import cpu_window_lines
+
+    row = {
+        "receivers": 4,
+        "messages_per_batch": 2000,
+        "load_average": [1.0, 1.0, 1.0],
+        "baseline": {"messages": 1000, "rate": 100.0, "cpu_ms_per_message": {"JVM": 0.0}},
+        "source": {
+            "messages": 1000,
+            "rate": 90.0,
+            "cpu_ms_per_message": {"JVM": 0.2},
+            "jvm_threads_cpu_ms_per_message": {"C CompilerThre": 0.12, "Executor task l": 0.05},
+            "jvm_cpu_seconds_by_batch": [{"all": 0.1, "jit_compilers": 0.07}],
+            "client_connections_by_batch": [28, 0],
+        },
+    }
+    text = "\n".join(cpu_window_lines([row]))
+    assert (
+        "- 4 receivers, the source's window: of the JVM's 0.200 ms a message, its JIT compilers "
+        "0.120 (by batch, seconds: 0.07 of 0.10); connections opened to the proxy by batch: 28, 0"
+    ) in text
+    # A row from before these were measured shows no such line.
+    del row["source"]["jvm_threads_cpu_ms_per_message"]
+    assert "JIT" not in "\n".join(cpu_window_lines([row]))

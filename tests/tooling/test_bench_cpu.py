@@ -89,3 +89,34 @@ def test_the_table_sums_every_process_and_the_consumer_side_apart() -> None:
     assert lines[2].endswith("| 0.600 | 0.200 |")  # baseline: all, all but server and proxy
     assert lines[3].endswith("| 0.930 | 0.530 |")
     assert cpu_table([{**row, "baseline": {"rate": 1.0}}]) == []
+
+
+def test_the_jvms_threads_are_grouped_by_name_and_a_thread_that_ended_counts_nothing() -> None:
+    from bench.per_message import _jvm_seconds, jvm_threads_cpu_per_message
+
+    before = {
+        (1, 10): ("C2 CompilerThre", 1.0),
+        (1, 11): ("C1 CompilerThre", 0.5),
+        (1, 12): ("Executor task l", 2.0),
+        (1, 13): ("GC Thread#0", 0.1),
+    }
+    after = {
+        (1, 10): ("C2 CompilerThre", 2.0),
+        (1, 11): ("C1 CompilerThre", 1.0),
+        (1, 12): ("Executor task l", 2.5),
+        (1, 14): ("Executor task l", 0.25),
+        (1, 15): ("GC Thread#1", 0.0),
+    }
+    per_message = jvm_threads_cpu_per_message(before, after, messages=1000)
+    # C1 and C2 are one group; GC threads spent nothing new and the ended one is not subtracted.
+    assert per_message == {"C CompilerThre": 1.5, "Executor task l": 0.75}
+    assert list(per_message) == ["C CompilerThre", "Executor task l"]
+    assert _jvm_seconds(before, after) == {"all": 2.25, "jit_compilers": 1.5}
+
+
+def test_the_cpu_of_a_batch_is_counted_by_role() -> None:
+    from bench.per_message import _role_seconds
+
+    before = {"JVM": {5: 1.0}, "Python workers": {7: 1.0, 8: 2.0}}
+    after = {"JVM": {5: 1.5}, "Python workers": {7: 1.25, 9: 0.5}, "sqs server": {3: 0.0}}
+    assert _role_seconds(before, after) == {"JVM": 0.5, "Python workers": 0.75, "sqs server": 0.0}
