@@ -1756,6 +1756,8 @@ class SparkSim:
     def _drain(self) -> None:
         """A last run with no faults or crashes, until the queue and the journal are empty."""
         self.draining = True
+        if self.config.poison and self._poison_quarantined():
+            self.stats["quarantined_before_drain"] = 1  # narrowed and quarantined under faults
         self.sqs.fault_rates = FaultRates()
         self.store.fault_rates = StoreFaultRates()
         # The unkind store ends with the faults (a lying one, if never refused, too).
