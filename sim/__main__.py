@@ -5,6 +5,8 @@
     python -m sim --seeds 100 --fifo       every seed on a FIFO queue
     python -m sim --seeds 100 --queues 2   two queues in the stream; a restart may drop one
     python -m sim --seeds 100 --poison     poisonMessagePolicy=deadLetter; the sink rejects one
+    python -m sim --seeds 100 --poison-faults  the same, and each run the poison message fails
+                                           adds a run with faults (narrowing meets crashes)
     python -m sim --seeds 100 --unkind all the unkind world (skewed clocks, stalls, task waves,
                                            owner pauses, lying and lagging stores, second
                                            queries that run batches, diverged journals)
@@ -33,9 +35,12 @@ def replay_command(
     poison: bool = False,
     unkind: frozenset[str] = frozenset(),
     max_bytes: bool = False,
+    poison_faults: bool = False,
 ) -> str:
     flag = "" if fifo is None else (" --fifo" if fifo else " --standard")
-    if poison:
+    if poison_faults:
+        flag += " --poison-faults"
+    elif poison:
         flag += " --poison"
     if unkind:
         flag += " --unkind " + (
@@ -73,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
         help="poisonMessagePolicy=deadLetter, and one message that fails every batch holding it",
     )
     parser.add_argument(
+        "--poison-faults",
+        action="store_true",
+        help="--poison, and each run the poison message fails adds a run with the seed's faults",
+    )
+    parser.add_argument(
         "--unkind",
         default=None,
         help=f"dimensions of the unkind world, comma-separated, or all: {', '.join(UNKIND)}",
@@ -96,7 +106,14 @@ def main(argv: list[str] | None = None) -> int:
         unkind = parse_unkind(args.unkind)
     except ValueError as exc:
         parser.error(str(exc))
-    configure = Variant(args.fixed_delete_mode, args.queues, args.poison, unkind, args.max_bytes)
+    configure = Variant(
+        args.fixed_delete_mode,
+        args.queues,
+        args.poison,
+        unkind,
+        args.max_bytes,
+        poison_faults=args.poison_faults,
+    )
 
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     failed = 0
@@ -117,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             unkind=unkind,
             jobs=args.jobs,
             max_bytes=args.max_bytes,
+            poison_faults=args.poison_faults,
         )
     for result in results:
         seed = result.config.seed
@@ -143,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.poison,
                     unkind,
                     args.max_bytes,
+                    args.poison_faults,
                 )
             )
             if failed >= args.stop:

@@ -26,15 +26,18 @@ from sim.spark import UNKIND, run_seed
 from sim.sweep import Variant
 from spark_sqs.acknowledgement import deletes
 from spark_sqs.driver import offsets
+from spark_sqs.driver import poison as driver_poison
 from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.driver.flow_control import FlowControl
 from spark_sqs.errors import JournalError, JournalOutcomeUnknown
 from spark_sqs.executor import duplicates, filtering, journaling, parts
+from spark_sqs.executor import poison as executor_poison
 from spark_sqs.journal import window
 from spark_sqs.journal.batches import Batches, batch_dir
 from spark_sqs.journal.entries import _PART, Entries
 from spark_sqs.journal.lease import Lease, LeaseRecord
 from spark_sqs.journal.meta import Meta
+from spark_sqs.journal.poison import PoisonRecords
 from spark_sqs.journal.window import Window
 
 
@@ -272,6 +275,76 @@ def _liveness_by_the_owner_s_clock() -> contextlib.AbstractContextManager[None]:
     return patched(Lease, "_wait_for_lapse", wait_for_lapse)
 
 
+def _lone_candidate_not_deferred() -> contextlib.AbstractContextManager[None]:
+    """Poison: a lone candidate is quarantined after its failed attempts even while a receiver
+    of the batch that receives never journaled (``decide``'s ``unjournaled`` ignored), so an
+    innocent message of a batch whose runs all died before a sibling journaled goes to the
+    dead-letter queue."""
+    original = driver_poison.decide
+
+    def decide(*args: Any, **kwargs: Any) -> driver_poison.Decision:
+        return original(*args, **{**kwargs, "unjournaled": False})
+
+    return patched(driver_poison, "decide", decide)
+
+
+def _carry_drops_one() -> contextlib.AbstractContextManager[None]:
+    """Poison: a narrowing step carries out all but the last of the messages it does not keep
+    (that one is neither delivered by the replay nor journaled in the carry batch)."""
+    original = driver_poison.decide
+
+    def decide(*args: Any, **kwargs: Any) -> driver_poison.Decision:
+        decision = original(*args, **kwargs)
+        if decision.kind != "narrow" or not decision.carried:
+            return decision
+        carried = {r: list(ids) for r, ids in decision.carried.items()}
+        last = max(carried)
+        carried[last] = carried[last][:-1]
+        carried = {r: ids for r, ids in carried.items() if ids}
+        return driver_poison.Decision("narrow", keep=decision.keep, carried=carried)
+
+    return patched(driver_poison, "decide", decide)
+
+
+def _carried_also_kept() -> contextlib.AbstractContextManager[None]:
+    """Poison: a narrowing step keeps what it carries out as well (the replay delivers the
+    carried half, and so does the batch that adopts the carry batch)."""
+    original = driver_poison.decide
+
+    def decide(*args: Any, **kwargs: Any) -> driver_poison.Decision:
+        decision = original(*args, **kwargs)
+        if decision.kind != "narrow":
+            return decision
+        keep = {r: [*ids, *decision.carried.get(r, [])] for r, ids in decision.keep.items()}
+        return driver_poison.Decision("narrow", keep=keep, carried=decision.carried)
+
+    return patched(driver_poison, "decide", decide)
+
+
+def _narrowing_not_applied() -> contextlib.AbstractContextManager[None]:
+    """Poison: a receiver replaying a narrowed batch yields its whole entry, not what the
+    step keeps (the carried messages come twice, the quarantined one reaches the sink)."""
+    original = executor_poison.on_replay
+
+    def on_replay(journal: Any, partition: Any, table: Any) -> executor_poison.Replay:
+        return executor_poison.Replay(table, original(journal, partition, table).status)
+
+    return patched(executor_poison, "on_replay", on_replay)
+
+
+def _quarantine_sent_forgotten() -> contextlib.AbstractContextManager[None]:
+    """Poison: the quarantine's ``.sent`` marker is never found, so every later plan of the
+    batch that finishes the step sends the message to the dead-letter queue again."""
+    return patched(PoisonRecords, "quarantine_sent", lambda self, batch, message_id: False)
+
+
+def _carry_adoption_forgotten() -> contextlib.AbstractContextManager[None]:
+    """Poison: a narrowed batch never learns that its carry batch was adopted, so finishing
+    its step again (every replay does) creates the carry batch anew and the next plan adopts
+    its messages a second time."""
+    return patched(PoisonRecords, "carry_adopted", lambda self, batch, step: False)
+
+
 @dataclass(frozen=True)
 class Mutation:
     name: str
@@ -286,10 +359,22 @@ class Mutation:
     # The journal store's fault rate in every seed, when the fault it needs is a store fault
     # that the drawn rates bring too rarely (None: as drawn).
     store_faults: float | None = None
+    # poisonMessagePolicy=deadLetter and a message the sink rejects (``python -m sim
+    # --poison``), restarts switching deleteAfterJournal as the poison sweep's do.
+    poison: bool = False
+    # With poison: runs with faults are added until the message is quarantined (``python -m
+    # sim --poison-faults``), for a rule whose fault needs a crash during narrowing.
+    poison_faults: bool = False
 
     def variant(self) -> Variant:
         """The world its seeds run in."""
-        return Variant(fixed_delete_mode=True, unkind=self.unkind, store_faults=self.store_faults)
+        return Variant(
+            fixed_delete_mode=not self.poison,
+            poison=self.poison,
+            unkind=self.unkind,
+            store_faults=self.store_faults,
+            poison_faults=self.poison_faults,
+        )
 
 
 MUTATIONS = [
@@ -353,6 +438,32 @@ MUTATIONS = [
         frozenset({"races"}),
         _not_held_elsewhere,
     ),
+    Mutation(
+        "a lone candidate quarantined while a receiver never journaled",
+        "poison",
+        _lone_candidate_not_deferred,
+        poison=True,
+    ),
+    Mutation("a narrowing drops a carried message", "poison", _carry_drops_one, poison=True),
+    Mutation("a narrowing keeps what it carries", "poison", _carried_also_kept, poison=True),
+    Mutation(
+        "a narrowed replay yields the whole entry", "poison", _narrowing_not_applied, poison=True
+    ),
+    # A second send needs a crash between the quarantine and the batch's commit: the plain
+    # poison world quarantines in the final drain, which has none.
+    Mutation(
+        "a quarantine forgets it was sent",
+        "poison",
+        _quarantine_sent_forgotten,
+        poison=True,
+        poison_faults=True,
+    ),
+    Mutation(
+        "a carry batch created again after its adoption",
+        "poison",
+        _carry_adoption_forgotten,
+        poison=True,
+    ),
 ]
 
 
@@ -376,6 +487,7 @@ def hunt(mutation: Mutation, seeds: int, first: int = 0) -> tuple[int | None, in
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.mutations")
     parser.add_argument("--seeds", type=int, default=400, help="give up after this many seeds")
+    parser.add_argument("--first", type=int, default=0, help="start at this seed")
     parser.add_argument("--only", help="run the mutations whose name contains this")
     args = parser.parse_args(argv)
     print("| mutation | hole | found | first seed | seeds run | first violation |")
@@ -385,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.only and args.only not in mutation.name:
             continue
         started = time.perf_counter()
-        seed, runs, violation = hunt(mutation, args.seeds)
+        seed, runs, violation = hunt(mutation, args.seeds, args.first)
         missed += seed is None
         found = "yes" if seed is not None else "**no**"
         shown = violation.split(":")[0][:60] if violation else ""

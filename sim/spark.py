@@ -126,6 +126,12 @@ class Config:
     # sink fail every batch holding it (not drawn either). It must end in the dead-letter queue
     # once, never in the sink, and every other message in the sink exactly once.
     poison: bool = False
+    # Config.poison: runs with the seed's faults added after the drawn ones while the poison
+    # message is not quarantined, up to this many (Variant.poison_faults), so that narrowing
+    # steps and the quarantine meet crashes, kills and store faults; 0: they mostly happen in
+    # the final drain, which has none (the drawn runs end, or fail on the poison message,
+    # before its batch was narrowed).
+    poison_runs: int = 0
     # Standard queues: the chance that a deleted message is handed out once more, within a
     # minute of its delete (sim/sqs.py ``ghost_probability``); duplicateWindow must drop it.
     ghosts: float = 0.0
@@ -450,6 +456,7 @@ class SparkSim:
         self.draining = False
         self.current_run: str | None = None
         self.last_failure: str | None = None
+        self._poison_run = False  # a run added by Config.poison_runs
         self._journal_ids: dict[tuple[int, str, int], frozenset[str]] = {}
         self._deletions_seen: dict[str, int] = {}
         self.lease_written: dict[str, float] = {}
@@ -553,7 +560,10 @@ class SparkSim:
             return None
         c = self.config
         if actor.kind in ("driver", "heartbeat") and actor.group == self.current_run:
-            if self.rng.random() < c.driver_crash:
+            # The added poison runs (Config.poison_runs) crash less: at the drawn rate per step,
+            # most would die before replaying the poison batch, let alone narrowing it.
+            rate = c.driver_crash / 4 if self._poison_run else c.driver_crash
+            if self.rng.random() < rate:
                 self.stats["driver_crashes"] += 1
                 self._kill_run(actor.group, except_actor=actor)
                 return self.rng.choice(["before", "after"])
@@ -990,7 +1000,8 @@ class SparkSim:
         self._produce(c.messages // 2)
         self.sched.spawn("producer", "producer", "producer", self._producer)
         try:
-            for i in range(c.runs):
+            i, runs = 0, c.runs
+            while i < runs:
                 if i and self.rng.random() < c.new_checkpoint:
                     # The user starts over with a new checkpoint (and a sink of its own) on the
                     # same journal: its unacknowledged batches are orphans to adopt.
@@ -1002,6 +1013,10 @@ class SparkSim:
                     self._diverged_run(self._run_options())
                 self._one_run(self._run_options())
                 self._wait_for_second_queries()
+                i += 1
+                if i == runs and runs < c.runs + c.poison_runs and not self._poison_quarantined():
+                    runs += 1  # the poison message is not quarantined yet: one more with faults
+                    self._poison_run = True
             self._wait_for_second_queries()
             self._drain()
         except Deadlock as exc:
@@ -1771,6 +1786,8 @@ class SparkSim:
     def _drain(self) -> None:
         """A last run with no faults or crashes, until the queue and the journal are empty."""
         self.draining = True
+        if self.config.poison and self._poison_quarantined():
+            self.stats["quarantined_before_drain"] = 1  # narrowed and quarantined under faults
         self.sqs.fault_rates = FaultRates()
         self.store.fault_rates = StoreFaultRates()
         # The unkind store ends with the faults (a lying one, if never refused, too).

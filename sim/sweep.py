@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from sim.spark import UNKIND, Config, Result, run_seed
 
 CHUNK = 20  # seeds per task handed to a worker: small enough to balance, large enough to be cheap
+# Variant.poison_faults: the runs with faults that failures on the poison message may add, as
+# many as the final drain allows for them (sim/spark.py ``_drain``).
+POISON_RUNS = 40
 
 
 def default_jobs() -> int:
@@ -38,12 +41,17 @@ class Variant:
     # The journal store's fault rate in every seed (half before, half after the effect: an
     # unknown outcome), instead of the drawn one (none in about half the seeds).
     store_faults: float | None = None
+    # Poison (implies ``poison``): each run the poison message fails adds a run with the seed's
+    # faults (Config.poison_runs), so narrowing and quarantine meet them.
+    poison_faults: bool = False
 
     def __call__(self, config: Config) -> None:
         if self.fixed_delete_mode:
             config.change_delete_after_journal = False
         config.queues = self.queues
-        config.poison = self.poison
+        config.poison = self.poison or self.poison_faults
+        if self.poison_faults:
+            config.poison_runs = POISON_RUNS
         config.max_bytes = self.max_bytes
         if self.store_faults is not None:
             config.store_faults = self.store_faults
@@ -83,9 +91,17 @@ def sweep(
     unkind: frozenset[str] = frozenset(),
     jobs: int | None = None,
     max_bytes: bool = False,
+    poison_faults: bool = False,
 ) -> Iterator[Result]:
     """Run ``seeds`` (without traces), yielding each result in seed order."""
-    variant = Variant(fixed_delete_mode, queues, poison, frozenset(unkind), max_bytes)
+    variant = Variant(
+        fixed_delete_mode,
+        queues,
+        poison,
+        frozenset(unkind),
+        max_bytes,
+        poison_faults=poison_faults,
+    )
     seeds = list(seeds)
     jobs = default_jobs() if jobs is None else jobs
     if jobs <= 1 or len(seeds) <= CHUNK:

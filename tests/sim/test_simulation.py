@@ -113,6 +113,36 @@ def test_a_lone_message_is_not_quarantined_while_runs_die_before_its_siblings_jo
     assert result.stats.get("quarantined") == 1, "the poison message, once"
 
 
+@pytest.mark.parametrize(
+    ("name", "seed"),
+    [
+        ("a lone candidate quarantined while a receiver never journaled", 626),
+        ("a narrowing drops a carried message", 0),
+        ("a narrowing keeps what it carries", 0),
+        ("a narrowed replay yields the whole entry", 0),
+        ("a carry batch created again after its adoption", 146),
+        ("a quarantine forgets it was sent", 0),
+    ],
+)
+def test_the_poison_world_finds_each_poison_rule_broken(name: str, seed: int) -> None:
+    """Each rule of poisonMessagePolicy=deadLetter broken in memory (sim/mutations.py: the
+    lone candidate's wait for unjournaled receivers, a narrowing's partition into kept and
+    carried, the replay's narrowing, the adopted carry batch, the quarantine's sent marker)
+    fails a seed of the poison world (``--poison``; ``--poison-faults`` for the sent marker,
+    whose fault needs a crash after the quarantine), which passes with the rule kept."""
+    mutation = next(m for m in MUTATIONS if m.name == name)
+    assert mutation.poison
+    variant = mutation.variant()
+    with mutation.apply():
+        mutated = run_seed(seed, configure=variant)
+    assert not mutated.ok, f"{name}: seed {seed} passes with the rule broken"
+    kept = run_seed(seed, configure=variant)
+    assert kept.ok, kept.violations
+    if mutation.poison_faults:
+        # What the world is for: the message was quarantined by a run with faults.
+        assert kept.stats.get("quarantined_before_drain") == 1
+
+
 def _tiny_sqs_limit(config: Config) -> None:
     config.sqs_inflight_limit = 4
     config.wait_time = 0  # short polls: at the limit, ReceiveMessage fails with OverLimit
