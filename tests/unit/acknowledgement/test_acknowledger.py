@@ -618,6 +618,38 @@ def test_a_wall_clock_jump_does_not_expire_the_driver_s_own_dedupe_ids_early() -
     assert ack.drop_ids(2) == frozenset()
 
 
+def test_an_acknowledged_marker_names_no_dedupe_record_kept_its_window(tmp_path: Path) -> None:
+    """A record the driver kept for its window is let go of before the next acknowledged
+    marker, even when that batch records nothing: a marker naming it would make the next start
+    keep it a window more, and a driver that keeps running would never let it go."""
+    location = str(tmp_path / "journal")
+    journal = Journal(location, make_options(location))
+    journal.entries.write(1, 0, messages_to_table([sqs_message(0)], QUEUE_URL))
+    journal.dedupe.write(0, ["old"], now=START - WINDOW + 10.0, window=WINDOW, wall=NOW)
+    named: list[list[str]] = []
+    clock = Clock(START)
+    ack = Acknowledger(
+        journal,
+        FakeCaller(),  # type: ignore[arg-type]
+        delete=False,  # nothing is deleted: nothing is uncertain
+        on_acked=lambda b, _: named.append(sorted(journal.dedupe.keys)),
+        visibility_timeout=VISIBILITY,
+        dedupe_window=WINDOW,
+        clock=clock,
+        wall_clock=Clock(NOW),
+    )
+    ack.start(0, inherited(1))
+    assert ack.drop_ids(2) == {"old", sqs_message(0)["MessageId"]}
+    clock.now = START + 10.0
+
+    assert ack.acknowledge_through(1).uncertain == 0
+
+    assert named == [[]]
+    assert ack.drop_ids(2) == frozenset()
+    ack.sweep()
+    assert journal.store.list("dedupe") == []
+
+
 def test_a_restarted_driver_whose_wall_clock_runs_ahead_keeps_the_dedupe_ids_a_window(
     journal_location: str,
 ) -> None:
