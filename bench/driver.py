@@ -161,7 +161,9 @@ def seed_drop_set(options: dict[str, str], count: int, expires_in: float = 86400
 
     parsed = SqsOptions.parse(options)
     ids = [f"seeded00-0000-4000-8000-{n:012d}" for n in range(count)]
-    Journal(parsed.journal_location, parsed).dedupe.write(0, ids, time.time() + expires_in)
+    Journal(parsed.journal_location, parsed).dedupe.write(
+        0, ids, now=time.monotonic(), window=expires_in, wall=time.time()
+    )
 
 
 # -- workers (Spark's executors) ----------------------------------------------------------------

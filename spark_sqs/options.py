@@ -271,7 +271,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "dedupeWindow",
         "21600",
         "Seconds during which a message whose deletion may not have taken effect (expired "
-        "handle, crash before acknowledgement) is dropped if SQS delivers it again.",
+        "handle, crash before acknowledgement) is dropped if SQS delivers it again, on the "
+        "driver's clock: a restart keeps the ids it finds for a whole window from its start.",
         "seconds",
         0,
         14 * 86400,

@@ -317,7 +317,9 @@ class FakeJournal:
         self.unreadable: set[tuple[int, int]] = set()  # listed, but read_receipts answers None
         self.removed: list[int] = []
         self.collected: list[int] = []  # oldest pending batch at each drop-set collection
-        self.dedupe_records: dict[int, tuple[list[str], float]] = {}
+        # Batch -> its uncertain ids and until when (monotonic) they are kept; None: an earlier
+        # driver's record, kept a window from when it is read (as journal/dedupe.py's).
+        self.dedupe_records: dict[int, tuple[list[str], float | None]] = {}
         self.segments: list[tuple[list[str], float]] = []  # duplicate-window segments written
         # Per batch: receiver -> the deadline its extension marker names (executor/extension.py).
         self.extended: dict[int, dict[int, float]] = defaultdict(dict)
@@ -337,7 +339,13 @@ class FakeJournal:
         self.window = _Records(
             self, write="write_window", collect="collect_window", driver_seal="driver_seal"
         )
-        self.dedupe = _Records(self, write="write_dedupe", read="read_dedupe")
+        self.dedupe = _Records(
+            self,
+            write="write_dedupe",
+            read="read_dedupe",
+            expire="expire_dedupe",
+            collect="expire_dedupe",
+        )
         self.metrics = _Records(self, collect_legacy="collect_legacy_metrics")
         for batch, pairs in (batches or {}).items():
             self.add_pairs(batch, pairs, received_at)
@@ -430,17 +438,23 @@ class FakeJournal:
         return False  # no earlier version's metrics/ files
 
     def write_dedupe(
-        self, batch: int, message_ids: list[str], expires_at: float, now: float | None = None
+        self, batch: int, message_ids: list[str], *, now: float, window: float, wall: float
     ) -> None:
-        self.dedupe_records[batch] = (list(message_ids), expires_at)
+        self.dedupe_records[batch] = (list(message_ids), now + window)
 
-    def read_dedupe(self, now: float) -> dict[str, float]:
+    def read_dedupe(self, now: float, window: float) -> dict[str, float]:
         out: dict[str, float] = {}
-        for ids, expires in self.dedupe_records.values():
-            if expires > now:
+        for batch, (ids, until) in sorted(self.dedupe_records.items()):
+            if until is None:
+                until = now + window
+                self.dedupe_records[batch] = (ids, until)
+            if until > now:
                 for i in ids:
-                    out[i] = max(expires, out.get(i, 0.0))
+                    out[i] = max(until, out.get(i, 0.0))
         return out
+
+    def expire_dedupe(self, now: float) -> None:
+        return None  # the fake keeps every record (tests read what was written)
 
 
 class ListHidingStore(HookedStore):

@@ -95,7 +95,8 @@ class Acknowledger:
     A delete may not take effect: its handle expired (SQS then reports success on standard
     queues yet keeps the message), the heartbeat lost the message, or SQS rejected the handle.
     The ids of such messages are written to the journal's dedupe record for ``dedupe_window``
-    seconds, and receivers drop and delete any redelivery of them.
+    seconds (this driver's monotonic clock; a record read at start is kept that long from the
+    start), and receivers drop and delete any redelivery of them.
     """
 
     def __init__(
@@ -168,6 +169,7 @@ class Acknowledger:
         self._swept_at = 0.0
         self._legacy_metrics = True
         self._not_before = 0.0
+        # Dedupe id -> until when (monotonic) its redeliveries are dropped.
         self.dedupe: dict[str, float] = {}
         self.totals = AckStats()
 
@@ -191,7 +193,7 @@ class Acknowledger:
         self._pending = set(pending)
         self._receivers.update(pending)
         self._inherited = set(pending)
-        self.dedupe = self._journal.dedupe.read(self._wall())
+        self.dedupe = self._journal.dedupe.read(self._clock(), self._window)
         for plan in (plans or {}).values():
             self.assign(plan)
         if self._heartbeat is not None:
@@ -222,6 +224,7 @@ class Acknowledger:
         reading = {by for b, by in self._assigned.items() if b in self._pending}
         self._reports.collect(oldest, reading)
         self._journal.window.collect(self._wall(), oldest)
+        self._journal.dedupe.collect(self._clock())
         self._journal.batches.collect(oldest)
         if self._legacy_metrics:
             # An earlier version's metrics/ files (journal/metrics.py): listed until none is left.
@@ -399,10 +402,9 @@ class Acknowledger:
         stay invisible under the heartbeat and cost nothing here, unless one of their handles
         may expire within ``receive_window`` seconds (the next batch's receiving): a late or
         failing heartbeat must not let a redelivery into the next batch."""
-        wall = self._wall()
-        self.dedupe = {i: exp for i, exp in self.dedupe.items() if exp > wall}
-        ids = set(self.dedupe)
         now = self._clock()
+        self.dedupe = {i: until for i, until in self.dedupe.items() if until > now}
+        ids = set(self.dedupe)
         for batch in sorted(self._pending):
             # A batch of this run planned before this one is complete (committed); the batch
             # being planned has no entries of this run yet.
@@ -555,6 +557,8 @@ class Acknowledger:
         if self._heartbeat is not None:
             self._heartbeat.forget(batch)
         self._acked = max(self._acked, batch)
+        # The acknowledged marker names the dedupe records still kept.
+        self._journal.dedupe.expire(self._clock())
         self._on_acked(self._acked, stats.per_batch[-1])
         # A batch planned in this run without deleteAfterJournal holds what its receivers
         # write under their names (read by key); anything else goes by LIST, or to the sweep.
@@ -580,11 +584,12 @@ class Acknowledger:
     def _record_uncertain(self, batch: int, uncertain: set[str], stats: AckStats) -> None:
         if not uncertain:
             return
-        now = self._wall()
-        expires = now + self._window
-        self._journal.dedupe.write(batch, sorted(uncertain), expires, now=now)
+        now = self._clock()
+        self._journal.dedupe.write(
+            batch, sorted(uncertain), now=now, window=self._window, wall=self._wall()
+        )
         for message_id in uncertain:
-            self.dedupe[message_id] = expires
+            self.dedupe[message_id] = now + self._window
         stats.uncertain += len(uncertain)
         logger.warning(
             "batch %d: %d acknowledgements may not have taken effect; redeliveries of those "

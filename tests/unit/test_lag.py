@@ -93,7 +93,12 @@ class _Journal:
         self.window = _Records(collect=lambda now, oldest=None: 0, driver_seal=lambda *a: None)
         self.metrics = _Records(collect_legacy=lambda acked: False)
         # Without a heartbeat nothing bounds the handles: every delete counts uncertain.
-        self.dedupe = _Records(read=lambda now: {}, write=lambda *args, **kwargs: None)
+        self.dedupe = _Records(
+            read=lambda now, window: {},
+            write=lambda *args, **kwargs: None,
+            expire=lambda now: None,
+            collect=lambda now: None,
+        )
         self.store = MemoryStore()
 
     def _remove(self, batch: int, also: object = (), files: object = None) -> None:

@@ -25,7 +25,14 @@ from spark_sqs.errors import (
     SqsSourceError,
     TransientSqsError,
 )
-from spark_sqs.journal import BatchPlan, EntryReceipts, Journal, LocalStore, ReceiverPlan
+from spark_sqs.journal import (
+    BatchPlan,
+    EntryReceipts,
+    Journal,
+    JournalState,
+    LocalStore,
+    ReceiverPlan,
+)
 from spark_sqs.schema import messages_to_table
 from spark_sqs.sqs.batching import BatchCaller, BatchResult, Entry
 from tests.factories import QUEUE_URL, make_options, sqs_message
@@ -362,7 +369,7 @@ def test_permanent_failures_do_not_block_acknowledgement_and_are_deduped() -> No
     assert acked == [1]
     assert journal.removed == [1]
     # SQS may deliver b1-m1 again: its id is remembered for the dedupe window.
-    assert journal.dedupe_records == {1: (["b1-m1"], NOW + WINDOW)}
+    assert journal.dedupe_records == {1: (["b1-m1"], START + WINDOW)}
     assert stats.uncertain == 1
     assert "b1-m1" in ack.drop_ids(2)
 
@@ -381,7 +388,7 @@ def test_handles_past_the_planning_time_plus_the_timeout_are_deleted_and_recorde
     stats = ack.acknowledge_through(1)
 
     assert fake.calls == [["b1-m0", "b1-m1"]]
-    assert journal.dedupe_records == {1: (["b1-m0", "b1-m1"], NOW + WINDOW)}
+    assert journal.dedupe_records == {1: (["b1-m0", "b1-m1"], clock.now + WINDOW)}
     assert stats.uncertain == 2
     assert acked == [1]
 
@@ -401,7 +408,7 @@ def test_an_inherited_batch_the_driver_deletes_is_recorded_for_dedupe() -> None:
     stats = ack.acknowledge_through(1)
 
     assert fake.calls == [["b1-m0", "b1-m1"]]
-    assert journal.dedupe_records == {1: (["b1-m0", "b1-m1"], NOW + WINDOW)}
+    assert journal.dedupe_records == {1: (["b1-m0", "b1-m1"], START + WINDOW)}
     assert stats.uncertain == 2
 
 
@@ -573,24 +580,106 @@ def test_a_confirm_that_raises_stops_the_deletes_and_the_acknowledgement(
 
 def test_drop_ids_are_recorded_ids_and_ids_of_unacknowledged_batches() -> None:
     journal = FakeJournal({4: handles(4, 2), 6: handles(6, 1)})
-    journal.dedupe.write(2, ["old-1", "old-2"], NOW + 100)
-    journal.dedupe.write(3, ["expired"], NOW - 1)
-    wall = Clock(NOW)
-    ack, _ = make_acknowledger(journal, FakeCaller(), wall=wall)
+    # An earlier driver's record: kept for the window from this start.
+    journal.dedupe_records[2] = (["old-1", "old-2"], None)
+    clock = Clock(START)
+    ack, _ = make_acknowledger(journal, FakeCaller(), clock=clock)
     ack.start(3, inherited(4, 6))
 
     # Batch 5 is being planned: batch 4 is not acknowledged yet, batch 6 is later.
     assert ack.drop_ids(5) == {"old-1", "old-2", "b4-m0", "b4-m1"}
 
-    wall.now += 100
-    assert ack.drop_ids(5) == {"b4-m0", "b4-m1"}, "recorded ids expire"
-
+    clock.now += 100
     ack.acknowledge_through(6)
     # Inherited batches the driver deleted itself: their deletes are uncertain, recorded for
     # the dedupe window, after which nothing is dropped.
-    assert ack.drop_ids(7) == {"b4-m0", "b4-m1", "b6-m0"}
-    wall.now += WINDOW
+    assert ack.drop_ids(7) == {"old-1", "old-2", "b4-m0", "b4-m1", "b6-m0"}
+    clock.now = START + WINDOW
+    assert ack.drop_ids(7) == {"b4-m0", "b4-m1", "b6-m0"}, "recorded ids expire"
+    clock.now += 100
     assert ack.drop_ids(7) == frozenset()
+
+
+def test_a_wall_clock_jump_does_not_expire_the_driver_s_own_dedupe_ids_early() -> None:
+    """The driver's wall clock is stepped forward (NTP, a VM resumed) past the window: the ids
+    it recorded are judged on its monotonic clock, so their redeliveries are still dropped."""
+    journal = FakeJournal({1: handles(1, 2)})
+    clock, wall = Clock(START), Clock(NOW)
+    ack, _ = make_acknowledger(journal, FakeCaller(), clock=clock, wall=wall)
+    ack.start(0, inherited(1))
+    assert ack.acknowledge_through(1).uncertain == 2
+
+    wall.now += 2 * WINDOW
+    clock.now += 1.0
+    assert ack.drop_ids(2) == {"b1-m0", "b1-m1"}
+    clock.now = START + WINDOW - 1.0
+    assert ack.drop_ids(2) == {"b1-m0", "b1-m1"}
+    clock.now = START + WINDOW
+    assert ack.drop_ids(2) == frozenset()
+
+
+def test_an_acknowledged_marker_names_no_dedupe_record_kept_its_window(tmp_path: Path) -> None:
+    """A record the driver kept for its window is let go of before the next acknowledged
+    marker, even when that batch records nothing: a marker naming it would make the next start
+    keep it a window more, and a driver that keeps running would never let it go."""
+    location = str(tmp_path / "journal")
+    journal = Journal(location, make_options(location))
+    journal.entries.write(1, 0, messages_to_table([sqs_message(0)], QUEUE_URL))
+    journal.dedupe.write(0, ["old"], now=START - WINDOW + 10.0, window=WINDOW, wall=NOW)
+    named: list[list[str]] = []
+    clock = Clock(START)
+    ack = Acknowledger(
+        journal,
+        FakeCaller(),  # type: ignore[arg-type]
+        delete=False,  # nothing is deleted: nothing is uncertain
+        on_acked=lambda b, _: named.append(sorted(journal.dedupe.keys)),
+        visibility_timeout=VISIBILITY,
+        dedupe_window=WINDOW,
+        clock=clock,
+        wall_clock=Clock(NOW),
+    )
+    ack.start(0, inherited(1))
+    assert ack.drop_ids(2) == {"old", sqs_message(0)["MessageId"]}
+    clock.now = START + 10.0
+
+    assert ack.acknowledge_through(1).uncertain == 0
+
+    assert named == [[]]
+    assert ack.drop_ids(2) == frozenset()
+    ack.sweep()
+    assert journal.store.list("dedupe") == []
+
+
+def test_a_restarted_driver_whose_wall_clock_runs_ahead_keeps_the_dedupe_ids_a_window(
+    journal_location: str,
+) -> None:
+    """A driver records uncertain acknowledgements; the next driver starts on another host
+    whose wall clock runs two windows ahead. The record's written expiry is the first host's
+    wall clock: judged by the second's, it would be long past, and a redelivery of those
+    messages would be delivered again. The restart keeps them a whole window from its start,
+    on its own monotonic clock."""
+    options = make_options(journal_location, region="us-east-1")
+    first = Journal(journal_location, options)
+    first.state.read()
+    first.entries.write(1, 0, messages_to_table([sqs_message(n) for n in range(2)], QUEUE_URL))
+    ack, acked = make_acknowledger(first, FakeCaller())  # type: ignore[arg-type]
+    ack.start(0, inherited(1))
+    assert ack.acknowledge_through(1).uncertain == 2
+    first.state.write(JournalState(planned_batch=1, acked_batch=1))
+
+    clock = Clock(7.0)  # another host: its monotonic clock has its own origin
+    wall = Clock(NOW + 2 * WINDOW)
+    again = Journal(journal_location, options)
+    assert again.state.read().acked_batch == 1
+    restarted, _ = make_acknowledger(again, FakeCaller(), clock=clock, wall=wall)  # type: ignore[arg-type]
+    restarted.start(1, {})
+
+    clock.now += 30.0
+    assert restarted.drop_ids(2) == ids_of(0, 1), "a redelivery shortly after the start is dropped"
+    clock.now = 7.0 + WINDOW - 1.0
+    assert restarted.drop_ids(2) == ids_of(0, 1)
+    clock.now = 7.0 + WINDOW
+    assert restarted.drop_ids(2) == frozenset()
 
 
 def test_a_batch_of_this_run_is_dropped_once_its_handles_may_lapse_by_the_driver_s_clock() -> None:
@@ -688,7 +777,7 @@ def test_heartbeat_lost_messages_are_recorded_for_dedupe() -> None:
 
     ack.acknowledge_through(1)
 
-    assert journal.dedupe_records == {1: (["b1-m1"], NOW + WINDOW)}
+    assert journal.dedupe_records == {1: (["b1-m1"], START + WINDOW)}
 
 
 def test_heartbeat_extensions_keep_old_handles_valid() -> None:
@@ -778,7 +867,7 @@ class Run:
         return sorted(e["ReceiptHandle"] for a, es in self.executors.batch_calls for e in es)
 
     def dedupe(self) -> set[str]:
-        return set(self.journal.dedupe.read(self.wall.now))
+        return set(self.journal.dedupe.read(self.clock.now, WINDOW))
 
 
 def ids_of(*numbers: int) -> set[str]:

@@ -152,7 +152,9 @@ def test_after_a_slow_batch_receivers_extend_and_the_driver_reads_no_entry(world
     assert min(a.valid_until for a in plan4.acks) == pytest.approx(min(held.values()) + offset)
     world.state.latest_offset({"batch": 4})
     assert world.journal.state.read().acked_batch >= 3
-    assert not set(got) & set(world.journal.dedupe.read(world.wall.now))
+    assert not set(got) & set(
+        world.journal.dedupe.read(world.mono.now, world.options.dedupe_window)
+    )
 
 
 def test_a_slow_start_up_batch_costs_the_next_no_extension(world: World) -> None:
@@ -331,7 +333,7 @@ def test_assignments_take_each_entry_s_marker_deadline_before_the_heartbeat_look
     assert sorted(valid) == sorted(markers)
     for receiver, until in valid.items():
         assert until == pytest.approx(markers[receiver], abs=1.0)
-    assert world.journal.dedupe.read(world.wall.now) == {}
+    assert world.journal.dedupe.read(world.mono.now, world.options.dedupe_window) == {}
 
 
 def test_a_batch_its_receivers_extended_is_not_dropped_nor_read_when_planning_late(

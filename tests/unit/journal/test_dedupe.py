@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
-from spark_sqs.journal import Journal, JournalState
+from spark_sqs.journal import EXPIRES_AT, Journal, JournalState
 from tests.factories import make_options
 from tests.fakes import ListHidingStore
 
@@ -23,25 +24,48 @@ def journal(location: str) -> Journal:
     return Journal(location, make_options(location))
 
 
-def test_dedupe_record_round_trip_and_expiry(journal: Journal, location: str) -> None:
-    assert journal.dedupe.read(now=0.0) == {}
+WINDOW = 1000.0
 
-    journal.dedupe.write(3, ["a", "b"], expires_at=1000.0)
-    journal.dedupe.write(4, ["b", "c"], expires_at=2000.0)
 
-    # An id recorded twice keeps the later expiry.
-    assert journal.dedupe.read(now=500.0) == {"a": 1000.0, "b": 2000.0, "c": 2000.0}
-    assert journal.dedupe.read(now=1000.0) == {"b": 2000.0, "c": 2000.0}
-    # Expired records are removed from the journal.
+def test_dedupe_records_are_kept_a_window_on_the_writer_s_monotonic_clock(
+    journal: Journal, location: str
+) -> None:
+    assert journal.dedupe.read(now=0.0, window=WINDOW) == {}
+
+    journal.dedupe.write(3, ["a", "b"], now=0.0, window=WINDOW, wall=1_700_000_000.0)
+    journal.dedupe.write(4, ["b", "c"], now=500.0, window=WINDOW, wall=1_700_000_500.0)
+
+    # An id recorded twice keeps the later time.
+    assert journal.dedupe.read(now=600.0, window=WINDOW) == {"a": 1000.0, "b": 1500.0, "c": 1500.0}
+    assert journal.dedupe.read(now=1000.0, window=WINDOW) == {"b": 1500.0, "c": 1500.0}
+    assert list(journal.dedupe.keys.values()) == [1500.0], "markers name only the kept record"
+    # What was let go of is removed by key when collected.
+    journal.dedupe.collect(1200.0)
     assert [n[:13] for n in os.listdir(Path(location) / "dedupe")] == ["000000000004-"]
-    assert journal.dedupe.read(now=2000.0) == {}
+    journal.dedupe.collect(1500.0)
+    assert journal.dedupe.keys == {}
     assert not (Path(location) / "dedupe").exists()
 
 
-def test_dedupe_record_survives_a_restart(journal: Journal, location: str) -> None:
-    journal.dedupe.write(9, ["x"], expires_at=1_800_000_000.5)
+def test_a_record_read_at_start_is_kept_a_window_from_the_start_whatever_its_written_expiry(
+    journal: Journal, location: str
+) -> None:
+    """The written expiry is the writer's wall clock: an earlier version judges by it, never
+    this one (the reader's clocks are another host's)."""
+    journal.dedupe.write(9, ["x"], now=5.0, window=WINDOW, wall=1_700_000_000.0)
+    [key] = journal.dedupe.keys
+    data = journal.store.read(key)
+    assert data is not None
+    metadata = pa.ipc.open_file(pa.BufferReader(data)).schema.metadata
+    assert float(metadata[EXPIRES_AT]) == 1_700_000_000.0 + WINDOW
+
     again = Journal(location, make_options(location))
-    assert again.dedupe.read(now=1_700_000_000.0) == {"x": 1_800_000_000.5}
+    assert again.dedupe.read(now=40_000.0, window=WINDOW) == {"x": 40_000.0 + WINDOW}
+    # Read again by the same process, it keeps its time.
+    assert again.dedupe.read(now=40_500.0, window=WINDOW) == {"x": 40_000.0 + WINDOW}
+    assert again.dedupe.read(now=41_000.0, window=WINDOW) == {}
+    again.dedupe.collect(41_000.0)
+    assert not (Path(location) / "dedupe").exists()
 
 
 def test_dedupe_records_are_found_by_key_through_the_acknowledged_marker(
@@ -54,17 +78,17 @@ def test_dedupe_records_are_found_by_key_through_the_acknowledged_marker(
     options = make_options(journal_location, region="us-east-1")
     driver = Journal(journal_location, options)
     driver.state.read()
-    driver.dedupe.write(3, ["m1", "m2"], expires_at=2000.0, now=1000.0)
+    driver.dedupe.write(3, ["m1", "m2"], now=1000.0, window=WINDOW, wall=1_700_000_000.0)
     driver.state.write(JournalState(planned_batch=3, acked_batch=3))
 
     hidden = ListHidingStore(driver.store, lambda key: key.startswith("dedupe/"))
     restarted = Journal(journal_location, options, store=hidden)
     restarted.state.read()
-    assert restarted.dedupe.read(now=1500.0) == {"m1": 2000.0, "m2": 2000.0}
+    assert restarted.dedupe.read(now=100.0, window=WINDOW) == {"m1": 1100.0, "m2": 1100.0}
 
-    # Expired records are no longer named by later markers, and are removed when read.
-    restarted.dedupe.write(4, ["m3"], expires_at=3000.0, now=2500.0)
+    # Records let go of are no longer named by later markers.
+    restarted.dedupe.write(4, ["m3"], now=1100.0, window=WINDOW, wall=1_700_000_000.0)
     restarted.state.write(JournalState(planned_batch=4, acked_batch=4))
     again = Journal(journal_location, options, store=hidden)
     again.state.read()
-    assert again.dedupe.read(now=2600.0) == {"m3": 3000.0}
+    assert again.dedupe.read(now=0.0, window=WINDOW) == {"m3": WINDOW}

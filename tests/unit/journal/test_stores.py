@@ -91,7 +91,7 @@ def test_local_files_are_readable_by_the_owner_only(
     journal.entries.write(1, 0, table_of(0))
     root = Path(location)
 
-    journal.dedupe.write(1, ["m"], expires_at=10.0**10)
+    journal.dedupe.write(1, ["m"], now=0.0, window=60.0, wall=10.0**10)
     files = [p for p in root.rglob("*") if p.is_file()]
     assert {p.parent.name for p in files} >= {"state", "000000000001", "dedupe"}
     for path in files:
@@ -202,10 +202,10 @@ def test_s3_journal(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(JournalError, match="belongs to queue"):
         other.meta.check_owner(OTHER_QUEUE_URL)
 
-    other.dedupe.write(2, ["old"], expires_at=100.0)
-    other.dedupe.write(3, ["new"], expires_at=200.0)
-    assert journal.dedupe.read(now=150.0) == {"new": 200.0}
-    assert journal.dedupe.read(now=0.0) == {"new": 200.0}, "expired record not removed"
+    other.dedupe.write(2, ["old"], now=0.0, window=100.0, wall=1_700_000_000.0)
+    other.dedupe.write(3, ["new"], now=100.0, window=100.0, wall=1_700_000_000.0)
+    other.dedupe.collect(150.0)
+    assert journal.dedupe.read(now=10.0, window=60.0) == {"new": 70.0}
 
     other.batches.remove(2)
     assert journal.batches.list() == []
