@@ -272,7 +272,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "21600",
         "Seconds during which a message whose deletion may not have taken effect (expired "
         "handle, crash before acknowledgement) is dropped if SQS delivers it again, on the "
-        "driver's clock: a restart keeps the ids it finds for a whole window from its start.",
+        "driver's clock, counting only the time the query runs (a restart goes on from what "
+        "was left).",
         "seconds",
         0,
         14 * 86400,

@@ -557,9 +557,13 @@ class Acknowledger:
         if self._heartbeat is not None:
             self._heartbeat.forget(batch)
         self._acked = max(self._acked, batch)
-        # The acknowledged marker names the dedupe records still kept.
-        self._journal.dedupe.expire(self._clock())
+        # The acknowledged marker names the dedupe records still kept; those let go are removed
+        # now (no request when none was), not left for a sweep a short run may never reach: a
+        # record found unnamed at a start is kept a whole window again.
+        now = self._clock()
+        self._journal.dedupe.expire(now)
         self._on_acked(self._acked, stats.per_batch[-1])
+        self._journal.dedupe.collect(now)
         # A batch planned in this run without deleteAfterJournal holds what its receivers
         # write under their names (read by key); anything else goes by LIST, or to the sweep.
         by_key = batch in self._receivers and batch not in self._inherited

@@ -8,9 +8,13 @@ A record's lifetime is judged on the driver's monotonic clock only: the ids it r
 kept for the window from when it recorded them, and a record read at start (an earlier
 driver's, maybe on another host) for a whole window from that reading. Its written expiry is
 the writer's wall clock: it is kept for earlier versions (which judge by it) and for people
-reading the journal, never compared with this host's clock. A restart may so keep an id longer
-(a window from each start that reads it), never shorter; the ids are message ids, unique to
-their message, so keeping one longer drops nothing but its redeliveries.
+reading the journal, never compared with this host's clock. Each acknowledged marker names the
+records kept and how long each has left then (a duration on its writer's monotonic clock, not a
+time): a restart keeps a named record that long from its start, and any other (written but not
+named yet, or an earlier version's) a whole window. A restart may so keep an id longer (by the
+time the query was stopped), never shorter, and a query restarted often still lets a record go
+once its runs add up to the window; the ids are message ids, unique to their message, so
+keeping one longer drops nothing but its redeliveries.
 
 Keys::
 
@@ -44,8 +48,11 @@ class Dedupe(Record):
         # Records this process kept for their window and let go: removed by key (``collect``),
         # and never read again by it.
         self._expired: set[str] = set()
-        # The dedupe records the newest acknowledged marker named when the state was read.
-        self.named: list[str] = []
+        # The dedupe records the newest acknowledged marker named when the state was read,
+        # with the seconds each had left when it was written (None: a whole window).
+        self.named: dict[str, float | None] = {}
+        # When ``expire`` last ran (the caller's monotonic clock): ``left`` is counted from it.
+        self._as_of = 0.0
 
     def write(
         self, batch: int, message_ids: list[str], *, now: float, window: float, wall: float
@@ -67,10 +74,18 @@ class Dedupe(Record):
     def expire(self, now: float) -> None:
         """Let go of the records kept until ``now`` (the caller's monotonic clock): markers
         written from here on no longer name them (no I/O: ``collect`` removes them)."""
+        self._as_of = now
         gone = [k for k, until in self.keys.items() if until <= now]
         for key in gone:
             del self.keys[key]
         self._expired.update(gone)
+
+    def left(self) -> dict[str, float]:
+        """The records kept, with the seconds each has left as of the last ``expire``: what an
+        acknowledged marker names, so that a restart keeps each no longer than that."""
+        return {
+            k: round(max(0.0, until - self._as_of), 3) for k, until in sorted(self.keys.items())
+        }
 
     def collect(self, now: float) -> None:
         """Remove the records this process let go of by ``now``, by key (best effort: a record
@@ -82,10 +97,11 @@ class Dedupe(Record):
 
     def read(self, now: float, window: float) -> dict[str, float]:
         """Dedupe ids with until when (the caller's monotonic clock, as ``now``) they are kept:
-        a record this process wrote or read keeps its time, any other is kept for ``window``
-        from ``now`` (its written expiry is another clock's). The records are those the newest
-        acknowledged marker names (read by key: ``state.read`` must have run), and those a LIST
-        finds (an earlier version's, whose markers name none)."""
+        a record this process wrote or read keeps its time; one the newest acknowledged marker
+        names is kept what it had left then (at most ``window``) from ``now``; any other
+        ``window`` from ``now`` (its written expiry is another clock's). The records are those
+        the newest acknowledged marker names (read by key: ``state.read`` must have run), and
+        those a LIST finds (not named yet, or an earlier version's, whose markers name none)."""
         self.expire(now)
         out: dict[str, float] = {}
         keys = {*self.named, *self.keys, *self.store.list(PREFIX)} - self._expired
@@ -96,7 +112,8 @@ class Dedupe(Record):
             if data is None:
                 self.keys.pop(key, None)
                 continue
-            until = self.keys.setdefault(key, now + window)
+            left = self.named.get(key)
+            until = self.keys.setdefault(key, now + (window if left is None else min(left, window)))
             reader = pa.ipc.open_file(pa.BufferReader(data))
             for message_id in reader.read_all().column("messageId").to_pylist():
                 out[message_id] = max(until, out.get(message_id, 0.0))

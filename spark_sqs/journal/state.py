@@ -112,8 +112,10 @@ class State(Record):
         acked = self._newest_marker("acked", found["acked"])
         self._stale_acked = [n for n in found["acked"] if n <= acked - ACKED_MARKERS_KEPT]
         body = self.store.read(f"{PREFIX}/acked-{acked:012d}") if acked else None
-        # Markers of earlier versions are empty.
-        self._dedupe.named = list(json.loads(body).get("dedupe", ())) if body else []
+        # Markers of earlier versions are empty, or name records without what they had left.
+        doc = json.loads(body) if body else {}
+        left = doc.get("dedupeLeft", {})
+        self._dedupe.named = {key: left.get(key) for key in doc.get("dedupe", ())}
         return JournalState(planned, acked, initial, frozenset(found["retired"]))
 
     def _newest_marker(self, kind: str, listed: list[int]) -> int:
@@ -173,7 +175,10 @@ class State(Record):
         if new > old:
             # The dedupe records live now, read by key at the next start (``Dedupe.read``):
             # a listing that lags their write must not hide them.
-            doc: dict[str, Any] = {"dedupe": sorted(self._dedupe.keys)}
+            # Each with the seconds it has left (a duration, judged by no other clock): a
+            # restart keeps it no longer, so records of a query restarted often still go.
+            left = self._dedupe.left()
+            doc: dict[str, Any] = {"dedupe": sorted(left), "dedupeLeft": left}
             if metrics is not None:
                 doc["metrics"] = metrics
             self.store.create(f"{PREFIX}/acked-{new:012d}", json.dumps(doc).encode())

@@ -645,9 +645,10 @@ def test_an_acknowledged_marker_names_no_dedupe_record_kept_its_window(tmp_path:
     assert ack.acknowledge_through(1).uncertain == 0
 
     assert named == [[]]
-    assert ack.drop_ids(2) == frozenset()
-    ack.sweep()
+    # Removed at that acknowledgement, not left for a sweep a short run may never reach (a
+    # record found unnamed at a start is kept a whole window again).
     assert journal.store.list("dedupe") == []
+    assert ack.drop_ids(2) == frozenset()
 
 
 def test_a_restarted_driver_whose_wall_clock_runs_ahead_keeps_the_dedupe_ids_a_window(

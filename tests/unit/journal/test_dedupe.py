@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -92,3 +93,46 @@ def test_dedupe_records_are_found_by_key_through_the_acknowledged_marker(
     again = Journal(journal_location, options, store=hidden)
     again.state.read()
     assert again.dedupe.read(now=0.0, window=WINDOW) == {"m3": WINDOW}
+
+
+def test_a_restart_keeps_a_named_record_only_what_it_had_left(journal_location: str) -> None:
+    """A record's time is counted on each driver's monotonic clock and carried in the
+    acknowledged marker as a duration: a query restarted more often than the window (short
+    runs, e.g. a scheduled availableNow trigger) still lets it go once its runs add up to the
+    window, and a restart never keeps it shorter than what was left."""
+    options = make_options(journal_location, region="us-east-1")
+    driver = Journal(journal_location, options)
+    driver.state.read()
+    driver.dedupe.write(3, ["m1"], now=50.0, window=WINDOW, wall=1_700_000_000.0)
+    driver.dedupe.expire(650.0)
+    driver.state.write(JournalState(planned_batch=3, acked_batch=3))
+
+    # A restart on another host: a fresh monotonic clock, its wall clock irrelevant.
+    restarted = Journal(journal_location, options)
+    state = restarted.state.read()
+    assert restarted.dedupe.read(now=7.0, window=WINDOW) == {"m1": 7.0 + 400.0}
+    restarted.dedupe.expire(307.0)
+    restarted.state.write(JournalState(planned_batch=4, acked_batch=4), known=state)
+
+    again = Journal(journal_location, options)
+    again.state.read()
+    assert again.dedupe.read(now=0.0, window=WINDOW) == {"m1": 100.0}
+    assert again.dedupe.read(now=100.0, window=WINDOW) == {}
+    again.dedupe.collect(100.0)
+    assert again.store.list("dedupe") == []
+
+
+def test_a_marker_that_names_a_record_without_its_time_keeps_it_a_window(
+    journal_location: str,
+) -> None:
+    """An earlier version's marker names its records without what they have left."""
+    options = make_options(journal_location, region="us-east-1")
+    driver = Journal(journal_location, options)
+    driver.state.read()
+    driver.dedupe.write(3, ["m1"], now=0.0, window=WINDOW, wall=1_700_000_000.0)
+    [key] = driver.dedupe.keys
+    driver.store.create("state/acked-000000000003", json.dumps({"dedupe": [key]}).encode())
+
+    restarted = Journal(journal_location, options)
+    restarted.state.read()
+    assert restarted.dedupe.read(now=5.0, window=WINDOW) == {"m1": 5.0 + WINDOW}
