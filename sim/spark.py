@@ -348,6 +348,7 @@ class _TaskSet:
         self.attempts: dict[int, list[Actor]] = {i: [] for i in range(len(partitions))}
         self.results: dict[int, list[tuple[str, str]]] = {}
         self.failures: dict[int, int] = dict.fromkeys(range(len(partitions)), 0)
+        self.winners: dict[int, Actor] = {}
         self.seen: set[int] = set()
 
     def news(self) -> bool:
@@ -468,6 +469,16 @@ class SparkSim:
         # The driver removes a batch by key and sweeps leftovers later, so a leftover at the
         # end no longer shows a missing check: this does.
         self._straggler_entries: dict[tuple[int, str], Actor] = {}
+        # When (scheduler step) each journal batch was first retired (its ``_retired.json``
+        # created) or removed (its plan deleted), and by which query's process, by (store,
+        # batch): a replay's receiver whose attempt ended after another query took its batch
+        # may deliver nothing (_taken_meanwhile).
+        self._batch_gone: dict[tuple[int, int], tuple[int, int]] = {}
+        self._group_epoch: dict[str, int] = {}  # the checkpoint (epoch) each run's group runs
+        # What each receiver of each sink batch's first run yielded, by (journal batch,
+        # receiver); and the scheduler step at which each task attempt returned.
+        self._first_by_receiver: dict[int, dict[tuple[int, int], tuple[str, ...]]] = {}
+        self._task_ended: dict[Actor, int] = {}
         # The worker windows (executor/duplicates.py) of task attempts with a clock of their
         # own (``clocks``): a Python worker runs on one host, so the tasks that share its
         # window share its clock; an attempt with a clock of its own is a worker of its own.
@@ -864,6 +875,8 @@ class SparkSim:
             self._lease_written(store, key)
         if _ENTRY_FILE.match(key):
             self._straggler_entry(store, method, key)
+        if _GONE_KEY.match(key):
+            self._batch_went(store, method, key)
         if self._created_while_deleted is not None and store is self.store:
             self._created_meanwhile(store, method, key)
 
@@ -877,6 +890,23 @@ class SparkSim:
             self._created_while_deleted.add(key)  # type: ignore[union-attr]
         elif method == "delete" and store.peek(key) is None:
             self._created_while_deleted.discard(key)  # type: ignore[union-attr]
+
+    def _batch_went(self, store: SimJournalStore, method: str, key: str) -> None:
+        """Note when a journal batch stopped being live (retired: its marker created; removed:
+        its plan deleted), and which query's process did it."""
+        match = _GONE_KEY.match(key)
+        actor = self.sched.current()
+        if match is None or actor is None:
+            return
+        retired = (
+            method == "create" and key.endswith("/_retired.json") and store.peek(key) is not None
+        )
+        removed = method == "delete" and key.endswith("/_plan.json") and store.peek(key) is None
+        if not (retired or removed):
+            return
+        epoch = self._group_epoch.get(actor.group.split("/")[0])
+        if epoch is not None:
+            self._batch_gone.setdefault((id(store), int(match.group(1))), (self.sched.steps, epoch))
 
     def _straggler_entry(self, store: SimJournalStore, method: str, key: str) -> None:
         """Note an entry a task created in a batch that is not live (no plan, carry, release or
@@ -1237,6 +1267,7 @@ class SparkSim:
         query's that took the journal over from run ``owner`` (its own checkpoint)."""
         sched = self.sched
         ckpt = self.ckpt if ckpt is None else ckpt
+        self._group_epoch[group] = ckpt.epoch
         rng = self.rng if owner is None else self._query2_rng
         driver = self._start_driver(group, opts)
         options = driver.options
@@ -1341,13 +1372,20 @@ class SparkSim:
             if skip:
                 self.event(f"batch {batch_id}: sink has it; tasks not run")
             else:
-                rows = self._run_tasks(group, batch_id, shipped, rng)
+                rows, by_receiver = self._run_tasks(group, batch_id, shipped, rng)
                 ids = tuple(sorted(m for m, _ in rows))
                 runs = self.executions.setdefault(key, [])
+                if not runs:
+                    self._first_by_receiver[key] = {k: v[0] for k, v in by_receiver.items()}
                 # poisonMessagePolicy=deadLetter narrows a batch that keeps failing: its replay
                 # holds fewer of its messages (the documented exception), never others.
                 narrowed = self.config.poison and bool(runs) and set(ids) < set(runs[0])
-                if runs and runs[0] != ids and not narrowed:
+                if (
+                    runs
+                    and runs[0] != ids
+                    and not narrowed
+                    and not self._taken_meanwhile(key, group, ckpt, by_receiver)
+                ):
                     self.violation(
                         f"batch {batch_id} ran again with other rows: first {len(runs[0])} "
                         f"ids, now {len(ids)} (missing {sorted(set(runs[0]) - set(ids))[:5]}, "
@@ -1362,6 +1400,42 @@ class SparkSim:
         sched.point("spark: write commit log")
         ckpt.commit_log.add(batch_id)
         self.event(f"commit log {batch_id}")
+
+    def _taken_meanwhile(
+        self,
+        key: int,
+        group: str,
+        ckpt: Checkpoint,
+        by_receiver: dict[tuple[int, int], tuple[tuple[str, ...], int]],
+    ) -> bool:
+        """The other documented exception to "a replay holds exactly what the first attempt
+        planned" (docs/design.md, step 3 of the protocol, and Limits): a receiver whose batch
+        another query adopted (retired) or removed meanwhile delivers nothing, as every read of
+        a batch that is no longer live does. Receivers are tasks of their own: those that read
+        before the takeover replay their entries, those that read after it deliver nothing. So
+        a replay may differ only in receivers that yielded nothing now, each of whose winning
+        attempt ended after a process of another checkpoint took its journal batch; every other
+        receiver yields exactly what it yielded first."""
+        first = self._first_by_receiver.get(key)
+        if first is None or set(first) != set(by_receiver):
+            return False
+        store = id(self.run_stores[group].inner)
+        excused = []
+        for slot, (ids, ended) in sorted(by_receiver.items()):
+            if ids == first[slot]:
+                continue
+            gone = self._batch_gone.get((store, slot[0]))
+            if ids or gone is None or gone[1] == ckpt.epoch or gone[0] > ended:
+                return False
+            excused.append(slot)
+        for journal_batch, receiver in excused:
+            self.event(
+                f"receiver {receiver} of journal batch {journal_batch} delivered nothing in "
+                "this replay: another query took the batch before its attempt ended"
+            )
+        if excused:
+            self.stats["replays_taken_meanwhile"] = self.stats.get("replays_taken_meanwhile", 0) + 1
+        return bool(excused)
 
     def _sink_commit(self, batch_id: int, rows: list[tuple[str, str]]) -> None:
         kind = self.config.sink
@@ -1379,7 +1453,9 @@ class SparkSim:
 
     def _run_tasks(
         self, group: str, batch_id: int, shipped: list[bytes], rng: random.Random
-    ) -> list[tuple[str, str]]:
+    ) -> tuple[list[tuple[str, str]], dict[tuple[int, int], tuple[tuple[str, ...], int]]]:
+        """Run the batch's tasks as Spark does; the winners' rows, and by (journal batch,
+        receiver) the ids each winner yielded and the scheduler step at which it ended."""
         ts = _TaskSet(batch_id, shipped)
         # Task waves (Config.waves): attempts beyond the run's slots wait for one to free, in
         # launch order, as Spark's scheduler holds tasks back without a free executor core.
@@ -1426,6 +1502,7 @@ class SparkSim:
                         continue  # a loser or straggler: its output is discarded
                     if a.error is None and not a.killed:
                         ts.results[i] = a.result
+                        ts.winners[i] = a
                         for other in attempts:
                             if other is not a and not other.done:
                                 if rng.random() < 0.5:
@@ -1446,9 +1523,14 @@ class SparkSim:
             if slots is not None:
                 self.stats["waves_peak"] = max(self.stats.get("waves_peak", 0), running())
         rows: list[tuple[str, str]] = []
+        by_receiver: dict[tuple[int, int], tuple[tuple[str, ...], int]] = {}
         for i in sorted(ts.results):
             rows.extend(ts.results[i])
-        return rows
+            winner = ts.winners[i]
+            journal_batch, receiver = self._slot[winner][:2]
+            ids = tuple(sorted(m for m, _ in ts.results[i]))
+            by_receiver[(journal_batch, receiver)] = (ids, self._task_ended.get(winner, 0))
+        return rows, by_receiver
 
     def _launch(self, ts: _TaskSet, group: str, index: int, delay: float = 0.0) -> None:
         attempt = len(ts.attempts[index])
@@ -1480,6 +1562,9 @@ class SparkSim:
                     )
                 )
                 self.sched.point("task: yielded rows")
+            me = self.sched.current()
+            if me is not None:
+                self._task_ended[me] = self.sched.steps
             return rows
 
         actor = self.sched.spawn(name, f"{group}/exec", "task", task)
@@ -1995,6 +2080,7 @@ _BATCH_FILE = re.compile(r"^batches/(\d+)/")
 # What an attempt writes into its batch and must remove itself if the batch was finished by
 # then: its entry, its poison attempt record.
 _ENTRY_FILE = re.compile(r"^batches/\d+/(\d{5,}\.arrow|attempts/[^/]+\.json)$")
+_GONE_KEY = re.compile(r"^batches/(\d+)/(_retired|_plan)\.json$")
 _LEASE_KEY = re.compile(r"^lease/(\d{12})\.json$")
 # SQS calls that receive, acknowledge, delete or release messages.
 _MESSAGE_CALLS = frozenset(
