@@ -93,5 +93,7 @@ def test_a_worker_opens_no_connection_after_its_first_deletes(
     # The first batches open the connections (so the proxy does count them) ...
     assert sum(opened[:2]) >= 2, opened
     # ... and the third and later batches, whose receivers delete the previous batch's
-    # messages as the second's did, open none.
-    assert opened[2:] == [0] * (BATCHES - 2), opened
+    # messages as the second's did, open none: at most two in all, when a loaded machine
+    # started the second batch's delete threads too late to overlap (a client that leaks one
+    # connection a batch opens four here, one rebuilt per call 24).
+    assert sum(opened[2:]) <= 2, opened
