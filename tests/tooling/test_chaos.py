@@ -1057,3 +1057,19 @@ def test_report_shows_the_cluster_figures_for_cluster_scenarios_only():
     assert "| standard | 2 |" not in text
     assert "visibilityTimeout 20 s" in text and "after it at most 8 s" in text
     assert "Cluster:" not in render([Outcome("standard", drained=True)], args)
+
+
+def test_a_cluster_run_without_a_speculative_attempt_fails_and_is_run_again_only_if_clean():
+    """A cluster scenario must see a speculative attempt to pass; one that kept every message
+    once without it is run again with the next seed (chaos/run.py ``main``), one that lost a
+    message is not."""
+    from chaos.cluster import EventLogCounts
+    from chaos.run import Outcome
+
+    clean = Outcome("standard-cluster", cluster=True, drained=True)
+    assert not clean.passed and clean.only_speculation_missing
+    lost = replace(clean, lost=1)
+    assert not lost.passed and not lost.only_speculation_missing
+    exercised = replace(clean, events=EventLogCounts(speculative=1))
+    assert exercised.passed and not exercised.only_speculation_missing
+    assert not Outcome("standard", drained=True).only_speculation_missing
