@@ -60,7 +60,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from ..errors import JournalOutcomeUnknown
-from .plans import plan_key
+from .plans import BatchPlan, plan_key
 from .state import PLANNED_MARKERS_KEPT
 from .state import PREFIX as STATE_PREFIX
 from .stores import JournalRoot, JournalStore, Record, ipc_bytes
@@ -78,6 +78,9 @@ _BATCH = re.compile(r"^window/(\d{12})/")
 # Planned markers a writer of a removed batch probes, PLANNED_MARKERS_KEPT numbers apart, for
 # a newer number (_kept_above): a writer that stalled for up to 65,536 batches finds one.
 FORWARD_PROBES = 4096
+# Batches a starting driver reads down from the newest acknowledged one for a recorded
+# ``windowFrom`` when that batch has no seal (``Window.start_from``).
+START_PROBES = 16
 # Creates of one key whose outcome stays unknown before the error is passed on.
 _UNKNOWN_RETRIES = 3
 # Margin on the driver's monotonic clock before a removed batch leaves the range: covers a
@@ -499,11 +502,28 @@ class Window(Record):
         self.range.removed(batch)
 
     def start_from(self, acked: int) -> int:
-        """At the driver's start: the oldest batch that may hold live ids, from the seal of the
-        newest acknowledged one (its sealer's ``windowFrom``), else the batch after it."""
+        """At the driver's start: the oldest batch that may hold live ids. The seal of the
+        newest acknowledged batch names its sealer's ``windowFrom``. A driver that died
+        between the acknowledged marker and the seal (``before_removal``) left none: then the
+        batch's plan names the ``windowFrom`` it was planned with (removed only after the
+        seal), and a batch with neither (a carry batch) defers to the one below it. A record
+        judged earlier is never too late: every batch removed since was pending then, so at
+        or above it. The batch after ``acked`` only when the seal has no ``windowFrom`` (an
+        earlier version's, whose segments expire by name) or nothing is found within
+        START_PROBES batches (their segments were swept: below an earlier driver's range)."""
         table = read_table(self.store, merged_key(acked)) if acked > 0 else None
-        found = window_from_of(table) if table is not None else None
-        return found if found is not None else acked + 1
+        if table is not None:
+            found = window_from_of(table)
+            return found if found is not None else acked + 1
+        for batch in range(acked, max(0, acked - START_PROBES), -1):
+            sealed = read_table(self.store, merged_key(batch)) if batch != acked else None
+            found = window_from_of(sealed) if sealed is not None else None
+            if found is None and sealed is None:
+                data = self.store.read(plan_key(batch))
+                found = BatchPlan.from_json(data).window_from if data is not None else None
+            if found is not None:
+                return found
+        return acked + 1
 
     def legacy_until(self, now: float) -> float | None:
         """At the driver's start (one LIST): the latest expiry of an earlier version's live

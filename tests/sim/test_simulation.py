@@ -295,6 +295,15 @@ def test_the_unkind_world(dimensions: list[str]) -> None:
             5167,
             "DUPLICATED across batches",
         ),
+        # 7. A driver died between a batch's acknowledged marker and its duplicate-window
+        # seal: the next start's range began after that batch, swept the seal of the one
+        # before, and a copy SQS redelivered within the window reached the sink.
+        pytest.param(
+            7,
+            "clocks,stalls,waves,pauses,lying,lag,query2,diverge,races",
+            25153,
+            "DUPLICATED across batches",
+        ),
     ],
 )
 def test_the_holes_the_unkind_world_found_stay_closed(

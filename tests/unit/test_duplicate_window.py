@@ -226,6 +226,62 @@ def test_a_batch_is_sealed_before_its_plan_is_removed(location: str) -> None:
     assert cache.seen(ids(1)) == set(ids(1))
 
 
+def restarted_range(journal: Journal, acked: int) -> window.WindowRange:
+    """The range a driver starting now builds (``Coordinator.start``), on a fresh clock."""
+    return window.WindowRange(600, clock=lambda: 0.0, start_from=journal.window.start_from(acked))
+
+
+@pytest.mark.parametrize("newest", ["planned", "carry"])
+def test_a_driver_that_died_before_sealing_its_newest_acknowledged_batch_keeps_older_ids(
+    location: str, newest: str
+) -> None:
+    """A driver dies between batch 3's acknowledged marker and its seal (``before_removal``).
+    Batch 2, acknowledged and removed a moment before, holds ids deleted within the window.
+    The next driver's range must still start at or below 2: from batch 3's plan (the
+    ``windowFrom`` it was planned with), or, for a batch with no plan (a carry batch), from
+    batch 2's seal. Starting after the acknowledged batch forgot batch 2: its seal was swept
+    at that start and a redelivered copy reached the sink (seed 25153, ``--unkind all``)."""
+    journal, store = journal_at(location)
+    window.seal_batch(store, 1, (0,), window.segment_table(ids(1)), window_from=1)
+    window.seal_batch(store, 2, (0,), window.segment_table(ids(2)), window_from=1)
+    if newest == "planned":
+        journal.plans.write(BatchPlan(3, (ReceiverPlan(0, 10),), window_from=2))
+    journal.window.write(ids(3), batch=3, who="r000000")
+    assert store.inner.read(window.merged_key(3)) is None, "batch 3 not sealed"
+    store.calls.clear()
+    start = journal.window.start_from(3)
+    assert start == (2 if newest == "planned" else 1)
+    reads = [k for m, k in store.calls if m == "read"]
+    assert reads[:2] == [window.merged_key(3), plan_key(3)], "by key"
+    assert not [c for c in store.calls if c[0] == "list"]
+    journal.window.range = restarted_range(journal, 3)
+    # Only what is below the recorded range goes (batch 1's seal, when batch 3's plan says 2).
+    assert journal.window.collect(NOW, oldest_pending=3) == start - 1
+    assert store.inner.read(window.merged_key(2)) is not None, "batch 2's seal is kept"
+    cache = duplicates.DuplicateWindow(600)
+    cache.refresh(
+        store,
+        NOW,
+        lookup(4, start=journal.window.range.window_from(3)),
+        journal.batches.live_receivers,
+    )
+    assert cache.seen(ids(2)) == set(ids(2)), "a copy of batch 2's id is dropped"
+
+
+def test_a_starting_driver_reads_a_sealed_batch_s_range_from_its_seal_alone(
+    location: str,
+) -> None:
+    journal, store = journal_at(location)
+    window.seal_batch(store, 5, (0,), window.segment_table(ids(1)), window_from=3)
+    store.calls.clear()
+    assert journal.window.start_from(5) == 3
+    assert store.calls == [("read", window.merged_key(5))]
+    # Nothing recorded within START_PROBES batches below: their segments were swept.
+    store.calls.clear()
+    assert journal.window.start_from(40) == 41
+    assert len(store.calls) == 1 + 1 + 2 * (window.START_PROBES - 1)
+
+
 def test_a_writer_stalled_past_the_window_forwards_the_segment_of_its_swept_batch(
     location: str,
 ) -> None:
