@@ -140,6 +140,13 @@ def _inspect(args: argparse.Namespace) -> int:
             # batch -> messages journaled and not yet deleted
             "unacknowledgedBatches": {str(b): n for b, n in pending.items()},
             "unacknowledgedMessages": sum(pending.values()),
+            # batch -> planned receivers with nothing journaled yet: their tasks have not run,
+            # are receiving, or died before journaling (a replay receives for them afresh)
+            "receiversWithoutEntry": {
+                str(b): missing
+                for b, receivers in live.items()
+                if (missing := [r for r in receivers if not journal.entries.has_journaled(b, r)])
+            },
             "recentBatches": journal.metrics.read()[-5:],
         }
         # Poison batches (driver/poison.py): batches read by attempts that did not complete, their

@@ -21,8 +21,9 @@ def queue_url(mocked_sqs: Any) -> str:
 def test_send_then_inspect_reports_backlog_and_journal(queue_url, tmp_path, capsys) -> None:
     assert main(["send", "--queue-url", queue_url, "--count", "25"]) == 0
     journal = Journal(str(tmp_path / "j"), make_options(str(tmp_path / "j")))
-    # Batch 3 is pending: its plan names receiver 0, whose entry holds two messages.
-    journal.plans.write(BatchPlan(3, (ReceiverPlan(0, 2),)))
+    # Batch 3 is pending: its plan names receivers 0 and 1; 0's entry holds two messages, 1
+    # has journaled nothing yet.
+    journal.plans.write(BatchPlan(3, (ReceiverPlan(0, 2), ReceiverPlan(1, 2))))
     journal.entries.write(3, 0, messages_to_table([sqs_message(1), sqs_message(2)], queue_url))
     journal.state.write(JournalState(planned_batch=3, acked_batch=2, initial_batch=0))
     capsys.readouterr()
@@ -32,6 +33,7 @@ def test_send_then_inspect_reports_backlog_and_journal(queue_url, tmp_path, caps
     assert report["visible"] == 25 and report["inFlight"] == 0
     assert report["journal"]["plannedBatch"] == 3
     assert report["journal"]["unacknowledgedBatches"] == {"3": 2}
+    assert report["journal"]["receiversWithoutEntry"] == {"3": [1]}
     assert "AQEB" not in json.dumps(report), "no receipt handles in the output"
 
 
