@@ -274,6 +274,40 @@ def test_a_stalled_writer_of_an_idle_queue_forwards_into_the_next_batch_to_be_pl
     assert cache.seen(ids(2)) == set(ids(2))
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="a reader takes a batch with no plan and no seal for one that holds nothing "
+    "(duplicates._read_batch), but a segment forwarded into a number not handed out yet "
+    "stays there when that number is then handed out and never planned (a driver killed "
+    "between its planned marker and Spark's offset log): its ids are never read",
+)
+def test_a_segment_forwarded_into_a_number_that_is_never_planned_is_still_read(
+    location: str,
+) -> None:
+    """An idle queue: the driver deleted batch 7 itself, sealed and removed it. A straggler of
+    batch 7 deletes a redelivery afterwards: its segment goes on to batch 8, not numbered yet.
+    The driver numbers 8 and dies before Spark logs the offset; the restart numbers and plans
+    9 (its windowFrom from batch 7's seal). Batch 8 never gets a plan or a seal, so a reader
+    of 9 must still read its forwarded segment, or a copy SQS hands out is delivered again."""
+    journal, store = journal_at(location)
+    planned_on_a_window_clock(journal, 7)
+    journal.plans.write(BatchPlan(7, (ReceiverPlan(0, 10),)))
+    journal.window.write(ids(1), batch=7, who="r000000")
+    journal.batches.remove(7)
+    assert window.read_table(store, window.merged_key(7)) is not None
+    journal.window.write(ids(2), batch=7, who="r000000")
+    assert store.inner.read(window.part_key(8, "x", 0)) is not None, "forwarded to batch 8"
+    # The dead driver's number, then the restart's, which is planned.
+    journal.state.write(JournalState(planned_batch=8), JournalState(planned_batch=7))
+    journal.state.write(JournalState(planned_batch=9), JournalState(planned_batch=8))
+    start = journal.window.start_from(7)
+    assert start <= 8
+    journal.plans.write(BatchPlan(9, (ReceiverPlan(0, 10),), window_from=start))
+    cache = duplicates.DuplicateWindow(600)
+    cache.refresh(store, time.time(), lookup(9, start=start), journal.batches.live_receivers)
+    assert cache.seen(ids(1, 2)) == set(ids(1, 2))
+
+
 @pytest.mark.parametrize("span", [1, 12, 60])
 def test_a_worker_holds_a_few_slices_of_batches_and_forgets_them_below_the_range(
     tmp_path: Any, span: int
