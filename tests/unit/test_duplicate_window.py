@@ -308,6 +308,75 @@ def test_a_segment_forwarded_into_a_number_that_is_never_planned_is_still_read(
     assert cache.seen(ids(1, 2)) == set(ids(1, 2))
 
 
+class _DriverDeletes:
+    """The driver's batch deleter: every delete succeeds."""
+
+    queue_url = QUEUE_URL
+
+    def delete(self, entries: Any) -> BatchResult:
+        return BatchResult(succeeded=[e.message_id for e in entries])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the acknowledged marker is written before the batch's seal when the driver "
+    "acknowledges a batch with no messages (Acknowledger._finish: on_acked, then "
+    "Batches.remove seals): a driver killed between the two leaves a newest acknowledged "
+    "batch without a seal, and Window.start_from then starts the restarted driver's range "
+    "after it, dropping batches removed within the window before the crash",
+)
+def test_a_restart_after_the_acked_marker_of_an_unsealed_batch_keeps_earlier_batches_in_range(
+    location: str,
+) -> None:
+    """Batch 5's messages are deleted by the driver (sealed, removed, in the range for the
+    window). Batch 6 holds no message: the driver acknowledges it without a delete, so no
+    seal precedes its acknowledged marker, and the driver is killed between that marker and
+    the seal its removal makes. The restart's range must still hold batch 5: a copy of one of
+    its messages SQS hands out within the window is dropped."""
+    from spark_sqs.acknowledgement.acknowledger import Acknowledger
+    from spark_sqs.acknowledgement.rule import By
+
+    journal, store = journal_at(location)
+    clock = planned_on_a_window_clock(journal, 6)
+    for batch, messages in ((5, [sqs_message(1)]), (6, [])):
+        journal.plans.write(BatchPlan(batch, (ReceiverPlan(0, 10),), window_from=5))
+        journal.entries.write(batch, 0, messages_to_table(messages, QUEUE_URL))
+    known = [JournalState(planned_batch=6, acked_batch=4)]
+
+    def on_acked(batch: int, counters: Any) -> None:
+        state = JournalState(planned_batch=6, acked_batch=batch)
+        journal.state.write(state, known[0], metrics=counters)
+        known[0] = state
+
+    ack = Acknowledger(
+        journal,
+        _DriverDeletes(),  # type: ignore[arg-type]
+        delete=True,
+        on_acked=on_acked,
+        visibility_timeout=120,
+        dedupe_window=600,
+        clock=lambda: clock[0],
+        duplicate_window=600,
+    )
+    ack.start(4, {5: (0,), 6: (0,)})
+    ack.acknowledge_through(5, by=By.DRIVER)
+    assert window.read_table(store, window.merged_key(5)) is not None
+
+    def killed(method: str, key: str) -> None:
+        if method == "create" and key == window.merged_key(6):
+            raise RuntimeError("driver killed")
+
+    store.before = killed
+    clock[0] = 10.0
+    with pytest.raises(RuntimeError):
+        ack.acknowledge_through(6, by=By.DRIVER)
+    store.before = None
+    assert journal.state.read().acked_batch == 6
+    # The restart, seconds later: its range starts from the newest acknowledged batch's seal.
+    start = journal.window.start_from(journal.state.read().acked_batch)
+    assert start <= 5
+
+
 @pytest.mark.parametrize("span", [1, 12, 60])
 def test_a_worker_holds_a_few_slices_of_batches_and_forgets_them_below_the_range(
     tmp_path: Any, span: int
