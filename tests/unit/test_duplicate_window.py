@@ -212,6 +212,45 @@ def test_a_segment_created_while_the_seal_was_made_is_forwarded_by_the_sealer(
     assert cache.seen(ids(1, 2)) == set(ids(1, 2))
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="seal_batch probes for segments created while it read only when its own create "
+    "made the seal: a sealer killed between the create and its probe leaves such a segment "
+    "unforwarded, and its retry (or the driver's before_removal) finds the seal and probes "
+    "nothing",
+)
+def test_a_segment_created_while_a_sealer_that_then_died_sealed_is_still_forwarded(
+    location: str,
+) -> None:
+    """As above, but the sealer (a receiver of batch 8) is killed right after its seal's
+    create, before its probe; Spark retries its task, whose seal finds batch 7 sealed. The
+    straggler's segment, created between the first sealer's reads and its create (its writer
+    saw no seal), must still reach a reader that reads batch 7's seal."""
+    journal, store = journal_at(location)
+    late = window.segment_table(ids(2))
+
+    def straggler(method: str, key: str) -> None:
+        if method == "create" and key == window.merged_key(7):
+            store.before = None
+            window.create_dense(store.inner, 7, "r000000", window.ipc_bytes(late))
+
+    def killed(method: str, key: str) -> None:
+        if method == "create" and key == window.merged_key(7):
+            store.after = None
+            raise RuntimeError("task killed")
+
+    journal.window.write(ids(1), batch=7, who="r000000")
+    store.before, store.after = straggler, killed
+    seal = window.Seal(7, (0,))
+    with pytest.raises(RuntimeError):
+        journal.window.write([], batch=8, who="r000001", seal=seal)
+    # Spark's retry of the sealer's task.
+    journal.window.write([], batch=8, who="r000001", seal=seal)
+    cache = duplicates.DuplicateWindow(600)
+    cache.refresh(store, NOW, lookup(8, (1,), start=7))
+    assert cache.seen(ids(1, 2)) == set(ids(1, 2))
+
+
 def test_a_batch_is_sealed_before_its_plan_is_removed(location: str) -> None:
     journal, store = journal_at(location)
     journal.plans.write(BatchPlan(4, (ReceiverPlan(0, 10), ReceiverPlan(1, 10))))
@@ -328,6 +367,109 @@ def test_a_stalled_writer_of_an_idle_queue_forwards_into_the_next_batch_to_be_pl
     cache = duplicates.DuplicateWindow(600)
     cache.refresh(store, time.time(), lookup(31, start=31), journal.batches.live_receivers)
     assert cache.seen(ids(2)) == set(ids(2))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a reader takes a batch with no plan and no seal for one that holds nothing "
+    "(duplicates._read_batch), but a segment forwarded into a number not handed out yet "
+    "stays there when that number is then handed out and never planned (a driver killed "
+    "between its planned marker and Spark's offset log): its ids are never read",
+)
+def test_a_segment_forwarded_into_a_number_that_is_never_planned_is_still_read(
+    location: str,
+) -> None:
+    """An idle queue: the driver deleted batch 7 itself, sealed and removed it. A straggler of
+    batch 7 deletes a redelivery afterwards: its segment goes on to batch 8, not numbered yet.
+    The driver numbers 8 and dies before Spark logs the offset; the restart numbers and plans
+    9 (its windowFrom from batch 7's seal). Batch 8 never gets a plan or a seal, so a reader
+    of 9 must still read its forwarded segment, or a copy SQS hands out is delivered again."""
+    journal, store = journal_at(location)
+    planned_on_a_window_clock(journal, 7)
+    journal.plans.write(BatchPlan(7, (ReceiverPlan(0, 10),)))
+    journal.window.write(ids(1), batch=7, who="r000000")
+    journal.batches.remove(7)
+    assert window.read_table(store, window.merged_key(7)) is not None
+    journal.window.write(ids(2), batch=7, who="r000000")
+    assert store.inner.read(window.part_key(8, "x", 0)) is not None, "forwarded to batch 8"
+    # The dead driver's number, then the restart's, which is planned.
+    journal.state.write(JournalState(planned_batch=8), JournalState(planned_batch=7))
+    journal.state.write(JournalState(planned_batch=9), JournalState(planned_batch=8))
+    start = journal.window.start_from(7)
+    assert start <= 8
+    journal.plans.write(BatchPlan(9, (ReceiverPlan(0, 10),), window_from=start))
+    cache = duplicates.DuplicateWindow(600)
+    cache.refresh(store, time.time(), lookup(9, start=start), journal.batches.live_receivers)
+    assert cache.seen(ids(1, 2)) == set(ids(1, 2))
+
+
+class _DriverDeletes:
+    """The driver's batch deleter: every delete succeeds."""
+
+    queue_url = QUEUE_URL
+
+    def delete(self, entries: Any) -> BatchResult:
+        return BatchResult(succeeded=[e.message_id for e in entries])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the acknowledged marker is written before the batch's seal when the driver "
+    "acknowledges a batch with no messages (Acknowledger._finish: on_acked, then "
+    "Batches.remove seals): a driver killed between the two leaves a newest acknowledged "
+    "batch without a seal, and Window.start_from then starts the restarted driver's range "
+    "after it, dropping batches removed within the window before the crash",
+)
+def test_a_restart_after_the_acked_marker_of_an_unsealed_batch_keeps_earlier_batches_in_range(
+    location: str,
+) -> None:
+    """Batch 5's messages are deleted by the driver (sealed, removed, in the range for the
+    window). Batch 6 holds no message: the driver acknowledges it without a delete, so no
+    seal precedes its acknowledged marker, and the driver is killed between that marker and
+    the seal its removal makes. The restart's range must still hold batch 5: a copy of one of
+    its messages SQS hands out within the window is dropped."""
+    from spark_sqs.acknowledgement.acknowledger import Acknowledger
+    from spark_sqs.acknowledgement.rule import By
+
+    journal, store = journal_at(location)
+    clock = planned_on_a_window_clock(journal, 6)
+    for batch, messages in ((5, [sqs_message(1)]), (6, [])):
+        journal.plans.write(BatchPlan(batch, (ReceiverPlan(0, 10),), window_from=5))
+        journal.entries.write(batch, 0, messages_to_table(messages, QUEUE_URL))
+    known = [JournalState(planned_batch=6, acked_batch=4)]
+
+    def on_acked(batch: int, counters: Any) -> None:
+        state = JournalState(planned_batch=6, acked_batch=batch)
+        journal.state.write(state, known[0], metrics=counters)
+        known[0] = state
+
+    ack = Acknowledger(
+        journal,
+        _DriverDeletes(),  # type: ignore[arg-type]
+        delete=True,
+        on_acked=on_acked,
+        visibility_timeout=120,
+        dedupe_window=600,
+        clock=lambda: clock[0],
+        duplicate_window=600,
+    )
+    ack.start(4, {5: (0,), 6: (0,)})
+    ack.acknowledge_through(5, by=By.DRIVER)
+    assert window.read_table(store, window.merged_key(5)) is not None
+
+    def killed(method: str, key: str) -> None:
+        if method == "create" and key == window.merged_key(6):
+            raise RuntimeError("driver killed")
+
+    store.before = killed
+    clock[0] = 10.0
+    with pytest.raises(RuntimeError):
+        ack.acknowledge_through(6, by=By.DRIVER)
+    store.before = None
+    assert journal.state.read().acked_batch == 6
+    # The restart, seconds later: its range starts from the newest acknowledged batch's seal.
+    start = journal.window.start_from(journal.state.read().acked_batch)
+    assert start <= 5
 
 
 @pytest.mark.parametrize("span", [1, 12, 60])
