@@ -412,14 +412,6 @@ class _DriverDeletes:
         return BatchResult(succeeded=[e.message_id for e in entries])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the acknowledged marker is written before the batch's seal when the driver "
-    "acknowledges a batch with no messages (Acknowledger._finish: on_acked, then "
-    "Batches.remove seals): a driver killed between the two leaves a newest acknowledged "
-    "batch without a seal, and Window.start_from then starts the restarted driver's range "
-    "after it, dropping batches removed within the window before the crash",
-)
 def test_a_restart_after_the_acked_marker_of_an_unsealed_batch_keeps_earlier_batches_in_range(
     location: str,
 ) -> None:
