@@ -1287,7 +1287,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster.add_argument(
         "--speculation-hold",
         type=float,
-        default=180.0,
+        default=300.0,
         help="until the first speculative attempt is on record, kills wait while a slowed task "
         "waits for its copy, at most this many seconds a run (chaos/kills.py)",
     )
