@@ -86,6 +86,12 @@ class Quarantines:
     _planned: dict[tuple[int, int], list[_Planned]] = field(default_factory=dict)
     _latest: dict[tuple[str, int], _Planned] = field(default_factory=dict)  # (run, batch)
     decisions: dict[str, Decision] = field(default_factory=dict)
+    # The order of what follows: sink takes of narrowed batches, and narrowing steps.
+    _events: int = 0
+    # Sink batch ids that took a journal batch, with when: (event, journal batch, sink batch).
+    _sunk: list[tuple[int, int, int]] = field(default_factory=list)
+    # What each narrowing step carried out, with when, by (journal batch, step).
+    _carried: dict[tuple[int, int], tuple[int, frozenset[str]]] = field(default_factory=dict)
     # Sends to the dead-letter queue, by source message id: [run, its ``.sent`` marker seen].
     _sends: dict[str, list[list[str | bool]]] = field(default_factory=dict)
 
@@ -110,10 +116,27 @@ class Quarantines:
 
     def sank(self, run: str, batches: set[int], sink_batch: int) -> None:
         """``run``'s sink took its Spark batch (``sink_batch``) holding ``batches``."""
+        self._events += 1
         for batch in batches:
+            self._sunk.append((self._events, batch, sink_batch))
             entry = self._latest.get((run, batch))
             if entry is not None:
                 entry.sank = sink_batch
+
+    def carried_after_sink(self, message_id: str) -> list[int]:
+        """The sink batch ids that took a journal batch from which a later narrowing step
+        carried ``message_id`` out: the step counted the run that gave the batch to the sink
+        (and died before Spark's commit log) as a failed attempt, and the carried message
+        arrives again in a later batch (docs/design.md, Limits: duplicates of at most what the
+        step left out). A sink that skips a batch id it has never runs that narrowed replay,
+        so no execution of it shows the message left out."""
+        out = []
+        for at, batch, sink_batch in self._sunk:
+            for (narrowed, _), (when, ids) in self._carried.items():
+                if narrowed == batch and when > at and message_id in ids:
+                    out.append(sink_batch)
+                    break
+        return out
 
     def sunk_at_the_step(self, message_id: str) -> list[int]:
         """The sink batch ids that runs at the step before ``message_id``'s quarantine gave to
@@ -142,10 +165,15 @@ class Quarantines:
         data = peek(key) if match is not None else None
         if match is None or data is None:
             return
-        quarantined = json.loads(data).get("quarantined", [])
+        batch, step = int(match.group(1)), int(match.group(2))
+        doc = json.loads(data)
+        if (batch, step) not in self._carried:
+            self._events += 1
+            carried = frozenset(i for ids in doc.get("carried", {}).values() for i in ids)
+            self._carried[(batch, step)] = (self._events, carried)
+        quarantined = doc.get("quarantined", [])
         if not quarantined:
             return
-        batch, step = int(match.group(1)), int(match.group(2))
         directory = batch_dir(batch)
         plan = peek(f"{directory}/_plan.json")
         receiving = (

@@ -124,3 +124,27 @@ def test_a_receiver_that_receives_without_an_entry_needs_max_batch_attempts_more
     assert _record(three, at=2, journal=waiting).excuse(INNOCENT) is not None
     # An adopted receiver (limit 0) or one that journaled does not wait.
     assert _record([("run3", True, None)], journal=_journal(journaled=(0,))).excuse(INNOCENT)
+
+
+def test_a_message_carried_out_after_the_sink_took_its_batch_is_the_narrowing_limit() -> None:
+    # A run's sink took journal batch 7 as sink batch 4 and the run died before Spark's commit
+    # log; the next plan narrowed it and carried the message out (a sink that skips batch 4 on
+    # the replay never runs it): the documented duplicate of what a step leaves out.
+    q = Quarantines()
+    store = _journal(journaled=(0, 1))
+    key, doc = _narrow(1)
+    store[key] = doc
+    q.narrowed(key, store.get)  # carried out before the sink took the batch: not this limit
+    q.sank("run3", {BATCH}, 4)
+    step = Narrowing(step=2, keep={0: ["kept-id"]}, carried={0: [INNOCENT]}).to_json()
+    key = f"{batch_dir(BATCH)}/_narrow-0002.json"
+    store[key] = step
+    q.narrowed(key, store.get)
+    assert q.carried_after_sink(INNOCENT) == [4]
+    assert q.carried_after_sink("kept-id") == []
+    # Carried out only before the sink's take: its replays never held it.
+    early = Quarantines()
+    carried = Narrowing(step=1, keep={0: []}, carried={0: [INNOCENT]}).to_json()
+    early.narrowed(key, {key: carried}.get)
+    early.sank("run3", {BATCH}, 4)
+    assert early.carried_after_sink(INNOCENT) == []
