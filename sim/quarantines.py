@@ -21,7 +21,12 @@ shows that condition (``excuse``):
   receives had no entry when the decision was taken: ``spark_sqs.driver.poison.decide``).
 
 Everything else stays a failure, and an excused message must still be accounted for exactly
-once: in the dead-letter queue once, never in the sink (sim/spark.py ``_check_quarantined``).
+once (sim/spark.py ``_check_quarantined``): in the dead-letter queue once, not in the sink of
+the checkpoint that quarantined it unless a killed run at that step gave it to the sink before
+Spark's commit log (``sunk_at_the_step``: the narrowing's own limit, docs/design.md, Limits).
+The same record serves two neighbouring limits: a second copy in a standard dead-letter queue
+after a run died between the send and its ``.sent`` marker (``copies``), and a message a step
+carried out after a sink that skips batches it has took the batch (``carried_after_sink``).
 """
 
 from __future__ import annotations
