@@ -65,6 +65,7 @@ from spark_sqs.executor import duplicates
 from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import Journal, JournalState, window
 from spark_sqs.journal import drops as journal_drops
+from spark_sqs.journal import state as journal_state
 from spark_sqs.journal.batches import batch_dir
 from spark_sqs.journal.lease import RECORDS_KEPT, Lease
 from spark_sqs.journal.plans import BatchPlan
@@ -169,6 +170,11 @@ class Config:
     # False: every batch plans numPartitions receivers, as before batches were planned by their
     # backlog (seeds found then replay as they were).
     receivers_by_backlog: bool = True
+    # The planned markers kept (journal/state.py PLANNED_MARKERS_KEPT, patched in this process
+    # while the seed runs; None: the library's 16). A seed numbers 3 to 13 batches, so only a
+    # smaller band makes markers go and the duplicate window's forwarding find the newest
+    # number by key past absent ones (window.py ``_kept_above``, ``_not_numbered_yet``).
+    markers_kept: int | None = None
 
     @classmethod
     def from_seed(cls, seed: int, fifo: bool | None = None) -> Config:
@@ -1049,6 +1055,8 @@ class SparkSim:
             return own.setdefault(key, duplicates.DuplicateWindow(window_seconds))
 
         duplicates.worker_window = worker_window
+        kept = self.config.markers_kept or PLANNED_MARKERS_KEPT
+        journal_state.PLANNED_MARKERS_KEPT = window.PLANNED_MARKERS_KEPT = kept
         # The library's logs are silenced for speed while the seed runs, and given back after
         # (a test that runs a seed in its process must not silence the tests after it).
         library = logging.getLogger("spark_sqs")
@@ -1060,6 +1068,7 @@ class SparkSim:
         finally:
             uuid.uuid4 = original
             duplicates.worker_window = shared_window
+            journal_state.PLANNED_MARKERS_KEPT = window.PLANNED_MARKERS_KEPT = PLANNED_MARKERS_KEPT
             library.setLevel(level)
 
     def _run(self) -> Result:
@@ -2200,8 +2209,8 @@ class SparkSim:
         markers = [k for k in keys if k.startswith("state/")]
         # The newest planned markers (PLANNED_MARKERS_KEPT), the newest acked ones
         # (ACKED_MARKERS_KEPT: they hold the counters), the initial one.
-        if len(markers) > PLANNED_MARKERS_KEPT + ACKED_MARKERS_KEPT + 1:
-            bound = PLANNED_MARKERS_KEPT + ACKED_MARKERS_KEPT + 1
+        bound = (self.config.markers_kept or PLANNED_MARKERS_KEPT) + ACKED_MARKERS_KEPT + 1
+        if len(markers) > bound:
             self.findings.append(f"state markers: {len(markers)} kept (bound {bound})")
         self.stats["sent"] = len(sent)
 
