@@ -116,12 +116,18 @@ def _adoption_renumbers() -> contextlib.AbstractContextManager[None]:
     original = Entries.adopt
 
     def adopt_entry(
-        self: Entries, orphan: int, source: int, batch: int, target: int, keep: Any = None
+        self: Entries,
+        orphan: int,
+        source: int,
+        batch: int,
+        target: int,
+        keep: Any = None,
+        copies: Any = (),
     ) -> bool:
         fresh = target
         while self.read(batch, fresh) is not None:
             fresh += 1
-        return original(self, orphan, source, batch, fresh, keep)
+        return original(self, orphan, source, batch, fresh, keep, copies)
 
     return patched(Entries, "adopt", adopt_entry)
 

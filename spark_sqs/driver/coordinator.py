@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +26,7 @@ from ..acknowledgement.acknowledger import Acknowledger, driver_parallelism
 from ..acknowledgement.rule import By
 from ..journal import BatchPlan, Journal
 from ..journal.lease import Lease
-from ..journal.poison import DEAD_LETTER
+from ..journal.poison import DEAD_LETTER, Narrowing
 from ..journal.window import WindowRange, is_fifo
 from ..options import SqsOptions
 from ..sqs.batching import BatchCaller
@@ -681,6 +681,32 @@ class Coordinator:
                     chosen[origin] = here
         return sorted(chosen.values())
 
+    def _copies(
+        self, orphans: list[int], narrowed: Mapping[int, Narrowing]
+    ) -> dict[tuple[int, int], list[tuple[int, int, Collection[str] | None]]]:
+        """Where the orphans' own plans copied each entry they adopted (``(batch, receiver,
+        keep)``, oldest first, keyed by the entry they copied and by its origin): when a
+        deposed driver finishing its adoption removed the entry this plan chose (_adoptable
+        prefers the original), the copy it made first still holds its messages."""
+        copies: dict[tuple[int, int], list[tuple[int, int, Collection[str] | None]]] = {}
+        origin_of: dict[tuple[int, int], tuple[int, int]] = {}
+        for orphan in orphans:
+            orphan_plan = self.journal.plans.read(orphan)
+            if orphan_plan is None:
+                continue
+            step = narrowed.get(orphan)
+            for receiver in orphan_plan.receivers:
+                if receiver.adopt_from is None:
+                    continue
+                here = (orphan, receiver.receiver)
+                source = receiver.adopt_from
+                origin = origin_of.get(source, source)
+                origin_of[here] = origin
+                keep = step.keep.get(receiver.receiver) if step is not None else None
+                for key in {source, origin}:
+                    copies.setdefault(key, []).append((orphan, receiver.receiver, keep))
+        return copies
+
     def _adopt(self, plan: BatchPlan) -> None:
         """Copy the orphaned entries the plan delivers, then remove the orphans. Idempotent:
         the plan fixes the receiver numbers, copies are create-if-absent, and an orphan is
@@ -699,13 +725,19 @@ class Coordinator:
             if self.quarantine is None:
                 raise poison.narrowed_without_policy(self.options, orphan)
             self.quarantine.complete(orphan, narrowing)
+        copies = self._copies(orphans, narrowed)
         for receiver in plan.receivers:
             if receiver.adopt_from is not None:
                 orphan, source = receiver.adopt_from
                 step = narrowed.get(orphan)
                 keep = step.keep.get(source) if step is not None else None
                 copied += self.journal.entries.adopt(
-                    orphan, source, plan.batch, receiver.receiver, keep=keep
+                    orphan,
+                    source,
+                    plan.batch,
+                    receiver.receiver,
+                    keep=keep,
+                    copies=copies.get((orphan, source), ()),
                 )
         if self.quarantine is not None:
             # Before the orphans go: a batch adopting carried messages becomes suspect, and
