@@ -92,7 +92,7 @@ def _no_straggler_check() -> Iterator[None]:
         return original(self, batch)[0], False
 
     with (
-        patched(Batches, "status", lambda self, batch: "live"),
+        patched(Batches, "status", lambda self, batch, plan_id=None: "live"),
         patched(Batches, "plan_and_retirement", unretired),
     ):
         yield
@@ -122,7 +122,7 @@ def _adoption_renumbers() -> contextlib.AbstractContextManager[None]:
         batch: int,
         target: int,
         keep: Any = None,
-        copies: Any = (),
+        copies: Any = None,
     ) -> bool:
         fresh = target
         while self.read(batch, fresh) is not None:

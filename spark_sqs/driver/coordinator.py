@@ -610,6 +610,7 @@ class Coordinator:
                 else None
             ),
             window_legacy_until=window_range.legacy_until if window_range is not None else None,
+            plan_id=uuid.uuid4().hex,
         )
 
     def _note_committed(self, committed: int) -> None:
@@ -725,7 +726,14 @@ class Coordinator:
             if self.quarantine is None:
                 raise poison.narrowed_without_policy(self.options, orphan)
             self.quarantine.complete(orphan, narrowing)
-        copies = self._copies(orphans, narrowed)
+        copies: dict[tuple[int, int], list[tuple[int, int, Collection[str] | None]]] = {}
+
+        def copies_of(entry: tuple[int, int]) -> list[tuple[int, int, Collection[str] | None]]:
+            # Read only for an entry that vanished: the orphans' plans, once.
+            if not copies:
+                copies.update(self._copies(orphans, narrowed))
+            return copies.get(entry, [])
+
         for receiver in plan.receivers:
             if receiver.adopt_from is not None:
                 orphan, source = receiver.adopt_from
@@ -737,7 +745,7 @@ class Coordinator:
                     plan.batch,
                     receiver.receiver,
                     keep=keep,
-                    copies=copies.get((orphan, source), ()),
+                    copies=lambda entry=(orphan, source): copies_of(entry),
                 )
         if self.quarantine is not None:
             # Before the orphans go: a batch adopting carried messages becomes suspect, and

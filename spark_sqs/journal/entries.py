@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -328,6 +328,9 @@ class Entries(Record):
     def remove(self, batch: int, receiver: int) -> None:
         self.store.delete(entry_key(batch, receiver))
 
+    def remove_part(self, batch: int, receiver: int, part: int) -> None:
+        self.store.delete(part_key(batch, receiver, part))
+
     def read_parts(
         self, batch: int, receiver: int, columns: Sequence[str] | None = None
     ) -> list[tuple[int, pa.Table]]:
@@ -399,13 +402,14 @@ class Entries(Record):
         batch: int,
         target: int,
         keep: Collection[str] | None = None,
-        copies: Sequence[tuple[int, int, Collection[str] | None]] = (),
+        copies: Callable[[], Sequence[tuple[int, int, Collection[str] | None]]] | None = None,
     ) -> bool:
         """Copy one orphaned entry (or a dead receiver's parts) into ``batch`` as receiver
         ``target``; only the ids in ``keep`` when given (an orphan narrowed by the poison
         policy: the rest were carried out or quarantined). Idempotent: an existing target is
-        kept. A source that has vanished is copied from the first of ``copies`` (``(batch,
-        receiver, keep)``: where another orphan's adoption copied it) that exists: a deposed
+        kept. A source that has vanished is copied from the first of ``copies()`` (``(batch,
+        receiver, keep)``: where another orphan's adoption copied it; read only then) that
+        exists: a deposed
         driver finishing its own adoption removes the original once its copy exists, after
         this driver chose the original. A source vanished with no copy (a straggler of the
         orphan removed the entry it wrote once it found the orphan retired, leaving its
@@ -423,7 +427,7 @@ class Entries(Record):
             return self._create_streamed(entry_key(batch, target), [source], empty, keep=keep)
         parts = self.read_parts(orphan, receiver, ID_COLUMNS)
         if not parts:
-            for other, other_receiver, other_keep in copies:
+            for other, other_receiver, other_keep in copies() if copies is not None else ():
                 if self.has_journaled(other, other_receiver):
                     # What the source's narrowing and the copy's own orphan's narrowing keep:
                     # each one's carry batch holds the rest.

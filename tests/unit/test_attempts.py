@@ -236,6 +236,44 @@ def test_a_straggler_that_journals_after_its_batch_was_acknowledged_leaves_nothi
     assert released(sqs) == [m["ReceiptHandle"] for m in ours]
 
 
+@pytest.mark.parametrize("delete_after_journal", [False, True], ids=["entry", "parts"])
+def test_a_straggler_whose_batch_was_removed_and_planned_again_leaves_nothing_in_it(
+    location: str, delete_after_journal: bool
+) -> None:
+    """Found by the simulation (seed 3638 with --poison --unkind all, on 8c53987): while a
+    straggler of batch 1 received, another query adopted batch 1 and removed it, and a driver
+    that had lost the journal while paused planned batch 1 again (its plan was gone: a run that
+    died before planning it, as far as it could tell). The straggler found a plan, journaled
+    into the batch, and the new owner, for whom batch 1 was committed, acknowledged it: the
+    messages were deleted, delivered by nobody. A plan of another identity is not the
+    straggler's: it leaves nothing in the batch and deletes nothing."""
+    options = options_for(location, deleteAfterJournal=str(delete_after_journal).lower())
+    journal = Journal(location, options)
+    journal.plans.write(BatchPlan(1, (ReceiverPlan(0, 10),), plan_id="first"))
+    part = ReceiverPartition(1, 0, 10, QUEUE_URL, options, plan_id="first")
+
+    def adopted_removed_and_planned_again() -> None:
+        journal.batches.retire(1)
+        journal.batches.remove(1)
+        journal.plans.write(BatchPlan(1, (ReceiverPlan(0, 3),), plan_id="second"))
+
+    ours = [sqs_message(n) for n in range(3)]
+    sqs = FakeSqs(script=[ours, []], on_receive=adopted_removed_and_planned_again)
+    straggler = Journal(location, options)
+    out = rows(read_partition(part, client_factory=lambda: sqs, journal=straggler))
+
+    assert out.num_rows == 0
+    assert journal.entries.read(1, 0) is None
+    assert journal.entries.read_parts(1, 0) == [], "nothing the new plan's owner would delete"
+    assert not [c for c in sqs.batch_calls if c[0] == "delete"], "nothing deleted"
+    # And an attempt of the first plan that starts now receives nothing.
+
+    def forbidden() -> Any:
+        raise AssertionError("an attempt of a removed plan must not receive")
+
+    assert rows(read_partition(part, client_factory=forbidden, journal=journal)).num_rows == 0
+
+
 def test_a_straggler_that_starts_after_acknowledgement_receives_nothing(location: str) -> None:
     options = options_for(location)
     journal = Journal(location, options)

@@ -280,8 +280,11 @@ def test_adopting_a_vanished_entry_copies_a_copy_with_both_narrowings(journal: J
 
     copies = [(7, 9, None), (7, 10000, {mid(0), mid(1)})]  # receiver 9 never journaled
 
-    assert journal.entries.adopt(6, 0, 8, 10000, keep={mid(1), mid(2)}, copies=copies) is True
-    assert journal.entries.adopt(6, 0, 8, 10001, copies=copies) is True
+    def found() -> list[Any]:
+        return copies
+
+    assert journal.entries.adopt(6, 0, 8, 10000, keep={mid(1), mid(2)}, copies=found) is True
+    assert journal.entries.adopt(6, 0, 8, 10001, copies=found) is True
 
     assert ids(journal.entries.read(8, 10000)) == [mid(1)]
     assert ids(journal.entries.read(8, 10001)) == [mid(0), mid(1)]
