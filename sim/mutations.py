@@ -92,7 +92,7 @@ def _no_straggler_check() -> Iterator[None]:
         return original(self, batch)[0], False
 
     with (
-        patched(Batches, "status", lambda self, batch: "live"),
+        patched(Batches, "status", lambda self, batch, plan_id=None: "live"),
         patched(Batches, "plan_and_retirement", unretired),
     ):
         yield
@@ -116,12 +116,18 @@ def _adoption_renumbers() -> contextlib.AbstractContextManager[None]:
     original = Entries.adopt
 
     def adopt_entry(
-        self: Entries, orphan: int, source: int, batch: int, target: int, keep: Any = None
+        self: Entries,
+        orphan: int,
+        source: int,
+        batch: int,
+        target: int,
+        keep: Any = None,
+        copies: Any = None,
     ) -> bool:
         fresh = target
         while self.read(batch, fresh) is not None:
             fresh += 1
-        return original(self, orphan, source, batch, fresh, keep)
+        return original(self, orphan, source, batch, fresh, keep, copies)
 
     return patched(Entries, "adopt", adopt_entry)
 

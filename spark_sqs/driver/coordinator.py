@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +26,7 @@ from ..acknowledgement.acknowledger import Acknowledger, driver_parallelism
 from ..acknowledgement.rule import By
 from ..journal import BatchPlan, Journal
 from ..journal.lease import Lease
-from ..journal.poison import DEAD_LETTER
+from ..journal.poison import DEAD_LETTER, Narrowing
 from ..journal.window import WindowRange, is_fifo
 from ..options import SqsOptions
 from ..sqs.batching import BatchCaller
@@ -610,6 +610,7 @@ class Coordinator:
                 else None
             ),
             window_legacy_until=window_range.legacy_until if window_range is not None else None,
+            plan_id=uuid.uuid4().hex,
         )
 
     def _note_committed(self, committed: int) -> None:
@@ -681,6 +682,32 @@ class Coordinator:
                     chosen[origin] = here
         return sorted(chosen.values())
 
+    def _copies(
+        self, orphans: list[int], narrowed: Mapping[int, Narrowing]
+    ) -> dict[tuple[int, int], list[tuple[int, int, Collection[str] | None]]]:
+        """Where the orphans' own plans copied each entry they adopted (``(batch, receiver,
+        keep)``, oldest first, keyed by the entry they copied and by its origin): when a
+        deposed driver finishing its adoption removed the entry this plan chose (_adoptable
+        prefers the original), the copy it made first still holds its messages."""
+        copies: dict[tuple[int, int], list[tuple[int, int, Collection[str] | None]]] = {}
+        origin_of: dict[tuple[int, int], tuple[int, int]] = {}
+        for orphan in orphans:
+            orphan_plan = self.journal.plans.read(orphan)
+            if orphan_plan is None:
+                continue
+            step = narrowed.get(orphan)
+            for receiver in orphan_plan.receivers:
+                if receiver.adopt_from is None:
+                    continue
+                here = (orphan, receiver.receiver)
+                source = receiver.adopt_from
+                origin = origin_of.get(source, source)
+                origin_of[here] = origin
+                keep = step.keep.get(receiver.receiver) if step is not None else None
+                for key in {source, origin}:
+                    copies.setdefault(key, []).append((orphan, receiver.receiver, keep))
+        return copies
+
     def _adopt(self, plan: BatchPlan) -> None:
         """Copy the orphaned entries the plan delivers, then remove the orphans. Idempotent:
         the plan fixes the receiver numbers, copies are create-if-absent, and an orphan is
@@ -699,13 +726,26 @@ class Coordinator:
             if self.quarantine is None:
                 raise poison.narrowed_without_policy(self.options, orphan)
             self.quarantine.complete(orphan, narrowing)
+        copies: dict[tuple[int, int], list[tuple[int, int, Collection[str] | None]]] = {}
+
+        def copies_of(entry: tuple[int, int]) -> list[tuple[int, int, Collection[str] | None]]:
+            # Read only for an entry that vanished: the orphans' plans, once.
+            if not copies:
+                copies.update(self._copies(orphans, narrowed))
+            return copies.get(entry, [])
+
         for receiver in plan.receivers:
             if receiver.adopt_from is not None:
                 orphan, source = receiver.adopt_from
                 step = narrowed.get(orphan)
                 keep = step.keep.get(source) if step is not None else None
                 copied += self.journal.entries.adopt(
-                    orphan, source, plan.batch, receiver.receiver, keep=keep
+                    orphan,
+                    source,
+                    plan.batch,
+                    receiver.receiver,
+                    keep=keep,
+                    copies=lambda entry=(orphan, source): copies_of(entry),
                 )
         if self.quarantine is not None:
             # Before the orphans go: a batch adopting carried messages becomes suspect, and

@@ -54,6 +54,9 @@ class ReceiverPartition(InputPartition):
     # The plan's byte limit of this receiver (its memory bound); None: no limit (a plan written
     # before byte limits). Set from the stored plan by the receiver, like ``max_messages``.
     max_bytes: int | None = None
+    # The identity of the plan the driver made it from (``BatchPlan.plan_id``): an attempt that
+    # finds another plan of its batch delivers nothing (its own plan was removed).
+    plan_id: str | None = None
 
     def __repr__(self) -> str:
         return (
@@ -206,6 +209,7 @@ def partitions_of(
             replay,
             replay_drops,
             max_bytes=r.max_bytes,
+            plan_id=plan.plan_id,
         )
         for r in plan.receivers
     ]

@@ -166,7 +166,7 @@ def finished(
     driver). Read by key (``Batches.status``), never from a LIST that may lag; ``status``: the
     batch's status as the caller just read it so, after what it decides on (None: read here)."""
     if status is None:
-        status = journal.batches.status(partition.batch)
+        status = journal.batches.status(partition.batch, partition.plan_id)
     if status == LIVE:
         return None
     logger.warning(

@@ -162,9 +162,14 @@ def _receive_parts(
             raise _StopReceiving
         next_part += 1
         journaled.update(m["MessageId"] for m in kept)
-        if journaling.finished(journal, partition) is not None:
+        if (status := journaling.finished(journal, partition)) is not None:
             # Acknowledged: the part is in no entry; retired: the adoption may copy it or not.
-            # Either way its messages are left in flight, not deleted: they reappear.
+            # Either way its messages are left in flight, not deleted: they reappear. Removed,
+            # the part goes too: the batch may have been planned again by a driver that lost
+            # the journal (Batches.status), whose acknowledgement would delete what the part
+            # holds; an adoption that copied it first holds its own copy.
+            if status == REMOVED:
+                journal.entries.remove_part(partition.batch, partition.receiver, next_part - 1)
             raise _StopReceiving
         entries = [Entry(m["MessageId"], m["ReceiptHandle"]) for m in kept]
         # The window's segment precedes the delete: a copy can only come after it.

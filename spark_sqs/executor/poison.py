@@ -57,7 +57,14 @@ def first_attempt(partition: ReceiverPartition) -> dict[bytes, bytes]:
     return {records.FIRST_ATTEMPT: attempt_key(partition.run).encode()}
 
 
-def record_attempt(journal: Journal, batch: int, receiver: int, key: str, step: int) -> str | None:
+def record_attempt(
+    journal: Journal,
+    batch: int,
+    receiver: int,
+    key: str,
+    step: int,
+    plan_id: str | None = None,
+) -> str | None:
     """Create this attempt's record; a record that cannot be written only undercounts.
     Returns the batch's status (``Batches.status``) as read after the record, None if the
     record or that read failed.
@@ -69,7 +76,7 @@ def record_attempt(journal: Journal, batch: int, receiver: int, key: str, step: 
     of finished batches (``Batches.collect``)."""
     try:
         journal.poison.write_attempt(batch, receiver, key, step, time.time())
-        status = journal.batches.status(batch)
+        status = journal.batches.status(batch, plan_id)
         if status != LIVE:
             journal.poison.remove_attempt(batch, receiver, key, step)
         return status
@@ -99,7 +106,9 @@ def on_replay(journal: Journal, partition: ReceiverPartition, table: pa.Table) -
     narrowing = journal.poison.latest_narrowing(partition.batch, names)
     step = narrowing.step if narrowing is not None else 0
     key = attempt_key(getattr(partition, "run", ""))
-    status = record_attempt(journal, partition.batch, partition.receiver, key, step)
+    status = record_attempt(
+        journal, partition.batch, partition.receiver, key, step, partition.plan_id
+    )
     if options.poison_message_policy == records.FAIL:
         earlier = {a.key for a in journal.poison.attempts(partition.batch, names)}
         first = records.first_attempt(table)

@@ -166,6 +166,16 @@ def _planned(
             "straggling attempt of a batch that was acknowledged meanwhile fails like this too; "
             "Spark discards it.)"
         )
+    if None not in (partition.plan_id, plan.plan_id) and partition.plan_id != plan.plan_id:
+        # Its own plan was removed (acknowledged, or adopted by another query) and a driver that
+        # had lost the journal planned the batch again: that plan is not this attempt's.
+        logger.warning(
+            "batch %d receiver %d: the batch was removed and planned again since this attempt "
+            "was planned; it delivers nothing",
+            partition.batch,
+            partition.receiver,
+        )
+        return None
     if retired:
         # A task of a dead driver: a later batch delivers this orphan's entries.
         logger.warning(

@@ -86,7 +86,7 @@ class Batches(Record):
         adoption: an attempt of it that journals later stops without deleting."""
         self.store.create(f"{batch_dir(batch)}/{RETIRED}", b"")
 
-    def status(self, batch: int) -> str:
+    def status(self, batch: int, plan_id: str | None = None) -> str:
         """``"live"``, ``"retired"`` (adopted by a later batch: an attempt stops, deleting
         nothing and keeping what it journaled for the adoption) or ``"removed"`` (acknowledged
         and removed, or adopted and removed: its plan is gone, and every attempt of a planned
@@ -96,9 +96,20 @@ class Batches(Record):
         (the plan first, the marker last), so a plan read after a marker that was absent means
         the batch was not retired before the first read, and anything journaled before it is
         seen by any adoption or acknowledgement after it. The other order could read the plan
-        before a removal and the marker after it, and answer "live" for a removed batch."""
+        before a removal and the marker after it, and answer "live" for a removed batch.
+
+        ``plan_id``: the identity of the plan the caller's attempt belongs to: a plan of the
+        batch with another identity was created after that one was removed (by a driver that
+        lost the journal while paused, planning a batch another query adopted): "removed"."""
         retired = self.store.read(f"{batch_dir(batch)}/{RETIRED}") is not None
-        if not self._plans.exists(batch):
+        if plan_id is not None:
+            plan = self._plans.read(batch)
+            if plan is not None and plan.plan_id not in (None, plan_id):
+                return REMOVED
+            planned = plan is not None
+        else:
+            planned = self._plans.exists(batch)
+        if not planned:
             # A batch of carried messages has no plan, nor has a released batch whose plan a
             # crashed release left missing: both are live (``live_receivers``).
             if not self._poison.is_carry(batch) and not self._poison.is_released(batch):

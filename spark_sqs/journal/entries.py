@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -328,6 +328,9 @@ class Entries(Record):
     def remove(self, batch: int, receiver: int) -> None:
         self.store.delete(entry_key(batch, receiver))
 
+    def remove_part(self, batch: int, receiver: int, part: int) -> None:
+        self.store.delete(part_key(batch, receiver, part))
+
     def read_parts(
         self, batch: int, receiver: int, columns: Sequence[str] | None = None
     ) -> list[tuple[int, pa.Table]]:
@@ -399,13 +402,19 @@ class Entries(Record):
         batch: int,
         target: int,
         keep: Collection[str] | None = None,
+        copies: Callable[[], Sequence[tuple[int, int, Collection[str] | None]]] | None = None,
     ) -> bool:
         """Copy one orphaned entry (or a dead receiver's parts) into ``batch`` as receiver
         ``target``; only the ids in ``keep`` when given (an orphan narrowed by the poison
         policy: the rest were carried out or quarantined). Idempotent: an existing target is
-        kept. A source that has vanished (a straggler of the orphan removed the entry it wrote
-        once it found the orphan retired, leaving its messages in flight) becomes an empty
-        entry, so the adopting batch's replays deliver nothing for it instead of failing.
+        kept. A source that has vanished is copied from the first of ``copies()`` (``(batch,
+        receiver, keep)``: where another orphan's adoption copied it; read only then) that
+        exists: a deposed
+        driver finishing its own adoption removes the original once its copy exists, after
+        this driver chose the original. A source vanished with no copy (a straggler of the
+        orphan removed the entry it wrote once it found the orphan retired, leaving its
+        messages in flight) becomes an empty entry, so the adopting batch's replays deliver
+        nothing for it instead of failing.
 
         Streamed (``_create_streamed``): one source file at a time, never the whole of a
         receiver's parts. Parts become one entry whose messages all await deletion (whether
@@ -418,6 +427,24 @@ class Entries(Record):
             return self._create_streamed(entry_key(batch, target), [source], empty, keep=keep)
         parts = self.read_parts(orphan, receiver, ID_COLUMNS)
         if not parts:
+            for other, other_receiver, other_keep in copies() if copies is not None else ():
+                if self.has_journaled(other, other_receiver):
+                    # What the source's narrowing and the copy's own orphan's narrowing keep:
+                    # each one's carry batch holds the rest.
+                    if keep is not None:
+                        other_keep = (
+                            keep if other_keep is None else set(keep).intersection(other_keep)
+                        )
+                    logger.warning(
+                        "batch %d: the entry of receiver %d of batch %d it adopts was removed "
+                        "by the adoption that copied it to receiver %d of batch %d; copying that",
+                        batch,
+                        receiver,
+                        orphan,
+                        other_receiver,
+                        other,
+                    )
+                    return self.adopt(other, other_receiver, batch, target, keep=other_keep)
             logger.warning(
                 "batch %d: the entry of receiver %d of batch %d it adopts has vanished (its "
                 "messages come back after their visibility timeout); delivering nothing for it",

@@ -87,6 +87,11 @@ class BatchPlan:
     # or the window off), and until when an earlier version's segments may be live.
     window_from: int | None = None
     window_legacy_until: float | None = None
+    # This plan's identity, drawn when it was created (None: a plan written before, or one a
+    # release rewrote). A driver that lost the journal while paused may create a plan for a
+    # batch another query adopted and removed meanwhile: an attempt of the batch's first plan
+    # must not journal into that one (``Batches.status``).
+    plan_id: str | None = None
 
     @property
     def acknowledges(self) -> list[int]:
@@ -131,6 +136,8 @@ class BatchPlan:
             doc["windowFrom"] = self.window_from
         if self.window_legacy_until is not None:
             doc["windowLegacyUntil"] = self.window_legacy_until
+        if self.plan_id is not None:
+            doc["planId"] = self.plan_id
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
@@ -165,6 +172,7 @@ class BatchPlan:
                 if doc.get("windowLegacyUntil") is not None
                 else None
             ),
+            plan_id=doc.get("planId"),
         )
 
 

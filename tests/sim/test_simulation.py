@@ -145,6 +145,22 @@ def test_the_judge_does_not_excuse_a_quarantine_that_skipped_the_wait_for_a_rece
     assert "needs 4 faulted" in refused[0], refused[0]
 
 
+@pytest.mark.parametrize("seed", [3524, 3775])
+def test_an_adoption_finished_by_a_deposed_driver_loses_nothing_in_the_poison_world(
+    seed: int,
+) -> None:
+    """Seeds 3524 and 3775 (found by the ``--poison --unkind all`` sweep): a driver paused
+    while adopting a batch (a carry batch, an orphan) lost the journal, went on after the pause
+    and removed the orphan it had copied, after the new owner had planned a batch adopting both
+    and chosen the original entry; the adoption found it gone and copied nothing, and the
+    copy was removed with its batch (3 and 19 messages lost, the poison message with them).
+    The adoption now copies the copy (spark_sqs/journal/entries.py ``adopt``)."""
+    chosen = frozenset(UNKIND)
+    result = run_seed(seed, configure=Variant(poison=True, unkind=chosen))
+    replay = replay_command(seed, None, poison=True, unkind=chosen)
+    assert result.ok, f"{result.violations[:3]}\n  replay: {replay}"
+
+
 @pytest.mark.parametrize(
     ("name", "seed"),
     [

@@ -236,6 +236,44 @@ def test_a_straggler_that_journals_after_its_batch_was_acknowledged_leaves_nothi
     assert released(sqs) == [m["ReceiptHandle"] for m in ours]
 
 
+@pytest.mark.parametrize("delete_after_journal", [False, True], ids=["entry", "parts"])
+def test_a_straggler_whose_batch_was_removed_and_planned_again_leaves_nothing_in_it(
+    location: str, delete_after_journal: bool
+) -> None:
+    """Found by the simulation (seed 3638 with --poison --unkind all, on 8c53987): while a
+    straggler of batch 1 received, another query adopted batch 1 and removed it, and a driver
+    that had lost the journal while paused planned batch 1 again (its plan was gone: a run that
+    died before planning it, as far as it could tell). The straggler found a plan, journaled
+    into the batch, and the new owner, for whom batch 1 was committed, acknowledged it: the
+    messages were deleted, delivered by nobody. A plan of another identity is not the
+    straggler's: it leaves nothing in the batch and deletes nothing."""
+    options = options_for(location, deleteAfterJournal=str(delete_after_journal).lower())
+    journal = Journal(location, options)
+    journal.plans.write(BatchPlan(1, (ReceiverPlan(0, 10),), plan_id="first"))
+    part = ReceiverPartition(1, 0, 10, QUEUE_URL, options, plan_id="first")
+
+    def adopted_removed_and_planned_again() -> None:
+        journal.batches.retire(1)
+        journal.batches.remove(1)
+        journal.plans.write(BatchPlan(1, (ReceiverPlan(0, 3),), plan_id="second"))
+
+    ours = [sqs_message(n) for n in range(3)]
+    sqs = FakeSqs(script=[ours, []], on_receive=adopted_removed_and_planned_again)
+    straggler = Journal(location, options)
+    out = rows(read_partition(part, client_factory=lambda: sqs, journal=straggler))
+
+    assert out.num_rows == 0
+    assert journal.entries.read(1, 0) is None
+    assert journal.entries.read_parts(1, 0) == [], "nothing the new plan's owner would delete"
+    assert not [c for c in sqs.batch_calls if c[0] == "delete"], "nothing deleted"
+    # And an attempt of the first plan that starts now receives nothing.
+
+    def forbidden() -> Any:
+        raise AssertionError("an attempt of a removed plan must not receive")
+
+    assert rows(read_partition(part, client_factory=forbidden, journal=journal)).num_rows == 0
+
+
 def test_a_straggler_that_starts_after_acknowledgement_receives_nothing(location: str) -> None:
     options = options_for(location)
     journal = Journal(location, options)
@@ -518,6 +556,53 @@ def test_two_orphan_adoptions_with_a_crash_between_deliver_each_entry_once(
         10001: [m["MessageId"] for m in orphans[(5, 1)]],
         10002: [m["MessageId"] for m in orphans[(6, 0)]],
     }
+
+
+def test_an_adoption_whose_chosen_entry_a_deposed_driver_removed_copies_that_driver_s_copy(
+    location: str,
+) -> None:
+    """Found by the simulation (seeds 3524 and 3775 with --poison --unkind all): a driver that
+    lost the journal while paused (batch 6's plan adopts receiver 0 of orphan 5, the copy
+    exists) goes on after the pause and removes batch 5, its adoption finished, after the new
+    owner planned batch 7 with both orphans and chose the original (5, 0) over the copy. The
+    copy must deliver its messages: before, the vanished source became an empty entry, the
+    copy was removed with batch 6, and the messages were lost (deleted as duplicates of a held
+    message, or by the acknowledgement)."""
+    options = options_for(location, numPartitions="2")
+    journal = Journal(location, options)
+    messages = [sqs_message(n) for n in (0, 1)]
+    journal.plans.write(BatchPlan(5, (ReceiverPlan(0, 2),)))
+    journal.entries.write(5, 0, messages_to_table(messages, QUEUE_URL))
+    # The paused driver's new batch 6 adopted (5, 0) and copied it; it has not removed 5 yet.
+    journal.plans.write(BatchPlan(6, (ReceiverPlan(0, 0), ReceiverPlan(10000, 0, (5, 0)))))
+    journal.entries.write(6, 10000, messages_to_table(messages, QUEUE_URL))
+    journal.entries.write(6, 0, messages_to_table([sqs_message(2)], QUEUE_URL))
+    journal.state.write(JournalState(planned_batch=7, acked_batch=4))
+
+    def deposed_driver_removes_batch_5(method: str, key: str) -> None:
+        if (method, key) == ("create", "batches/000000000007/_plan.json"):
+            Journal(location, options).batches.remove(5)
+
+    state = Coordinator(
+        options,
+        FakeSqs(),
+        QUEUE_URL,
+        journal_with(location, options, after=deposed_driver_removes_batch_5),
+    )
+    try:
+        parts = state.plan({"batch": 4}, {"batch": 7})
+    finally:
+        state.close()
+    stored = journal.plans.read(7)
+    assert stored is not None
+    assert {r.receiver: r.adopt_from for r in stored.receivers if r.adopt_from} == {
+        10000: (5, 0),
+        10001: (6, 0),
+    }, "the plan chose the original, which the deposed driver then removed"
+    assert [p.receiver for p in parts] == [0, 1, 10000, 10001]
+    assert journal.batches.list() == [7]
+    assert ids_of(journal.entries.read(7, 10000)) == [m["MessageId"] for m in messages]
+    assert ids_of(journal.entries.read(7, 10001)) == [sqs_message(2)["MessageId"]]
 
 
 class _Lease:

@@ -263,3 +263,28 @@ def test_adopting_an_entry_that_vanished_writes_an_empty_entry(journal: Journal)
     assert empty.schema.names == table_of().schema.names
     assert journal.entries.has_journaled(8, 0)
     assert journal.entries.receiver_ids(8, 1) == [sqs_message(n)["MessageId"] for n in (0, 1)]
+
+
+def test_adopting_a_vanished_entry_copies_a_copy_with_both_narrowings(journal: Journal) -> None:
+    """The entry an adoption chose was removed by the adoption that copied it first (a deposed
+    driver finishing its own): the copy is adopted, keeping only what the source's narrowing and
+    the copy's orphan's narrowing both keep."""
+    journal.entries.write(7, 10000, table_of(0, 1, 2))  # batch 7's copy of receiver 0 of 6
+
+    def mid(n: int) -> str:
+        return sqs_message(n)["MessageId"]
+
+    def ids(table: Any) -> list[str]:
+        assert table is not None
+        return table.column("messageId").to_pylist()
+
+    copies = [(7, 9, None), (7, 10000, {mid(0), mid(1)})]  # receiver 9 never journaled
+
+    def found() -> list[Any]:
+        return copies
+
+    assert journal.entries.adopt(6, 0, 8, 10000, keep={mid(1), mid(2)}, copies=found) is True
+    assert journal.entries.adopt(6, 0, 8, 10001, copies=found) is True
+
+    assert ids(journal.entries.read(8, 10000)) == [mid(1)]
+    assert ids(journal.entries.read(8, 10001)) == [mid(0), mid(1)]
