@@ -341,7 +341,7 @@ def test_byte_limits_stop_receivers_and_replays_keep_them(
     ("name", "seed"),
     [
         ("adoption renumbers", 626),
-        ("no straggler check", 146),
+        ("no straggler check", 382),
         ("checkpoint not checked against the journal", 3),
         ("probe creates once", 0),
         ("parts found by a LIST", 35),
@@ -349,6 +349,7 @@ def test_byte_limits_stop_receivers_and_replays_keep_them(
         ("liveness by the owner's clock", 35),
         ("window segment after its delete, nothing dropped as held elsewhere", 96),
         ("a seal hides later segments, nothing dropped as held elsewhere", 863),
+        ("a found seal probed nowhere, nothing dropped as held elsewhere", 219),
         ("entry loser releases everything, nothing dropped as held elsewhere", 16),
         ("unknown-outcome write releases, nothing dropped as held elsewhere", 16),
     ],
