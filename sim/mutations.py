@@ -207,13 +207,6 @@ def _found_seal_not_probed() -> contextlib.AbstractContextManager[None]:
     return patched(window, "probe_sealed", lambda store, batch, sealed: None)
 
 
-def _unplanned_read_as_empty() -> contextlib.AbstractContextManager[None]:
-    """The duplicate window, a number handed out and never planned: a reader takes a batch
-    with neither plan nor seal for one that holds nothing, so a segment forwarded into it
-    before it was numbered is never read."""
-    return patched(duplicates, "_unplanned", lambda store, batch, read: [])
-
-
 def _not_held_elsewhere() -> contextlib.AbstractContextManager[None]:
     """The defence that masks both hole-2 mutations and the window's segment written after its
     delete: a receiver drops (and deletes) messages that other entries and parts of the batch
@@ -449,13 +442,6 @@ MUTATIONS = [
         "a found seal probed nowhere, nothing dropped as held elsewhere",
         "7",
         _both(_found_seal_not_probed, _not_held_elsewhere),
-        frozenset(UNKIND),
-        _not_held_elsewhere,
-    ),
-    Mutation(
-        "a batch with no plan or seal read as empty, nothing dropped as held elsewhere",
-        "7",
-        _both(_unplanned_read_as_empty, _not_held_elsewhere),
         frozenset(UNKIND),
         _not_held_elsewhere,
     ),
