@@ -352,6 +352,32 @@ def count_event_log(paths: Iterable[Path]) -> EventLogCounts:
     return counts
 
 
+def completed_stages(path: Path) -> set[int]:
+    """Ids of the stages an application's event log shows completed (successful or failed).
+    Spark flushes its log at each stage's end, so the task starts of a completed stage, its
+    speculative attempts among them, are in the file by then."""
+    done: set[int] = set()
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if '"SparkListenerStageCompleted"' not in line:
+                    continue
+                try:
+                    done.add(int(json.loads(line)["Stage Info"]["Stage ID"]))
+                except (ValueError, KeyError, TypeError):
+                    continue  # a torn last line
+    except FileNotFoundError:
+        pass
+    return done
+
+
+def event_log_of(directory: Path, application: str) -> Path:
+    """An application's event log: finished, or ``.inprogress`` while it runs (or since its
+    driver was killed)."""
+    finished = directory / application
+    return finished if finished.exists() else directory / f"{application}.inprogress"
+
+
 def event_logs(directory: Path) -> list[Path]:
     """The applications' event log files (finished, or ``.inprogress`` if the driver died)."""
     if not directory.is_dir():
@@ -372,6 +398,10 @@ EXECUTOR_ENV = (
     "SPARK_SQS_CHAOS",
     "SPARK_SQS_CHAOS_LOG_LEVEL",
 )
+
+
+# A lone task running this long gets a speculative copy (session_conf).
+SPECULATION_THRESHOLD = "8s"
 
 
 def session_conf(
@@ -404,6 +434,10 @@ def session_conf(
         "spark.speculation.minTaskRuntime": "2s",
         # Otherwise Spark skips copies of tasks it expects to finish soon anyway.
         "spark.speculation.efficiency.enabled": "false",
+        # A stage of one task (a batch of a trickle has one receiver) has no finished task to
+        # judge it by: copy it once it has run this long (below the shortest slowed sleep,
+        # --slow-seconds), as a stage of no more tasks than an executor has slots.
+        "spark.speculation.task.duration.threshold": SPECULATION_THRESHOLD,
     }
     if ui_port is not None:
         conf["spark.ui.enabled"] = "true"
@@ -414,16 +448,27 @@ def session_conf(
     return conf
 
 
+def application_id(ui_port: int) -> str | None:
+    """The id of the application whose driver's UI is on ``ui_port``, or None while it does
+    not answer (its event log is ``<eventlog>/<id>``, ``.inprogress`` while it runs)."""
+    try:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{ui_port}/api/v1/applications", timeout=5
+        ) as answer:
+            applications = json.load(answer)
+        return str(applications[0]["id"]) if applications else None
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+
+
 def busy_executors(ui_port: int) -> tuple[str, list[str]] | None:
     """``(application id, ids of executors running a task now)`` from the driver's REST API,
     or None while it does not answer."""
     base = f"http://127.0.0.1:{ui_port}/api/v1/applications"
+    app = application_id(ui_port)
+    if app is None:
+        return None
     try:
-        with urllib.request.urlopen(base, timeout=5) as answer:
-            applications = json.load(answer)
-        if not applications:
-            return None
-        app = str(applications[0]["id"])
         with urllib.request.urlopen(f"{base}/{app}/executors", timeout=5) as answer:
             executors = json.load(answer)
     except (OSError, ValueError, KeyError):

@@ -33,6 +33,15 @@ executor's Python worker, so the library needs no hook. A speculative copy or a 
 number 1 and up) runs at full speed; its first ``ReceiveMessage`` leaves a mark that wakes the
 sleeping original, so that both attempts then receive and journal at the same time. Each
 sleep's start and end go to a log of their own.
+
+**Until the first speculative attempt** of a scenario is on record (the harness leaves the mark
+``SPECULATION_SEEN`` in the marks folder once Spark's event log shows one), receiver 0 of every
+stage is slowed, whatever the share (every batch has a receiver 0), before its first
+``ReceiveMessage`` (it holds nothing, so a long sleep is safe) and until its copy wakes it, for
+at most ``EAGER_SECONDS``: Spark copies a task that runs 1.5 times its stage's median, or a
+lone task after a threshold (``spark.speculation.task.duration.threshold``,
+chaos/cluster.py), and a sleep that lasts until the copy comes makes it that slow whatever the
+machine's load. From then on, the share, partitions, points and lengths drawn as configured.
 """
 
 from __future__ import annotations
@@ -47,6 +56,12 @@ from pathlib import Path
 from typing import Any
 
 ENV = "SPARK_SQS_CHAOS"
+# In the slow-marks folder: the harness has seen a speculative attempt in Spark's event log.
+SPECULATION_SEEN = "speculation-seen"
+# Until then, a slowed task sleeps until its copy wakes it, at most this long: on a loaded
+# machine a receiver here took 40-90 s, and a copy comes after 1.5 times its stage's median
+# (one slept 108 s for its copy). The cap only stops a sleep whose copy never comes.
+EAGER_SECONDS = 300.0
 KINDS = ("throttle", "server-error", "reset", "timeout")
 # The SQS sink's sends (the fifo-sqs-sink scenario): a lost SendMessageBatch answer means
 # messages SQS accepted that botocore, or the sink, sends again with the same deduplication ids.
@@ -141,11 +156,17 @@ class FaultConfig:
             run=int(raw.get("run", 0)),
         )
 
-    def slow_plan(self, stage: int, partition: int) -> tuple[str, float] | None:
+    def slow_plan(
+        self, stage: int, partition: int, eager: bool = False
+    ) -> tuple[str, float] | None:
         """``(point, seconds)`` if the first attempt of this task is to be slow, else None: the
-        same answer in every process (a function of the seed, the stage and the partition)."""
+        same answer in every process (a function of the seed, the stage, the partition and
+        ``eager``). ``eager`` (no speculative attempt seen yet): receiver 0 of every stage,
+        before its first receive, until its copy comes (``EAGER_SECONDS`` at most)."""
         if self.slow_share <= 0:
             return None
+        if eager:
+            return ("before", EAGER_SECONDS) if partition == 0 else None
         draw = random.Random(f"{self.seed}-slow-{stage}")
         if draw.random() >= self.slow_share or draw.randrange(self.slow_partitions) != partition:
             return None
@@ -245,11 +266,11 @@ class FaultInjector:
             if mark is not None:
                 mark.touch()
             return None
-        plan = self.config.slow_plan(stage, partition)
+        plan = self.config.slow_plan(stage, partition, eager=self._eager())
         if plan is None:
             return None
         point, seconds = plan
-        where = f"{stage} {partition} {attempt_id} {point} {seconds:.1f}"
+        where = f"{self.config.run} {stage} {partition} {attempt_id} {point} {seconds:.1f}"
         response = self._send(request) if point == "after" else None
         self._log_slow(f"start {where}")
         deadline = time.monotonic() + seconds
@@ -261,6 +282,13 @@ class FaultInjector:
             self._sleep(min(0.1, max(0.0, deadline - time.monotonic())))
         self._log_slow(f"{'woken' if copied else 'end'} {where}")
         return response
+
+    def _eager(self) -> bool:
+        """No speculative attempt seen yet: the harness has not left its mark (only with a
+        marks folder; without one, the share applies from the start)."""
+        if not self.config.slow_marks:
+            return False
+        return not (Path(self.config.slow_marks) / SPECULATION_SEEN).exists()
 
     def _mark(self, stage: int, partition: int) -> Path | None:
         if not self.config.slow_marks:
@@ -356,14 +384,15 @@ def slow_tasks(log: str) -> list[SlowTask]:
         with open(log, encoding="utf-8") as handle:
             for line in handle:
                 parts = line.split()
-                if len(parts) != 8 or parts[1] not in ("start", "end", "woken"):
+                if len(parts) != 9 or parts[1] not in ("start", "end", "woken"):
                     continue  # a torn line of a killed process
-                pid, event, stage, partition, attempt_id, point, seconds, at = parts
+                pid, event, run, stage, partition, attempt_id, point, seconds, at = parts
                 key = (pid, attempt_id)
                 if event == "start":
                     found[key] = SlowTask(
-                        int(pid), int(stage), int(partition), point, float(seconds), float(at)
-                    )
+                        int(pid), int(stage), int(partition), point, float(seconds), float(at),
+                        run=int(run),
+                    )  # fmt: skip
                 elif key in found:
                     found[key].ended = True
                     found[key].woken_by_copy = event == "woken"
@@ -382,6 +411,8 @@ class SlowTask:
     started: float
     ended: bool = False
     woken_by_copy: bool = False
+    # The harness's run (application) it belongs to: stage ids start at 0 in every run.
+    run: int = 0
 
 
 def _role() -> str:

@@ -51,6 +51,7 @@ from typing import Any
 from chaos.cluster import (
     EventLogCounts,
     StandaloneCluster,
+    application_id,
     busy_executors,
     count_event_log,
     die_with_parent,
@@ -73,6 +74,7 @@ from chaos.faults import (
     faults_by_role_and_service,
     slow_tasks,
 )
+from chaos.kills import Schedule, SpeculationWatch, carry_out, draw_kills
 from chaos.sink import committed_batches, skipped_batches, write_then_skip_batches
 from spark_sqs.sqs.client import queue_counts
 
@@ -194,13 +196,10 @@ class Outcome:
     slowed_cut_short: int = 0
     events: EventLogCounts = field(default_factory=EventLogCounts)
     skipped_batches: int = 0
-
-    @property
-    def only_speculation_missing(self) -> bool:
-        """A cluster run that kept every message once but saw no speculative attempt (the
-        executor kills took its slowed tasks in their sleep): it did not exercise what it is
-        for, which says nothing against the source."""
-        return self.cluster and self.events.speculative == 0 and replace(self, cluster=False).passed
+    # Kills held while a slowed task waited for its copy (before the first speculative
+    # attempt was on record), and for how long in all.
+    kills_held: int = 0
+    held_seconds: float = 0.0
 
     @property
     def passed(self) -> bool:
@@ -312,6 +311,8 @@ class Child:
         cluster: StandaloneCluster | None = None,
     ) -> None:
         self.sns = scenario.sns
+        self.number = run
+        self._application: str | None = None
         visibility = visibility_of(scenario, args)
         self.control = work / f"control-{run}"
         self.control.mkdir()
@@ -401,12 +402,21 @@ class Child:
             return False
         return True
 
-    def kill_an_executor(self, rng: random.Random, wait: float) -> bool:
+    def application(self) -> str | None:
+        """This run's Spark application id (the driver's REST API), once it answers."""
+        if self._application is None and self.ui_port:
+            self._application = application_id(self.ui_port)
+        return self._application
+
+    def kill_an_executor(
+        self, rng: random.Random, left: Callable[[], float], hold: Callable[[], None]
+    ) -> bool:
         """SIGKILL one executor JVM of this run's application while it runs a task (the
-        driver's REST API says which), waiting up to ``wait`` s for one. Returns whether it
-        killed one. Linux only (reads /proc)."""
-        deadline = time.monotonic() + wait
+        driver's REST API says which), waiting for one while ``left()`` (seconds until the
+        query's own kill) is positive; ``hold()`` first waits while a slowed task waits for its
+        copy. Returns whether it killed one. Linux only (reads /proc)."""
         while not self.exited():
+            hold()
             running = busy_executors(self.ui_port)
             if running is not None and running[1]:
                 table = _processes()
@@ -422,7 +432,7 @@ class Child:
                     except ProcessLookupError:
                         continue
                     return True
-            if time.monotonic() >= deadline:
+            if left() <= 0:
                 break
             time.sleep(0.2)
         return False
@@ -439,6 +449,11 @@ class Child:
 
     def tail(self, chars: int = 2500) -> str:
         return self.log.read_text(errors="replace")[-chars:]
+
+
+def _held(watch: SpeculationWatch | None, run: Child) -> bool:
+    """Whether a kill of ``run`` must wait for a slowed task's copy (never off the cluster)."""
+    return watch is not None and watch.held(run.number, run.application())
 
 
 def visibility_of(scenario: Scenario, args: Any) -> int:
@@ -682,10 +697,13 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
         return outcome.kills < args.kills
 
     cluster = None
+    watch = None
     running: list[Child] = []
     try:
         if scenario.cluster:
             (work / "eventlog").mkdir()
+            watch = SpeculationWatch(work / "eventlog", slow_log, work / "slow-marks")
+            watch.start()
             cluster = StandaloneCluster(work / "cluster", workers=args.workers)
             began = time.monotonic()
             cluster.start()
@@ -708,35 +726,47 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
             delay = rng.uniform(*kill_window(scenario, args))
             # Single Python workers, and on a cluster executor JVMs, die at random moments
             # before the whole tree does.
-            moments = sorted(
-                [(rng.uniform(0, delay), "worker") for _ in range(args.worker_kills)]
-                + [
-                    (rng.uniform(0, delay), "executor")
-                    for _ in range(args.executor_kills if cluster is not None else 0)
-                ]
+            kills = draw_kills(
+                rng, delay, args.worker_kills, args.executor_kills if cluster is not None else 0
             )
-            began, failed = time.monotonic(), False
-            for moment, what in [*moments, (delay, "query")]:
-                if wait_for(run.exited, began + moment - time.monotonic(), interval=0.2):
-                    failed = True
-                    break
+            # On a cluster, no kill while a slowed task waits for its copy, until the first
+            # speculative attempt is on record (chaos/kills.py).
+            schedule = Schedule(functools.partial(_held, watch, run), cap=args.speculation_hold)
+
+            def act(
+                what: str, run: Child = run, schedule: Schedule = schedule, delay: float = delay
+            ) -> None:
                 if what == "worker" and run.kill_a_worker(rng):
                     outcome.worker_kills += 1
                 elif what == "executor":
                     # Mid-batch: it waits for an executor that runs a task, until the query's
                     # own kill is due.
-                    left = began + delay - time.monotonic()
-                    outcome.executor_kills += run.kill_an_executor(rng, wait=left)
+                    outcome.executor_kills += run.kill_an_executor(
+                        rng,
+                        left=lambda: schedule.left(delay),
+                        hold=lambda: schedule.hold(stop=run.exited),
+                    )
+                elif what == "query":
+                    run.kill()
+
+            failed = not carry_out(kills, schedule, act, run.exited)
+            outcome.kills_held += schedule.holds
+            outcome.held_seconds += schedule.held_seconds
+            if schedule.holds:
+                say(
+                    f"[{scenario.name}] run {outcome.runs}: kills held {schedule.held_seconds:.0f}"
+                    " s while a slowed task waited for its speculative copy"
+                )
             if failed:
                 outcome.query_failures += 1
                 say(f"[{scenario.name}] run {outcome.runs}: the query failed:\n{run.tail()}")
                 continue
-            run.kill()
             outcome.kills += 1
             receivers, max_per_trigger = outcome.run_options[-1]
             say(
                 f"[{scenario.name}] run {outcome.runs} (numPartitions {receivers}, "
-                f"maxMessagesPerTrigger {max_per_trigger}): SIGKILL after {delay:.1f} s "
+                f"maxMessagesPerTrigger {max_per_trigger}): SIGKILL after "
+                f"{delay + schedule.held_seconds:.1f} s "
                 f"(sent {len(producer.sent)}, committed rows {delivered()})"
             )
         # The last run: no kill; it must take everything that is left (in a soak with
@@ -786,6 +816,8 @@ def run_scenario(scenario: Scenario, endpoint: str, root: Path, args: Any) -> Ou
             run.kill()
         if cluster is not None:
             cluster.stop()
+        if watch is not None:
+            watch.stop()
 
     if target_url is not None:
         # Only now: moto forgets a deduplication id once its message is deleted (AWS keeps it
@@ -986,8 +1018,8 @@ def render(outcomes: list[Outcome], args: Any) -> str:
             "| killed in their sleep | speculative attempts | started beside a running attempt "
             "| copies that finished first | attempts killed as another succeeded "
             "| executors lost | tasks lost with an executor | batches written then skipped "
-            "| applications |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| applications | kills held for a slowed task |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for o in clusters:
             e = o.events
@@ -996,7 +1028,8 @@ def render(outcomes: list[Outcome], args: Any) -> str:
                 f"{o.slowed} | {o.slowed_woken_by_copy} | {o.slowed_cut_short} | "
                 f"{e.speculative} | {e.concurrent} | "
                 f"{e.speculative_won} | {e.killed_by_other_attempt} | {e.executors_removed} | "
-                f"{e.tasks_lost_with_executor} | {o.skipped_batches} | {e.applications} |"
+                f"{e.tasks_lost_with_executor} | {o.skipped_batches} | {e.applications} | "
+                f"{o.kills_held} ({o.held_seconds:.0f} s) |"
             )
     sinks = [o for o in outcomes if o.sink == "sqs"]
     if sinks:
@@ -1099,7 +1132,9 @@ def render(outcomes: list[Outcome], args: Any) -> str:
             f"one receiver task slowed in {args.slow_share:.0%} of batches for up to "
             f"{args.slow_seconds[0]:.0f}-{args.slow_seconds[1]:.0f} s "
             f"({' or '.join(args.slow_points)} the first ReceiveMessage; after it at most "
-            f"{args.slow_after_max * cluster_visibility:.0f} s; a copy wakes it)."
+            f"{args.slow_after_max * cluster_visibility:.0f} s; a copy wakes it; receiver 0 of "
+            "every batch until the first speculative attempt is on record, and no kill while "
+            f"such a task waits for its copy, at most {args.speculation_hold:.0f} s a run)."
         )
     return "\n".join(lines)
 
@@ -1249,6 +1284,13 @@ def main(argv: list[str] | None = None) -> int:
         help="a sleep after a ReceiveMessage answer lasts at most this many visibility timeouts "
         "(the receiver must journal within the visibility timeout)",
     )
+    cluster.add_argument(
+        "--speculation-hold",
+        type=float,
+        default=300.0,
+        help="until the first speculative attempt is on record, kills wait while a slowed task "
+        "waits for its copy, at most this many seconds a run (chaos/kills.py)",
+    )
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--start-timeout", type=float, default=240.0)
     parser.add_argument("--drain-timeout", type=float, default=600.0)
@@ -1299,14 +1341,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name in args.scenarios:
             outcome = run_scenario(SCENARIOS[name], server.endpoint, root, args)
-            if outcome.only_speculation_missing:
-                # Once more with the next seed's draws; a pass still needs a speculative attempt.
-                say(
-                    f"[{name}] nothing lost or duplicated, but no speculative attempt: "
-                    f"once more with seed {args.seed + 1}"
-                )
-                again = argparse.Namespace(**{**vars(args), "seed": args.seed + 1})
-                outcome = run_scenario(SCENARIOS[name], server.endpoint, root, again)
             outcomes.append(outcome)
             say(f"[{name}] {'PASS' if outcome.passed else 'FAIL'}")
     finally:

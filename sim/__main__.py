@@ -12,6 +12,8 @@
                                            queries that run batches, diverged journals)
     python -m sim --seeds 100 --unkind clocks,stalls   some of its dimensions only
     python -m sim --seeds 100 --bytes      byte limits of a few messages bind (maxBytesPer...)
+    python -m sim --seeds 100 --markers-kept 4   4 planned markers kept, not 16: markers go
+                                           within a seed's batches (the window's forwarding)
 
 Exit status 1 if any seed broke an invariant; each failing seed prints the command that
 replays it. Runs on: the simulator's process only.
@@ -36,6 +38,7 @@ def replay_command(
     unkind: frozenset[str] = frozenset(),
     max_bytes: bool = False,
     poison_faults: bool = False,
+    markers_kept: int | None = None,
 ) -> str:
     flag = "" if fifo is None else (" --fifo" if fifo else " --standard")
     if poison_faults:
@@ -48,6 +51,8 @@ def replay_command(
         )
     if max_bytes:
         flag += " --bytes"
+    if markers_kept is not None:
+        flag += f" --markers-kept {markers_kept}"
     if fixed_mode:
         flag += " --fixed-delete-mode"
     if queues > 1:
@@ -93,6 +98,12 @@ def main(argv: list[str] | None = None) -> int:
         dest="max_bytes",
         help="maxBytesPerReceiver/maxBytesPerTrigger of a few messages, drawn per run",
     )
+    parser.add_argument(
+        "--markers-kept",
+        type=int,
+        default=None,
+        help="planned markers kept (default: the library's 16; a seed numbers 3-13 batches)",
+    )
     parser.add_argument("--stop", type=int, default=5, help="stop after this many failing seeds")
     parser.add_argument(
         "--jobs",
@@ -113,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         unkind,
         args.max_bytes,
         poison_faults=args.poison_faults,
+        markers_kept=args.markers_kept,
     )
 
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
@@ -135,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             jobs=args.jobs,
             max_bytes=args.max_bytes,
             poison_faults=args.poison_faults,
+            markers_kept=args.markers_kept,
         )
     for result in results:
         seed = result.config.seed
@@ -162,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                     unkind,
                     args.max_bytes,
                     args.poison_faults,
+                    args.markers_kept,
                 )
             )
             if failed >= args.stop:

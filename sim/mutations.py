@@ -472,11 +472,17 @@ MUTATIONS = [
         poison=True,
         poison_faults=True,
     ),
+    # Finishing a step again needs a run that replays the narrowed batch after the carry batch
+    # was adopted, which the fault-free final drain rarely does: in the plain poison world only
+    # seed 146 of the first 2,000 failed, on an innocent message quarantined after kills alone
+    # (the documented limit, which the judge now excuses: sim/quarantines.py), none of the
+    # first 300 since.
     Mutation(
         "a carry batch created again after its adoption",
         "poison",
         _carry_adoption_forgotten,
         poison=True,
+        poison_faults=True,
     ),
 ]
 

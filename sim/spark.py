@@ -54,6 +54,7 @@ from typing import Any
 import pyarrow as pa
 
 from sim.clock import ActorClock, SimClock
+from sim.quarantines import COMMITTED, NARROW_KEY, POISON, Quarantines
 from sim.sched import Actor, Crash, Deadlock, HookedSqs, HookedStore, Scheduler, SimLock
 from sim.sqs import DATA_OPERATIONS, DEFAULT_INFLIGHT_LIMIT, FaultRates, SimSqs
 from sim.store import SimJournalStore, StoreFaultRates
@@ -64,6 +65,7 @@ from spark_sqs.executor import duplicates
 from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import Journal, JournalState, window
 from spark_sqs.journal import drops as journal_drops
+from spark_sqs.journal import state as journal_state
 from spark_sqs.journal.batches import batch_dir
 from spark_sqs.journal.lease import RECORDS_KEPT, Lease
 from spark_sqs.journal.plans import BatchPlan
@@ -168,6 +170,11 @@ class Config:
     # False: every batch plans numPartitions receivers, as before batches were planned by their
     # backlog (seeds found then replay as they were).
     receivers_by_backlog: bool = True
+    # The planned markers kept (journal/state.py PLANNED_MARKERS_KEPT, patched in this process
+    # while the seed runs; None: the library's 16). A seed numbers 3 to 13 batches, so only a
+    # smaller band makes markers go and the duplicate window's forwarding find the newest
+    # number by key past absent ones (window.py ``_kept_above``, ``_not_numbered_yet``).
+    markers_kept: int | None = None
 
     @classmethod
     def from_seed(cls, seed: int, fifo: bool | None = None) -> Config:
@@ -458,6 +465,10 @@ class SparkSim:
         self.current_run: str | None = None
         self.last_failure: str | None = None
         self._poison_run = False  # a run added by Config.poison_runs
+        # Config.poison: narrowing steps, the runs that read them and how each ended, and the
+        # quarantine decisions; the judge of a message other than the poison one in the
+        # dead-letter queue (sim/quarantines.py).
+        self.quarantines = Quarantines()
         self._journal_ids: dict[tuple[int, str, int], frozenset[str]] = {}
         self._deletions_seen: dict[str, int] = {}
         self.lease_written: dict[str, float] = {}
@@ -697,6 +708,11 @@ class SparkSim:
         if name == "receive_message":
             self._after_receive(kwargs["QueueUrl"], answer)
             return
+        if name == "send_message" and answer is not None and kwargs["QueueUrl"] == self.dead_letter:
+            actor = self.sched.current()
+            run = actor.group.split("/")[0] if actor is not None else ""
+            self.quarantines.sent(self._source_id(kwargs["MessageBody"]), run)
+            return
         if name not in ("delete_message_batch", "delete_message"):
             return
         if self.sqs.ghosts_at_once > self._ghosts_at_once_seen:
@@ -711,8 +727,10 @@ class SparkSim:
         for d in new:
             if d.message_id in self.committed_ids:
                 continue
-            if d.message_id == self.poison_id and self._poison_quarantined():
-                continue  # deleted after its copy reached the dead-letter queue
+            if self.dead_letter is not None and d.message_id in self._dead_letter_ids():
+                # Deleted after its copy reached the dead-letter queue: the end check judges
+                # the copy (_check_quarantined).
+                continue
             if actor is not None and actor.kind in ("driver", "heartbeat", "query2"):
                 if self.poison_id is not None and d.message_id in self._carried_ids():
                     # Carried out of a narrowed batch: the carry batch's journal holds it, and
@@ -875,10 +893,32 @@ class SparkSim:
             self._lease_written(store, key)
         if _ENTRY_FILE.match(key):
             self._straggler_entry(store, method, key)
+        if self.config.poison and store is self.store:
+            self._poison_record(store, method, key)
         if _GONE_KEY.match(key):
             self._batch_went(store, method, key)
         if self._created_while_deleted is not None and store is self.store:
             self._created_meanwhile(store, method, key)
+
+    def _poison_record(self, store: SimJournalStore, method: str, key: str) -> None:
+        """Config.poison: note a task's read or write of an entry (its run attempted the
+        batch) and every narrowing record created (a quarantine decision), for the judge of
+        the dead-letter queue (sim/quarantines.py)."""
+        actor = self.sched.current()
+        run = actor.group.split("/")[0] if actor is not None else ""
+        if method == "create" and NARROW_KEY.match(key):
+            self.quarantines.narrowed(key, store.peek, self._group_epoch.get(run, -1))
+            return
+        sent = _SENT_MARKER.match(key)
+        if method == "create" and sent is not None and store.peek(key) is not None:
+            self.quarantines.marked(sent.group(1), run)
+            return
+        match = _ENTRY_ONLY.match(key)
+        if match is None or actor is None or actor.kind != "task" or method not in _TOUCH:
+            return
+        slot = self._slot.get(actor)
+        if slot is not None and store.peek(key) is not None:
+            self.quarantines.touched(slot[3], int(match.group(1)))
 
     def _created_meanwhile(self, store: SimJournalStore, method: str, key: str) -> None:
         """Note a key a task (of an earlier run: the diverged run is refused before any task
@@ -957,12 +997,18 @@ class SparkSim:
 
     def _narrowed_out_after_commit(self, message_id: str) -> bool:
         """True if the sink took ``message_id`` with a batch (committed, or appended by a sink
-        that is not idempotent) and a later, narrowed, replay of the same batch left it out."""
+        that is not idempotent) and a later, narrowed, replay of the same batch left it out, or
+        a later narrowing step of its journal batch carried it out (a sink that skips a batch
+        it has never runs that replay)."""
         if self.poison_id is None:
             return False
         taken = [key for key, rows in self.sink_committed.items() if _holds(rows, message_id)]
         taken += [key for key, rows in self.sink_appended if _holds(rows, message_id)]
-        return any(message_id not in self.executions.get(key, [()])[-1] for key in taken)
+        if any(message_id not in self.executions.get(key, [()])[-1] for key in taken):
+            return True
+        # A sink that skips a batch it has never runs the narrowed replay: the record shows a
+        # step that carried the message out after the sink took the batch (sim/quarantines.py).
+        return any(key in taken for key in self.quarantines.carried_after_sink(message_id))
 
     def _carried_ids(self) -> set[str]:
         """Ids journaled by carry batches (``batches/<X>/_carry.json``, Config.poison)."""
@@ -1009,6 +1055,8 @@ class SparkSim:
             return own.setdefault(key, duplicates.DuplicateWindow(window_seconds))
 
         duplicates.worker_window = worker_window
+        kept = self.config.markers_kept or PLANNED_MARKERS_KEPT
+        journal_state.PLANNED_MARKERS_KEPT = window.PLANNED_MARKERS_KEPT = kept
         # The library's logs are silenced for speed while the seed runs, and given back after
         # (a test that runs a seed in its process must not silence the tests after it).
         library = logging.getLogger("spark_sqs")
@@ -1020,6 +1068,7 @@ class SparkSim:
         finally:
             uuid.uuid4 = original
             duplicates.worker_window = shared_window
+            journal_state.PLANNED_MARKERS_KEPT = window.PLANNED_MARKERS_KEPT = PLANNED_MARKERS_KEPT
             library.setLevel(level)
 
     def _run(self) -> Result:
@@ -1357,6 +1406,7 @@ class SparkSim:
         self.stats["batches"] += 1
         key = ckpt.epoch * 100_000 + batch_id  # the sink's batch id, per checkpoint
         skip = self.config.sink == "skip_before" and key in self.sink_committed
+        journal_batches: set[int] = set()
         if skip and rng.random() < 0.5:
             self.event(f"batch {batch_id}: sink has it; not planned, not run")
         else:
@@ -1365,6 +1415,11 @@ class SparkSim:
             if partitions:
                 self._accepted(group, f"partitions({start}, {end}) planned receivers")
             shipped = [pickle.dumps(p) for p in partitions]
+            journal_batches = {p.batch for p in partitions}
+            if self.config.poison and self.run_stores[group].inner is self.store:
+                keys = self.store.keys()
+                for journal_batch in sorted(journal_batches):
+                    self.quarantines.planned(group, journal_batch, keys)
             self.event(
                 f"partitions({start}, {end}) -> "
                 + ", ".join(f"r{p.receiver}:{p.max_messages}" for p in partitions)
@@ -1394,12 +1449,17 @@ class SparkSim:
                 runs.append(ids)
                 if self.poison_id is not None and self.poison_id in ids:
                     self.stats["poison_failures"] = self.stats.get("poison_failures", 0) + 1
+                    self.quarantines.ended(group, journal_batches, POISON)
                     raise SinkFailed(f"the sink cannot store message {self.poison_id}")
                 sched.point("spark: sink commit")
                 self._sink_commit(key, rows)
+                if journal_batches:
+                    self.quarantines.sank(group, journal_batches, key)
         sched.point("spark: write commit log")
         ckpt.commit_log.add(batch_id)
         self.event(f"commit log {batch_id}")
+        if journal_batches:
+            self.quarantines.ended(group, journal_batches, COMMITTED)
 
     def _taken_meanwhile(
         self,
@@ -1919,30 +1979,125 @@ class SparkSim:
         if self.clock.elapsed > deadline:
             self.violation("the final drain took longer than expected")
 
-    def _dead_letter_copies(self) -> tuple[int, list[str]]:
-        """Copies of the poison message in the dead-letter queue, and the other bodies there."""
+    def _dead_letter_ids(self) -> dict[str, int]:
+        """The messages in the dead-letter queue, by source message id (a copy keeps its
+        body, ``m<n>``: the n-th sent), with their copies; a body of no sent message is kept
+        as it is (the end check reports it)."""
         if self.dead_letter is None:
-            return 0, []
-        body = f"m{self._poison_n:04d}"
-        bodies = [m.body for m in self.sqs.live(self.dead_letter)]
-        return bodies.count(body), sorted(b for b in bodies if b != body)
+            return {}
+        out: dict[str, int] = {}
+        for m in self.sqs.live(self.dead_letter):
+            mid = self._source_id(m.body)
+            out[mid] = out.get(mid, 0) + 1
+        return out
+
+    def _source_id(self, body: str) -> str:
+        """The id of the sent message whose body is ``body`` (``m<n>``: the n-th sent)."""
+        n = int(body[1:]) if re.fullmatch(r"m\d{4}", body) else -1
+        return self.sent[n] if 0 <= n < len(self.sent) else body
 
     def _poison_quarantined(self) -> bool:
-        return self._dead_letter_copies()[0] > 0
+        return self._dead_letter_ids().get(self.poison_id or "", 0) > 0
 
-    def _check_poison(self, counts: dict[str, int]) -> None:
-        """The poison message: never committed by the sink, in the dead-letter queue once."""
+    def _check_poison(self, counts: dict[str, int]) -> set[str]:
+        """The poison message: never committed by the sink, in the dead-letter queue once.
+        Any other message there is judged by ``_check_quarantined``; returns those excused."""
         assert self.dead_letter is not None
         if counts.get(self.poison_id or ""):
             self.violation(f"the poison message {self.poison_id} reached the sink")
-        copies, others = self._dead_letter_copies()
-        if copies != 1:
+        copies = self._dead_letter_ids().get(self.poison_id or "", 0)
+        extra = self._extra_copies(self.poison_id or "", copies)
+        if copies != 1 and extra is None:
             self.violation(
                 f"the poison message {self.poison_id} is in the dead-letter queue {copies} times"
             )
-        if others:
-            self.violation(f"{len(others)} other messages in the dead-letter queue: {others[:8]}")
         self.stats["quarantined"] = copies
+        return self._check_quarantined(counts)
+
+    def _check_quarantined(self, counts: dict[str, int]) -> set[str]:
+        """Messages other than the poison one in the dead-letter queue. Each is a violation
+        unless the simulation's record shows the policy's documented limit (sim/quarantines.py
+        ``Quarantines.excuse``: docs/design.md, Limits, runs killed at a narrowing step
+        quarantine the one message it narrowed to); an excused one must still be accounted for
+        exactly once: in the dead-letter queue once, never in the sink. Returns the excused
+        ids: the dead-letter queue holds them, so they are not lost."""
+        excused: set[str] = set()
+        for mid, copies in sorted(self._dead_letter_ids().items()):
+            if mid == self.poison_id:
+                continue
+            if mid not in self.sent:
+                self.violation(f"a message never sent in the dead-letter queue: {mid[:40]}")
+                continue
+            name = self._bodies([mid])
+            why = self.quarantines.excuse(mid)
+            if why is None:
+                self.violation(
+                    f"an innocent message {name} ({mid[:8]}) in the dead-letter queue: "
+                    + self.quarantines.why_not(mid)
+                )
+                continue
+            if copies != 1 and self._extra_copies(mid, copies) is None:
+                self.violation(
+                    f"the innocent message {name} is in the dead-letter queue {copies} times"
+                )
+            decided = self.quarantines.decisions[mid].epoch
+            sunk = self.quarantines.sunk_at_the_step(mid)
+            if (
+                decided in self._sink_epochs(mid)
+                and not self._narrowed_out_after_commit(mid)
+                and not any(self._sink_holds(key, mid) for key in sunk)
+            ):
+                self.violation(
+                    f"the quarantined innocent message {name} also reached the sink of the "
+                    f"checkpoint that quarantined it (epoch {decided})"
+                )
+                self.violations.append(self.story(mid))
+            elif counts.get(mid):
+                # In the sink of another checkpoint (each checkpoint delivers once: a new one
+                # delivers again what the old one's sink committed unacknowledged), or taken
+                # by the sink with a batch whose later narrowed replay left it out (the
+                # narrowing's own limit): the dead-letter queue holds this checkpoint's copy.
+                self.stats["innocent_quarantined_after_sink"] = (
+                    self.stats.get("innocent_quarantined_after_sink", 0) + 1
+                )
+            self.event(f"{name} in the dead-letter queue, excused: {why}")
+            excused.add(mid)
+        if excused:
+            self.stats["innocent_quarantined"] = len(excused)
+        return excused
+
+    def _extra_copies(self, message_id: str, copies: int) -> str | None:
+        """Why more than one copy of ``message_id`` may be in the dead-letter queue: only a
+        standard one, after a run died between the send and its marker (sim/quarantines.py
+        ``Quarantines.copies``); a FIFO one deduplicates the resend."""
+        if copies <= 1 or self.config.fifo:
+            return None
+        why = self.quarantines.copies(message_id, copies)
+        if why is not None:
+            self.stats["dead_letter_copies_after_crash"] = (
+                self.stats.get("dead_letter_copies_after_crash", 0) + copies - 1
+            )
+            self.event(f"{self._bodies([message_id])} in the dead-letter queue: {why}")
+        return why
+
+    def _sink_holds(self, key: int, message_id: str) -> bool:
+        """The sink's batch ``key`` holds ``message_id`` (its first append, if not idempotent)."""
+        if self.config.sink == "not_idempotent":
+            rows = next((rows for k, rows in self.sink_appended if k == key), [])
+        else:
+            rows = self.sink_committed.get(key, [])
+        return _holds(rows, message_id)
+
+    def _sink_epochs(self, message_id: str) -> set[int]:
+        """The checkpoints (epochs) whose sink holds ``message_id``."""
+        if self.config.sink == "not_idempotent":
+            first: dict[int, list[tuple[str, str]]] = {}
+            for batch_id, rows in self.sink_appended:
+                first.setdefault(batch_id, rows)
+            held = first.items()
+        else:
+            held = self.sink_committed.items()
+        return {key // 100_000 for key, rows in held if _holds(rows, message_id)}
 
     def _check_end(self) -> None:
         sent = set(self.sent)
@@ -1957,7 +2112,9 @@ class SparkSim:
         for m in delivered:
             counts[m] = counts.get(m, 0) + 1
         if self.poison_id is not None:
-            self._check_poison(counts)
+            # Messages the dead-letter queue accounts for: the poison one, and innocent ones
+            # the documented limit excuses (each judged there, and never in the sink).
+            sent -= self._check_poison(counts)
             sent.discard(self.poison_id)
             counts.pop(self.poison_id, None)
         lost = sorted(sent - set(counts))
@@ -1990,7 +2147,7 @@ class SparkSim:
         across = [m for m, e in epochs.items() if len(set(e)) > 1 and m not in doubled]
         if across:
             self.stats["redelivered_to_new_checkpoint"] = len(across)
-        unknown = sorted(set(counts) - sent)
+        unknown = sorted(set(counts) - set(self.sent))
         if lost:
             self.violations.append(f"LOST {len(lost)} messages: {self._bodies(lost)}")
             self.violations.extend(self.story(m) for m in lost[:2])
@@ -2052,8 +2209,8 @@ class SparkSim:
         markers = [k for k in keys if k.startswith("state/")]
         # The newest planned markers (PLANNED_MARKERS_KEPT), the newest acked ones
         # (ACKED_MARKERS_KEPT: they hold the counters), the initial one.
-        if len(markers) > PLANNED_MARKERS_KEPT + ACKED_MARKERS_KEPT + 1:
-            bound = PLANNED_MARKERS_KEPT + ACKED_MARKERS_KEPT + 1
+        bound = (self.config.markers_kept or PLANNED_MARKERS_KEPT) + ACKED_MARKERS_KEPT + 1
+        if len(markers) > bound:
             self.findings.append(f"state markers: {len(markers)} kept (bound {bound})")
         self.stats["sent"] = len(sent)
 
@@ -2080,6 +2237,10 @@ _BATCH_FILE = re.compile(r"^batches/(\d+)/")
 # What an attempt writes into its batch and must remove itself if the batch was finished by
 # then: its entry, its poison attempt record.
 _ENTRY_FILE = re.compile(r"^batches/\d+/(\d{5,}\.arrow|attempts/[^/]+\.json)$")
+# An entry (not a part): what a receiver reads on a replay and writes when it journals.
+_ENTRY_ONLY = re.compile(r"^batches/(\d+)/\d{5,}\.arrow$")
+_TOUCH = frozenset({"read", "create"})
+_SENT_MARKER = re.compile(r"^quarantine/\d+-(.+)\.sent$")
 _GONE_KEY = re.compile(r"^batches/(\d+)/(_retired|_plan)\.json$")
 _LEASE_KEY = re.compile(r"^lease/(\d{12})\.json$")
 # SQS calls that receive, acknowledge, delete or release messages.

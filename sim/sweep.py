@@ -44,6 +44,9 @@ class Variant:
     # Poison (implies ``poison``): each run the poison message fails adds a run with the seed's
     # faults (Config.poison_runs), so narrowing and quarantine meet them.
     poison_faults: bool = False
+    # The planned markers kept (Config.markers_kept; None: the library's), so that markers go
+    # within a seed's few batches.
+    markers_kept: int | None = None
 
     def __call__(self, config: Config) -> None:
         if self.fixed_delete_mode:
@@ -57,6 +60,8 @@ class Variant:
             config.store_faults = self.store_faults
         if self.unkind:
             config.draw_unkind(self.unkind)
+        if self.markers_kept is not None:
+            config.markers_kept = self.markers_kept
 
 
 def parse_unkind(text: str | None) -> frozenset[str]:
@@ -92,6 +97,7 @@ def sweep(
     jobs: int | None = None,
     max_bytes: bool = False,
     poison_faults: bool = False,
+    markers_kept: int | None = None,
 ) -> Iterator[Result]:
     """Run ``seeds`` (without traces), yielding each result in seed order."""
     variant = Variant(
@@ -101,6 +107,7 @@ def sweep(
         frozenset(unkind),
         max_bytes,
         poison_faults=poison_faults,
+        markers_kept=markers_kept,
     )
     seeds = list(seeds)
     jobs = default_jobs() if jobs is None else jobs

@@ -625,7 +625,10 @@ class Acknowledger:
         entries = [e for r in receipts for e in entries_of(r)]
         if self._delete and entries and self._confirm is not None:
             self._confirm()
-        uncertain = self._uncertain(batch, receipts) if self._delete else set()
+        # What the heartbeat knows of the handles, taken before it forgets the batch: they are
+        # judged against the clock once the deletes are made (``_expired``), not before.
+        bounds, lost = self._handle_bounds(batch, receipts) if self._delete else ({}, set())
+        uncertain = set(lost)
         if self._heartbeat is not None:
             # From here on the batch is being deleted: extending it would only race.
             self._heartbeat.forget(batch)
@@ -674,7 +677,10 @@ class Acknowledger:
             deleted = deletion.deleted
             permanent = deletion.permanent
             failures = len(permanent)
-            uncertain = deletion.uncertain
+            # Every delete call was made by now: a handle that may have expired before this
+            # moment may have expired before its delete (a slow seal, throttled or retried
+            # calls, a pause), which SQS can answer with success and keep the message.
+            uncertain = deletion.uncertain | self._expired(bounds)
             if permanent:
                 logger.warning(
                     "batch %d: %d deletes failed permanently (%s)",
@@ -712,26 +718,34 @@ class Acknowledger:
         if self._heartbeat is not None:
             self._heartbeat.watch(batch, receivers=self.receivers_of(batch))
 
-    def _uncertain(self, batch: int, receipts: list[EntryReceipts]) -> set[str]:
-        """Messages whose receipt handle may have expired before the deletes about to be made
-        (judged on this clock: the batch's planning time, the heartbeat's extensions, the
-        receivers' markers), or that the heartbeat lost."""
+    def _handle_bounds(
+        self, batch: int, receipts: list[EntryReceipts]
+    ) -> tuple[dict[str, float], set[str]]:
+        """Until when (this driver's monotonic clock) each message's handle is known valid, as
+        far as the batch's planning time, the heartbeat's extensions and the receivers' markers
+        tell, and the messages the heartbeat lost (their deletes may not take effect, whenever
+        they are made). Read before the heartbeat forgets the batch: nothing extends it after."""
         visibility = self._heartbeat.snapshot(batch) if self._heartbeat is not None else None
         held = self._held_by_receivers(batch, visibility)
-        needed = self._clock() + self._margin
-        out: set[str] = set()
+        bounds: dict[str, float] = {}
+        lost: set[str] = set()
         for r in receipts:
             baseline = max(
                 self._entry_valid_until(visibility, r.receiver), held.get(r.receiver, 0.0)
             )
-            lost = lost_ids(r.message_ids, visibility.lost) if visibility is not None else set()
-            out |= lost
+            gone = lost_ids(r.message_ids, visibility.lost) if visibility is not None else set()
+            lost |= gone
             for message_id in r.message_ids:
-                if message_id in lost:
+                if message_id in gone:
                     continue
                 expires = baseline
                 if visibility is not None:
                     expires = max(expires, visibility.expires_at.get(message_id, 0.0))
-                if expires < needed:
-                    out.add(message_id)
-        return out
+                bounds[message_id] = expires
+        return bounds, lost
+
+    def _expired(self, bounds: Mapping[str, float]) -> set[str]:
+        """Messages whose handle may have expired by now (within the margin): called once the
+        deletes are made, as the settlement judges its receivers' deletes (``_settle``)."""
+        needed = self._clock() + self._margin
+        return {i for i, expires in bounds.items() if expires < needed}

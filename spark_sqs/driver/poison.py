@@ -65,14 +65,26 @@ def candidates(
     narrowing: Narrowing | None, entries: Mapping[int, list[str]]
 ) -> list[tuple[int, str]]:
     """The messages the batch's replays deliver now, in (receiver, row) order: what the latest
-    step keeps of the receivers it covers, everything of the receivers it does not."""
+    step keeps of the receivers it covers, everything of the receivers it does not.
+
+    A message is one candidate, at its first receiver, however many entries of the batch hold
+    it: two adoptions of one orphan's entry (an orphan retired by a batch whose own run died,
+    then adopted again by another checkpoint's batch, both later adopted by a third) put it in
+    two receivers. Counted twice, one copy could be kept and the other carried out, and both
+    delivered, or the poison message quarantined and its other copy carried on to fail again.
+    The later copies are then neither kept nor carried: no replay delivers them."""
     out = []
+    seen: set[str] = set()
     for receiver in sorted(entries):
         if narrowing is not None and receiver in narrowing.keep:
             kept = set(narrowing.keep[receiver])
-            out += [(receiver, i) for i in entries[receiver] if i in kept]
+            ids = [i for i in entries[receiver] if i in kept]
         else:
-            out += [(receiver, i) for i in entries[receiver]]
+            ids = list(entries[receiver])
+        for i in ids:
+            if i not in seen:
+                seen.add(i)
+                out.append((receiver, i))
     return out
 
 

@@ -38,8 +38,11 @@ removal unless the sealer is known to have finished) probes from those ends too:
 killed between its create and its probe hides nothing. A writer that finds no seal reads the
 plan too: a batch without one was sealed and removed, its seal maybe swept after the writer
 stalled past the window, so the segment goes on (to the newest numbered batch, by the planned
-markers of state.py, if the batch is older). Which batches may hold live ids is the driver's to
-say (``WindowRange``, carried by each plan as ``windowFrom``), judged on its monotonic clock.
+markers of state.py, if the batch is older). A batch after a sealed one that has neither plan
+nor seal is taken for one not numbered yet only if the batch before it is the newest number:
+else it was numbered (its marker gone since) and never planned or removed, and the segment
+goes on likewise. Which batches may hold live ids is the driver's to say (``WindowRange``,
+carried by each plan as ``windowFrom``), judged on its monotonic clock.
 
 A segment stores no id itself: two unsigned 64-bit columns ``h1``/``h2`` hold each id's 128-bit
 BLAKE2b digest, sorted by ``h1``, so a lookup is a binary search and two different ids match
@@ -236,14 +239,16 @@ def forward(store: JournalStore, data: bytes, batch: int, numbered: bool = True)
     yet (its receivers read it once it is planned). A segment created before the seal was read
     by the sealer or by its probe after sealing; one created after finds the seal here, or,
     if its writer stalled past the window and the seal was swept, no plan. ``numbered``:
-    ``batch`` is known to have been numbered (the writer's own), else the planned markers say.
-    Returns the batch that holds it."""
+    ``batch`` is known to have been numbered (the writer's own); else (it follows a sealed
+    batch) the planned markers say (``_not_numbered_yet``): a batch numbered long ago without
+    plan or seal (removed, or never planned) is treated as removed. Returns the batch that
+    holds it."""
     while True:
         if store.read(merged_key(batch)) is not None:
             after, numbered = batch + 1, False
         elif store.read(plan_key(batch)) is not None:
             return batch
-        elif not numbered and not _planned(store, batch):
+        elif not numbered and _not_numbered_yet(store, batch):
             return batch
         else:
             after = _after_removed(store, batch)
@@ -256,6 +261,19 @@ def forward(store: JournalStore, data: bytes, batch: int, numbered: bool = True)
             "duplicate window: a segment written after a seal or removal, forwarded to batch %d",
             batch,
         )
+
+
+def _not_numbered_yet(store: JournalStore, batch: int) -> bool:
+    """Whether ``batch``, which follows a sealed batch, is not numbered yet (its receivers read
+    a segment there once it is planned). Its absent marker alone does not say so: a batch
+    numbered PLANNED_MARKERS_KEPT or more numbers ago has lost its marker too, and may have
+    been removed, its seal swept, or never planned (its driver died before Spark logged the
+    offset): no plan and no seal, so no reader looks there. So the batch before it must be the
+    newest number: its marker exists with its predecessors' (``_newest``, read after
+    ``batch``'s: had ``batch`` been numbered and its marker removed before, they would be
+    gone). Otherwise ``batch`` was numbered, and ``_after_removed`` finds where its segment
+    goes."""
+    return not _planned(store, batch) and _planned(store, batch - 1) and _newest(store, batch - 1)
 
 
 def _planned(store: JournalStore, batch: int) -> bool:

@@ -113,6 +113,38 @@ def test_a_lone_message_is_not_quarantined_while_runs_die_before_its_siblings_jo
     assert result.stats.get("quarantined") == 1, "the poison message, once"
 
 
+@pytest.mark.parametrize("seed", [16, 95])
+def test_runs_killed_at_a_narrowing_step_quarantine_an_innocent_message_the_judge_excuses(
+    seed: int,
+) -> None:
+    """Seeds 16 and 95 of ``--poison-faults``: the poison message was carried out of a
+    narrowing step that kept one innocent message, and the run replaying that step was killed
+    (a driver crash), so the next plan quarantined the innocent message (one failure narrows at
+    a later step). The policy's documented limit (docs/design.md, Limits: the journal counts
+    reads, not failures); the judge excuses it because the simulation's record shows it
+    (sim/quarantines.py): in the dead-letter queue once, never in the sink, not lost. In seed 16
+    a later copy of it that SQS handed out was dropped and deleted by a receiver."""
+    result = run_seed(seed, fifo=None, configure=Variant(poison_faults=True))
+    assert result.ok, result.violations
+    assert result.stats.get("innocent_quarantined") == 1
+    assert result.stats.get("quarantined") == 1, "the poison message, once"
+
+
+def test_the_judge_does_not_excuse_a_quarantine_that_skipped_the_wait_for_a_receiver() -> None:
+    """The exception is no loosening: seed 95 of ``--poison-faults`` with the lone candidate's
+    wait for unjournaled receivers broken (sim/mutations.py) quarantines an innocent message
+    after two runs killed at step 0 while a receiver that receives had no entry; the policy
+    needs four there, so the judge refuses to excuse it (the seed passes with the rule kept,
+    above)."""
+    mutation = next(m for m in MUTATIONS if m.name.startswith("a lone candidate quarantined"))
+    with mutation.apply():
+        mutated = run_seed(95, fifo=None, configure=Variant(poison_faults=True))
+    assert not mutated.ok
+    refused = [v for v in mutated.violations if v.startswith("an innocent message")]
+    assert refused, mutated.violations
+    assert "needs 4 faulted" in refused[0], refused[0]
+
+
 @pytest.mark.parametrize(
     ("name", "seed"),
     [
@@ -120,7 +152,7 @@ def test_a_lone_message_is_not_quarantined_while_runs_die_before_its_siblings_jo
         ("a narrowing drops a carried message", 0),
         ("a narrowing keeps what it carries", 0),
         ("a narrowed replay yields the whole entry", 0),
-        ("a carry batch created again after its adoption", 146),
+        ("a carry batch created again after its adoption", 188),
         ("a quarantine forgets it was sent", 15),
     ],
 )
@@ -129,7 +161,8 @@ def test_the_poison_world_finds_each_poison_rule_broken(name: str, seed: int) ->
     lone candidate's wait for unjournaled receivers, a narrowing's partition into kept and
     carried, the replay's narrowing, the adopted carry batch, the quarantine's sent marker)
     fails a seed of the poison world (``--poison``; ``--poison-faults`` for the sent marker,
-    whose fault needs a crash after the quarantine), which passes with the rule kept."""
+    whose fault needs a crash after the quarantine, and the adopted carry batch, whose needs a
+    replay of the narrowed batch after the adoption), which passes with the rule kept."""
     mutation = next(m for m in MUTATIONS if m.name == name)
     assert mutation.poison
     variant = mutation.variant()

@@ -16,7 +16,7 @@ from sim.spark import QUERY2_EPOCHS, UNKIND, VISIBILITY, Config, SparkSim, run_s
 from sim.sqs import SimSqs
 from sim.store import SimJournalStore
 from sim.sweep import Variant, parse_unkind
-from spark_sqs.journal import window
+from spark_sqs.journal import state, window
 
 # A trace line: time, then the actor ("run3/driver", "run3 b1.r0.a2", "run3-q2/heartbeat").
 _LINE = re.compile(r"^t=\s*([0-9.]+) (run\d+(?:-q\d+)?(?:/\w+| b\d+\.r\d+\.a\d+)|\S+)")
@@ -176,6 +176,30 @@ def test_a_straggler_freezes_before_its_window_segment_for_longer_than_the_windo
     assert re.search(r"store\.create window/\d+/r\d+-\d+\.arrow  \*\* HELD for", held), held
     after = next(t for t, a, text in lines[i + 1 :] if a == actor and "** HELD" not in text)
     assert after >= at + seconds - 1
+
+
+def test_fewer_planned_markers_kept_make_the_window_s_forwarding_read_past_absent_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--markers-kept 4``: a seed numbers a few batches, fewer than the 16 markers the
+    library keeps, so only a smaller band removes markers while it runs: a window segment's
+    writer whose batch was removed then finds the newest number by key past absent markers
+    (seed 22, unkind), and the library's value is back once the seed ended."""
+    probes: list[int] = []
+    kept_above = window._kept_above
+
+    def counted(store: Any, batch: int) -> int | None:
+        probes.append(window.PLANNED_MARKERS_KEPT)
+        return kept_above(store, batch)
+
+    monkeypatch.setattr(window, "_kept_above", counted)
+    result = run_seed(22, configure=Variant(unkind=frozenset(UNKIND), markers_kept=4))
+    assert result.ok, result.violations
+    assert probes and set(probes) == {4}
+    assert window.PLANNED_MARKERS_KEPT == state.PLANNED_MARKERS_KEPT == 16
+    probes.clear()
+    assert run_seed(22, configure=Variant(unkind=frozenset(UNKIND))).ok
+    assert probes == []
 
 
 def test_a_paused_owner_lets_a_second_query_take_over_and_run_batches() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from chaos.cluster import (
     StandaloneCluster,
     alive_workers,
     busy_executors,
+    completed_stages,
     count_event_log,
     event_logs,
     executor_identity,
@@ -40,6 +42,14 @@ from chaos.cluster import (
     worker_host,
 )
 from chaos.faults import FaultConfig, FaultInjector, count_faults, faults_by_role, slow_tasks
+from chaos.kills import (
+    Schedule,
+    SpeculationWatch,
+    carry_out,
+    draw_kills,
+    speculation_recorded,
+    waiting_for_copy,
+)
 from chaos.run import (
     RSS_ROLES,
     Outcome,
@@ -916,15 +926,16 @@ def test_a_copy_starting_to_receive_wakes_the_sleeping_original(endpoint, tmp_pa
 def test_slow_log_marks_a_sleep_without_its_end_as_cut_short(tmp_path):
     log = tmp_path / "slow.log"
     log.write_text(
-        "7 start 2 0 11 before 10.0 1000.000\n"
-        "8 start 2 1 12 after 4.0 1000.000\n"
-        "8 end 2 1 12 after 4.0 1004.000\n"
-        "8 start 2 2 13 before 9.0 1005.000\n"
-        "8 woken 2 2 13 before 9.0 1006.000\n"
+        "7 start 1 2 0 11 before 10.0 1000.000\n"
+        "8 start 1 2 1 12 after 4.0 1000.000\n"
+        "8 end 1 2 1 12 after 4.0 1004.000\n"
+        "8 start 2 2 2 13 before 9.0 1005.000\n"
+        "8 woken 2 2 2 13 before 9.0 1006.000\n"
         "9 start 2"  # torn by a kill
     )
     tasks = {(t.pid, t.partition): t for t in slow_tasks(str(log))}
     assert sorted(tasks) == [(7, 0), (8, 1), (8, 2)]
+    assert [t.run for _, t in sorted(tasks.items())] == [1, 1, 2]
     assert [(t.ended, t.woken_by_copy) for _, t in sorted(tasks.items())] == [
         (False, False),
         (True, False),
@@ -932,6 +943,126 @@ def test_slow_log_marks_a_sleep_without_its_end_as_cut_short(tmp_path):
     ]
     assert (tasks[7, 0].seconds, tasks[7, 0].point, tasks[8, 1].started) == (10.0, "before", 1000.0)
     assert slow_tasks(str(tmp_path / "missing")) == []
+
+
+def test_until_a_copy_is_seen_receiver_0_of_every_stage_sleeps_until_its_copy(tmp_path):
+    """Eager slowing: every batch has a receiver 0, and every stage is a chance for a copy
+    until the harness has left its mark: receiver 0 sleeps before its first receive (holding
+    nothing) until its copy wakes it, however long Spark takes to launch one on a loaded
+    machine. Then the configured share, partitions and points again."""
+    config = FaultConfig(
+        rate=0.0, log="x", seed=5, slow_share=0.5, slow_partitions=3, slow_seconds=(10.0, 30.0),
+        slow_after_max=12.0,
+    )  # fmt: skip
+    eager = [config.slow_plan(stage, 0, eager=True) for stage in range(50)]
+    assert eager == [("before", faults.EAGER_SECONDS)] * 50
+    assert faults.EAGER_SECONDS > 2 * config.slow_seconds[1]
+    others = [config.slow_plan(stage, p, eager=True) for stage in range(50) for p in (1, 2)]
+    assert others == [None] * 100
+    calm = [stage for stage in range(50) if config.slow_plan(stage, 0) is None]
+    assert 20 < len(calm) < 50  # without the eagerness, most stages leave receiver 0 alone
+    # The injector is eager while the harness's mark is missing from the marks folder.
+    marks = tmp_path / "marks"
+    injector = FaultInjector(replace(config, slow_marks=str(marks)))
+    assert injector._eager()
+    marks.mkdir()
+    (marks / faults.SPECULATION_SEEN).touch()
+    assert not injector._eager()
+    assert not FaultInjector(config)._eager()  # no marks folder: the share from the start
+
+
+class _Clock:
+    """A clock that only the test's sleeps move."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(seconds, 0.01)
+
+
+def _carry_out(kills: list[tuple[float, str]], held: Any, cap: float = 120.0) -> Any:
+    clock = _Clock()
+    schedule = Schedule(lambda: held(clock.now), cap=cap, clock=clock, sleep=clock.sleep)
+    done: list[tuple[str, float]] = []
+    finished = carry_out(
+        kills, schedule, lambda what: done.append((what, clock.now)), lambda: False
+    )
+    assert finished
+    return done, schedule
+
+
+@pytest.mark.parametrize("kind", ["executor", "worker", "query"])
+def test_no_kill_lands_while_the_slowed_task_waits_for_its_copy(kind):
+    """The kills seed 42090 drew for its first cluster run (executor 13.7 s, Python worker
+    36.8 s, query 39.7 s; in CI the query's kill took receiver 2 of the first batch in its sleep,
+    and the scenario saw no copy). A slowed task sleeps from 1 s before the ``kind`` kill until
+    its stage completes 20 s later: every kill drawn still happens, in order, none in that
+    window, and those after it keep their gaps."""
+    rng = random.Random("42090-standard-cluster")
+    rng.choice([3, 4]), rng.choice([50, 100, 200])  # the run's options, drawn first
+    kills = draw_kills(rng, rng.uniform(15.0, 75.0), workers=1, executors=1)
+    assert [what for _, what in kills] == ["executor", "worker", "query"]
+    assert kills[-1][0] == pytest.approx(39.67, abs=0.01)
+    moment = next(m for m, what in kills if what == kind)
+    sleeping, completed = moment - 1.0, moment + 19.0
+
+    def held(now: float) -> bool:
+        return sleeping <= now < completed
+
+    assert any(held(m) for m, _ in kills)  # the drawing alone (the old harness) kills in it
+    done, schedule = _carry_out(kills, held)
+    assert [what for what, _ in done] == [what for _, what in kills]
+    assert not any(held(at) for _, at in done)
+    assert schedule.holds == 1
+    assert schedule.held_seconds == pytest.approx(completed - moment, abs=0.6)
+    # Each kill at its drawn moment, or later by the hold it waited through.
+    for (drawn, _), (_, at) in zip(kills, done, strict=True):
+        expected = drawn if drawn < sleeping else drawn + schedule.held_seconds
+        assert at == pytest.approx(expected, abs=0.6)
+
+
+def test_holds_are_capped_per_run_so_a_stuck_stage_does_not_stop_the_kills():
+    done, schedule = _carry_out([(5.0, "executor"), (20.0, "query")], lambda now: True, cap=30.0)
+    assert [what for what, _ in done] == ["executor", "query"]
+    assert schedule.held_seconds == pytest.approx(30.0, abs=0.6)
+    assert done[1][1] == pytest.approx(50.0, abs=1.2)
+
+
+def test_a_run_is_held_for_its_own_slowed_stage_until_it_completes_or_a_copy_is_on_record(
+    tmp_path,
+):
+    eventlog, marks, slow_log = tmp_path / "eventlog", tmp_path / "marks", tmp_path / "slow.log"
+    eventlog.mkdir()
+    watch = SpeculationWatch(eventlog, str(slow_log), marks)
+    assert not watch.held(2, "app-2")  # nothing slowed yet
+    slow_log.write_text("7 start 1 3 0 11 before 20.0 1000.000\n")
+    assert not watch.held(2, "app-2")  # another run's slowed task (a zombie of run 1)
+    with open(slow_log, "a") as handle:
+        handle.write("8 start 2 3 0 12 before 20.0 1001.000\n")
+    app = eventlog / "app-2.inprogress"
+    app.write_text(_task_start(3, 0, 0, 1000, False) + "\n")
+    assert watch.held(2, "app-2") and watch.held(2, None)
+    # Its stage completes without a copy: nothing to wait for any more.
+    stage_done = {"Event": "SparkListenerStageCompleted", "Stage Info": {"Stage ID": 3}}
+    with open(app, "a") as handle:
+        handle.write(json.dumps(stage_done) + "\n")
+    assert completed_stages(app) == {3}
+    assert not watch.held(2, "app-2")
+    # The next stage is slowed in its turn, and held until a copy is on record.
+    with open(slow_log, "a") as handle:
+        handle.write("8 start 2 4 0 13 after 12.0 1030.000\n")
+    assert watch.held(2, "app-2")
+    assert not (marks / faults.SPECULATION_SEEN).exists()
+    with open(app, "a") as handle:
+        handle.write(_task_start(4, 0, 1, 1040, True) + "\n")
+    assert not watch.held(2, "app-2")
+    assert (marks / faults.SPECULATION_SEEN).exists()  # eager slowing ends
+    assert speculation_recorded(event_logs(eventlog))
+    assert not waiting_for_copy([], 2, set())
 
 
 def test_write_then_skip_reader_takes_committed_batches_only(tmp_path):
@@ -970,6 +1101,9 @@ def test_executors_get_credentials_and_faults_from_the_application_not_the_worke
     assert conf[f"spark.executorEnv.{faults.ENV}"] == "{}"
     assert "spark.executorEnv.PATH" not in conf
     assert conf["spark.cores.max"] == "3" and conf["spark.speculation"] == "true"
+    # A lone task (a trickle's batch) is copied too, before the shortest slowed sleep ends.
+    threshold = conf["spark.speculation.task.duration.threshold"]
+    assert threshold.endswith("s") and float(threshold[:-1]) < 10.0  # --slow-seconds 10 30
     assert conf["spark.eventLog.dir"] == (tmp_path / "events").as_uri()
     assert worker_host(0) == "127.0.0.2" and worker_host(1) == "127.0.0.3"
 
@@ -1043,6 +1177,7 @@ def test_report_shows_the_cluster_figures_for_cluster_scenarios_only():
         stall_factor=1.5, seed=1, workers=2, cluster_receivers=[3, 4], cluster_visibility=20,
         cluster_kill_window=[15.0, 75.0], executor_kills=1, slow_share=0.3,
         slow_seconds=[6.0, 15.0], slow_points=["before", "after"], slow_after_max=0.4,
+        speculation_hold=120.0,
     )  # fmt: skip
     events = EventLogCounts(
         applications=3, speculative=5, concurrent=5, speculative_won=2, killed_by_other_attempt=4,
@@ -1051,25 +1186,10 @@ def test_report_shows_the_cluster_figures_for_cluster_scenarios_only():
     cluster = Outcome(
         "standard-cluster", cluster=True, drained=True, executor_kills=2,
         slowed=8, slowed_woken_by_copy=3, slowed_cut_short=1, events=events, skipped_batches=1,
+        kills_held=1, held_seconds=14.2,
     )  # fmt: skip
     text = render([Outcome("standard", drained=True), cluster], args)
-    assert "| standard-cluster | 2 | 8 | 3 | 1 | 5 | 5 | 2 | 4 | 2 | 1 | 1 | 3 |" in text
+    assert "| standard-cluster | 2 | 8 | 3 | 1 | 5 | 5 | 2 | 4 | 2 | 1 | 1 | 3 | 1 (14 s) |" in text
     assert "| standard | 2 |" not in text
     assert "visibilityTimeout 20 s" in text and "after it at most 8 s" in text
     assert "Cluster:" not in render([Outcome("standard", drained=True)], args)
-
-
-def test_a_cluster_run_without_a_speculative_attempt_fails_and_is_run_again_only_if_clean():
-    """A cluster scenario must see a speculative attempt to pass; one that kept every message
-    once without it is run again with the next seed (chaos/run.py ``main``), one that lost a
-    message is not."""
-    from chaos.cluster import EventLogCounts
-    from chaos.run import Outcome
-
-    clean = Outcome("standard-cluster", cluster=True, drained=True)
-    assert not clean.passed and clean.only_speculation_missing
-    lost = replace(clean, lost=1)
-    assert not lost.passed and not lost.only_speculation_missing
-    exercised = replace(clean, events=EventLogCounts(speculative=1))
-    assert exercised.passed and not exercised.only_speculation_missing
-    assert not Outcome("standard", drained=True).only_speculation_missing

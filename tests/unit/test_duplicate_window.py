@@ -46,6 +46,15 @@ def location(journal_location: str) -> str:
     return journal_location
 
 
+@pytest.fixture
+def unnumbered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For tests that write segments of batches their journal never numbered (no planned
+    markers), about seals and reads, not numbering: a forward past such a batch probes
+    FORWARD_PROBES markers before it leaves the segment where it is
+    (``test_a_batch_no_newer_number_is_found_above_keeps_its_segment``); two do here."""
+    monkeypatch.setattr(window, "FORWARD_PROBES", 2)
+
+
 def journal_at(location: str, **options: Any) -> tuple[Journal, HookedStore]:
     opts = make_options(location, region="us-east-1", **options)
     store = HookedStore(open_store(location, opts.connection))
@@ -72,6 +81,7 @@ def lookup(batch: int, receivers: tuple[int, ...] = (0,), start: int | None = No
     return duplicates.Lookup(batch, receivers, batch if start is None else start, **kw)
 
 
+@pytest.mark.usefixtures("unnumbered")
 def test_acknowledged_ids_are_seen_while_their_batch_is_in_the_plan_s_range(
     location: str,
 ) -> None:
@@ -97,6 +107,7 @@ def test_acknowledged_ids_are_seen_while_their_batch_is_in_the_plan_s_range(
     assert cache.size == 0
 
 
+@pytest.mark.usefixtures("unnumbered")
 def test_segments_of_batches_below_the_driver_s_range_are_collected(location: str) -> None:
     journal, store = journal_at(location)
     now = [0.0]
@@ -114,6 +125,7 @@ def test_segments_of_batches_below_the_driver_s_range_are_collected(location: st
     assert store.inner.list("window") == [window.part_key(4, "r000000", 0)]
 
 
+@pytest.mark.usefixtures("unnumbered")
 def test_a_writer_numbers_its_segments_densely_and_two_attempts_both_land(location: str) -> None:
     journal, store = journal_at(location)
     journal.window.write(ids(1), batch=3, who="r000001")
@@ -128,6 +140,7 @@ def test_a_writer_numbers_its_segments_densely_and_two_attempts_both_land(locati
     assert cache.seen(ids(1, 2, 3, 4)) == set(ids(1, 2, 3))
 
 
+@pytest.mark.usefixtures("unnumbered")
 @pytest.mark.parametrize("effect", [True, False], ids=["after-the-effect", "before-it"])
 def test_a_create_with_an_unknown_outcome_is_read_back(location: str, effect: bool) -> None:
     journal, store = journal_at(location)
@@ -150,6 +163,7 @@ def test_a_create_with_an_unknown_outcome_is_read_back(location: str, effect: bo
     assert cache.seen(ids(1)) == set(ids(1))
 
 
+@pytest.mark.usefixtures("unnumbered")
 def test_a_sealed_batch_is_read_from_its_merged_segment_once(location: str) -> None:
     journal, store = journal_at(location)
     journal.window.write(ids(1), batch=7, who="r000000")
@@ -175,6 +189,7 @@ def test_a_sealed_batch_is_read_from_its_merged_segment_once(location: str) -> N
     assert cache.seen(ids(5)) == set(ids(5))
 
 
+@pytest.mark.usefixtures("unnumbered")
 def test_a_segment_written_after_its_batch_was_sealed_is_forwarded(location: str) -> None:
     """The hole a merge that hides parts had: a straggler of batch 7 writes a segment after
     batch 7 was sealed; a worker that read the seal before must still see it."""
@@ -189,6 +204,7 @@ def test_a_segment_written_after_its_batch_was_sealed_is_forwarded(location: str
     assert cache.seen(ids(1, 2)) == set(ids(1, 2))
 
 
+@pytest.mark.usefixtures("unnumbered")
 def test_a_segment_created_while_the_seal_was_made_is_forwarded_by_the_sealer(
     location: str,
 ) -> None:
@@ -650,6 +666,92 @@ def test_a_batch_no_newer_number_is_found_above_keeps_its_segment(
     assert probes == [f"state/planned-{50 + 16 * j:012d}" for j in range(9)]
 
 
+@pytest.mark.parametrize("by", ["writer", "sealer"])
+def test_a_segment_forwarded_into_a_batch_numbered_long_ago_and_never_planned_goes_on(
+    location: str, by: str
+) -> None:
+    """Batch 5 was numbered and never planned (its driver died before Spark logged the offset;
+    the restart numbered 6 on), and more than 16 numbers were handed out since: its planned
+    marker is gone, as a batch's not numbered yet is absent. Batch 4 is sealed and removed
+    within the window. A segment of batch 4 created after its seal (a straggler that checked
+    its batch before: ``writer``), or while the seal was made (forwarded by the ``sealer``),
+    goes on to batch 5, which has no plan and no seal: no reader reads it there. It once
+    stayed there (an absent marker taken for a batch not numbered yet), and a copy of its ids
+    reached the sink. Batch 4's marker is gone too: batch 5 was numbered, and the segment goes
+    on to the newest number, found by key."""
+    journal, store = journal_at(location)
+    planned_on_a_window_clock(journal, 30)
+    journal.plans.write(BatchPlan(4, (ReceiverPlan(0, 10),)))
+    journal.window.write(ids(1), batch=4, who="r000000")
+    for batch in range(6, 31):
+        journal.plans.write(BatchPlan(batch, (ReceiverPlan(0, 10),)))
+    # Batches 6 to 29 acknowledged, sealed and removed; 30 pending.
+    for batch in range(6, 30):
+        journal.batches.remove(batch)
+    late = window.ipc_bytes(window.segment_table(ids(2)))
+    if by == "sealer":
+        # The straggler creates its segment between the sealer's reads and its create, and
+        # finds no seal yet: the sealer forwards it.
+        def straggler(method: str, key: str) -> None:
+            if method == "create" and key == window.merged_key(4):
+                store.before = None
+                window.create_dense(store.inner, 4, "r000000", late)
+
+        store.before = straggler
+    journal.batches.remove(4)
+    store.before = None
+    assert window.read_table(store, window.merged_key(4)) is not None
+    store.calls.clear()
+    if by == "writer":
+        journal.window.write(ids(2), batch=4, who="r000000")
+        # Batch 5's marker and batch 4's are absent: 5 was numbered, and every 16th marker
+        # from it is read until one exists, then the following ones (the newest number).
+        assert [(m, k) for m, k in store.calls if m != "create"] == [
+            ("read", window.merged_key(4)),
+            ("read", window.merged_key(5)),
+            ("read", plan_key(5)),
+            *(("read", f"state/planned-{n:012d}") for n in (5, 4, 5, *range(21, 32))),
+            ("read", window.merged_key(30)),
+            ("read", plan_key(30)),
+        ]
+    else:
+        assert store.inner.read(window.part_key(4, "r000000", 1)) == late
+    assert journal.window.range is not None
+    start = journal.window.range.window_from(30)
+    assert start <= 4, "batch 4 is in the readers' range"
+    cache = duplicates.DuplicateWindow(600)
+    cache.refresh(store, time.time(), lookup(31, start=start), journal.batches.live_receivers)
+    assert cache.seen(ids(1, 2)) == set(ids(1, 2))
+    assert store.inner.read(window.part_key(30, "x", 0)) is not None, "forwarded to batch 30"
+
+
+def test_a_segment_forwarded_past_the_newest_number_waits_there_for_its_receivers(
+    location: str,
+) -> None:
+    """The other side of the rule above: batch 20 is the newest number, sealed and removed by
+    the driver (an idle queue). A straggler's segment of it goes on to batch 21, not numbered
+    yet: batch 20's marker exists with its 15 predecessors', so 21's absent one means what it
+    says, and the segment stays for 21's receivers."""
+    journal, store = journal_at(location)
+    planned_on_a_window_clock(journal, 20)
+    journal.plans.write(BatchPlan(20, (ReceiverPlan(0, 10),)))
+    journal.batches.remove(20)
+    store.calls.clear()
+    journal.window.write(ids(2), batch=20, who="r000000")
+    assert [(m, k) for m, k in store.calls if m != "create"] == [
+        ("read", window.merged_key(20)),
+        ("read", window.merged_key(21)),
+        ("read", plan_key(21)),
+        *(("read", f"state/planned-{n:012d}") for n in (21, *range(20, 4, -1))),
+    ]
+    assert store.inner.read(window.part_key(21, "x", 0)) is not None
+    journal.state.write(JournalState(planned_batch=21), JournalState(planned_batch=20))
+    journal.plans.write(BatchPlan(21, (ReceiverPlan(0, 10),)))
+    cache = duplicates.DuplicateWindow(600)
+    cache.refresh(store, time.time(), lookup(21, start=20), journal.batches.live_receivers)
+    assert cache.seen(ids(2)) == set(ids(2))
+
+
 def test_an_earlier_version_s_segments_are_listed_once_while_live(location: str) -> None:
     journal, store = journal_at(location)
     old = window.LegacyKey(int(NOW) + 60, 3, "r000000-ack")
@@ -854,6 +956,7 @@ def test_a_receiver_drops_and_deletes_a_copy_of_an_acknowledged_message(location
     assert deleted == [sqs_message(1, receive_count=2)["ReceiptHandle"]], "the copy is deleted"
 
 
+@pytest.mark.usefixtures("unnumbered")
 def test_the_acknowledgement_writes_its_segment_before_the_first_delete(location: str) -> None:
     journal, store = journal_at(location, duplicateWindow="600")
     table = messages_to_table([sqs_message(n) for n in range(3)], QUEUE_URL)

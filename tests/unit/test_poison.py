@@ -754,3 +754,73 @@ def test_receivers_planned_to_receive_nothing_do_not_hold_a_quarantine_back(
         _fail_once_more(journal, 4, run, [0])
     step = quarantine.prepare_replay(4, [0, 1], receiving=[0])
     assert step is not None and step.quarantined == (_mid(1),)
+
+
+# -- a message in two entries of one batch (found by the simulation: seeds 288 and 309 with
+# --poison-faults) --
+
+
+def test_a_message_held_by_two_receivers_is_one_candidate() -> None:
+    """Two adoptions of one orphan's entry put its messages in two receivers of a batch: each
+    message is one candidate, at its first receiver, never both kept and carried."""
+    entries = {0: ["x"], 10000: ["a", "b"], 10001: ["a", "b"]}
+    assert driver_poison.candidates(None, entries) == [(0, "x"), (10000, "a"), (10000, "b")]
+    decision = driver_poison.decide(None, {0: 2}, entries, threshold=2)
+    assert decision.keep == {0: ["x"], 10000: ["a"], 10001: []}
+    assert decision.carried == {10000: ["b"]}
+    # Narrowed to the poison message: quarantined once, no copy of it carried on.
+    step = records.Narrowing(2, {0: [], 10000: ["a"], 10001: ["a"]}, {})
+    last = driver_poison.decide(step, {2: 1}, entries, threshold=2)
+    assert last.kind == "quarantine" and last.quarantined == (10000, "a")
+
+
+def test_a_narrowing_of_a_batch_adopting_one_entry_twice_keeps_or_carries_each_message_once(
+    journal_location: str, server_dlq: tuple[Any, str]
+) -> None:
+    """Seed 288: a batch adopted an orphan's narrowed entry twice (through two batches that had
+    each adopted it after runs died between an adoption and its orphan's removal); its
+    narrowing kept one copy of two messages and carried the other, and both reached the sink.
+    Seed 309: the same with the poison message, quarantined from the batch while its carried
+    copy failed every later batch and was quarantined again. Local and s3 journals."""
+    client, dlq = server_dlq
+    options = make_options(
+        journal_location,
+        region="us-east-1",
+        poisonMessagePolicy="deadLetter",
+        maxBatchAttempts="2",
+        deadLetterQueueUrl=dlq,
+    )
+    journal = Journal(journal_location, options)
+    receivers = (
+        ReceiverPlan(0, 0),
+        ReceiverPlan(10000, 0, adopt_from=(5, 10000)),
+        ReceiverPlan(10001, 0, adopt_from=(6, 10001)),
+    )
+    journal.plans.write(BatchPlan(7, receivers))
+    journal.state.write(JournalState(planned_batch=7, acked_batch=4, initial_batch=0))
+    for receiver, numbers in ((0, [1]), (10000, [2, 3]), (10001, [2, 3])):
+        journal.entries.write(
+            7, receiver, messages_to_table([sqs_message(n) for n in numbers], QUEUE_URL)
+        )
+    driver = _Driver(planned=7)
+    quarantine = _quarantine(journal, options, client, driver, dlq=dlq)
+    for run in ("r1", "r2"):
+        _fail_once_more(journal, 7, run, [0, 10000, 10001])
+    step = quarantine.prepare_replay(7, [0, 10000, 10001])
+    assert step is not None and step.step == 1
+    kept = [i for ids in step.keep.values() for i in ids]
+    carried = [i for ids in step.carried.values() for i in ids]
+    assert sorted(kept + carried) == sorted([_mid(1), _mid(2), _mid(3)]), "each once"
+    assert kept == [_mid(1), _mid(2)] and carried == [_mid(3)]
+    carry = step.carry_batch
+    assert carry == 8
+    held = [
+        i
+        for r in journal.batches.live_receivers(carry)
+        for i in _ids(journal.entries.read(carry, r))
+    ]
+    assert held == [_mid(3)]
+    # The replay of receiver 10001 delivers neither copy it holds.
+    partition = ReceiverPartition(7, 10001, 0, QUEUE_URL, options, run="r3")
+    replay = executor_poison.on_replay(journal, partition, journal.entries.read(7, 10001))
+    assert _ids(replay.table) == []

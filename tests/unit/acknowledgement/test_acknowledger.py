@@ -41,6 +41,7 @@ from tests.fakes import (
     Clock,
     FakeJournal,
     FakeSqs,
+    HookedStore,
     ListHidingStore,
     VisibilitySqs,
 )
@@ -420,13 +421,6 @@ def test_handles_about_to_expire_are_recorded_for_dedupe() -> None:
     assert ack.acknowledge_through(1).uncertain == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the driver judges its own deletes' handles before it deletes (Acknowledger."
-    "_uncertain, with handle_margin) and the heartbeat forgets the batch first: a delete "
-    "phase longer than the margin (a slow seal, throttled or retried calls, a GC pause) "
-    "reaches SQS after a handle it judged valid expired, and the id is not recorded",
-)
 def test_a_handle_that_expires_during_the_driver_s_delete_phase_is_recorded_for_dedupe() -> None:
     """20 s of visibility left when the driver starts deleting batch 1 itself (beyond the 6 s
     margin; the heartbeat's tick that would extend it is a few seconds late); its delete call
@@ -448,6 +442,53 @@ def test_a_handle_that_expires_during_the_driver_s_delete_phase_is_recorded_for_
     ack.track(1, receivers=(0,))
     clock.now += VISIBILITY - 20
     assert ack.acknowledge_through(1).uncertain == 1
+    assert journal.dedupe_records == {1: (["b1-m0"], clock.now + WINDOW)}
+
+
+def test_a_handle_that_expires_while_the_driver_writes_its_window_segment_is_kept_for_dedupe(
+    journal_location: str,
+) -> None:
+    """The driver deletes batch 1 itself with 20 s of visibility left by its clock (beyond the
+    6 s margin). Its window segment, written before the deletes, takes 30 s (a slow store,
+    its retries); the heartbeat forgot the batch when the deletion began, so nothing extends
+    it meanwhile. The deletes reach SQS after the handles expired: their ids are in the
+    journal's dedupe record, where a restart finds them."""
+    options = make_options(journal_location, region="us-east-1")
+    clock = Clock(START)
+
+    def slow_window(method: str, key: str) -> None:
+        if method == "create" and key.startswith("window/"):
+            clock.now += 30.0
+
+    store = HookedStore(Journal(journal_location, options).store, before=slow_window)
+    journal = Journal(journal_location, options, store=store)
+    journal.state.write(JournalState(planned_batch=1))
+    journal.plans.write(BatchPlan(1, (ReceiverPlan(0, 10),)))
+    journal.entries.write(1, 0, messages_to_table([sqs_message(n) for n in range(2)], QUEUE_URL))
+    fake = FakeCaller()
+    ack = Acknowledger(
+        journal,
+        fake,  # type: ignore[arg-type]
+        delete=True,
+        on_acked=lambda b, _: None,
+        visibility_timeout=VISIBILITY,
+        dedupe_window=WINDOW,
+        heartbeat=real_heartbeat(journal, clock),
+        clock=clock,
+        wall_clock=Clock(NOW),
+        duplicate_window=600.0,
+    )
+    ack.start(0, {})
+    ack.track(1, receivers=(0,))
+    clock.now += VISIBILITY - 20
+
+    stats = ack.acknowledge_through(1)
+
+    assert ("create", "window/") in [(m, k[:7]) for m, k in store.calls]
+    assert sorted(fake.calls[0]) == sorted(ids_of(0, 1))
+    assert stats.uncertain == 2
+    again = Journal(journal_location, options)
+    assert set(again.dedupe.read(0.0, WINDOW)) == ids_of(0, 1)
 
 
 def test_fresh_handles_are_not_recorded_for_dedupe() -> None:
