@@ -206,6 +206,13 @@ def _seal_hides_later_segments() -> contextlib.AbstractContextManager[None]:
     return stack
 
 
+def _found_seal_not_probed() -> contextlib.AbstractContextManager[None]:
+    """The duplicate window, a sealer killed between its seal's create and its probe: whoever
+    finds the seal made (the sealer's retry, the driver before the removal) probes nothing, so
+    a segment created while the dead sealer read stays hidden behind its seal."""
+    return patched(window, "probe_sealed", lambda store, batch, sealed: None)
+
+
 def _not_held_elsewhere() -> contextlib.AbstractContextManager[None]:
     """The defence that masks both hole-2 mutations and the window's segment written after its
     delete: a receiver drops (and deletes) messages that other entries and parts of the batch
@@ -434,6 +441,13 @@ MUTATIONS = [
         "a seal hides later segments, nothing dropped as held elsewhere",
         "7",
         _both(_seal_hides_later_segments, _not_held_elsewhere),
+        frozenset(UNKIND),
+        _not_held_elsewhere,
+    ),
+    Mutation(
+        "a found seal probed nowhere, nothing dropped as held elsewhere",
+        "7",
+        _both(_found_seal_not_probed, _not_held_elsewhere),
         frozenset(UNKIND),
         _not_held_elsewhere,
     ),

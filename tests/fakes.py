@@ -402,7 +402,11 @@ class FakeJournal:
         return {r for r in asked if r in self.extended.get(batch, {})}
 
     def remove_batch(
-        self, batch: int, also: Sequence[str] = (), files: Sequence[str] | None = None
+        self,
+        batch: int,
+        also: Sequence[str] = (),
+        files: Sequence[str] | None = None,
+        probed: bool = False,
     ) -> None:
         self.removed.append(batch)
         self.stored.pop(batch, None)

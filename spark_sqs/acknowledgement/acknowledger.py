@@ -527,7 +527,16 @@ class Acknowledger:
         # The last batch ``by`` settles takes its reports along in its removal's one
         # delete_many (they were read above; the acked marker is written before it).
         last = not any(m == by for b, m in self._assigned.items() if b != batch)
-        self._finish(batch, rows, stats, reports=self._reports.keys(by, writers) if last else ())
+        # The window's sealer of ``batch`` is the first receiver of the next batch assigned to
+        # acknowledge it (executor/filtering.py ``window_seal``): its report was read, so its
+        # seal and the probe after it are done, and the removal need not probe again.
+        self._finish(
+            batch,
+            rows,
+            stats,
+            reports=self._reports.keys(by, writers) if last else (),
+            probed=by == batch + 1 and bool(expected),
+        )
         return True
 
     def _expired_before_settling(self, batch: int) -> set[str]:
@@ -547,10 +556,17 @@ class Acknowledger:
                 out.update(self._journal.entries.receiver_ids(batch, receiver))
         return out
 
-    def _finish(self, batch: int, rows: int, stats: AckStats, reports: Sequence[str] = ()) -> None:
+    def _finish(
+        self,
+        batch: int,
+        rows: int,
+        stats: AckStats,
+        reports: Sequence[str] = (),
+        probed: bool = False,
+    ) -> None:
         """``batch`` is acknowledged: the acknowledged watermark and the batch's counters (the
         last of ``stats.per_batch``, which its acknowledged marker holds) go to ``on_acked``,
-        then its files are removed."""
+        then its files are removed (``probed``: ``Batches.remove``)."""
         if self._confirm is not None:
             # A driver paused past its lease must not mark batches another query may own.
             self._confirm()
@@ -572,7 +588,7 @@ class Acknowledger:
             if by_key and batch not in self._deleting
             else None
         )
-        self._journal.batches.remove(batch, also=reports, files=files)
+        self._journal.batches.remove(batch, also=reports, files=files, probed=probed)
         self._pending.discard(batch)
         self._collect()
         self._limits.pop(batch, None)

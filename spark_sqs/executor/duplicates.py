@@ -4,8 +4,9 @@ Each Python worker keeps the live segments of ``spark_sqs.journal.window`` it ha
 receiver task fetches only the segments written since the worker's previous task, by key: one
 GET of a sealed batch's merged segment, once; for a batch not sealed (the task's own, usually
 the one before), a GET per writer's next number (its receivers', the driver's) until the first
-absent one. Which batches: from the plan's ``windowFrom`` (the driver's view, on its monotonic
-clock) to the task's, and a batch's ids are kept exactly while it is in that range: no time is
+absent one; for a batch with neither plan nor seal, its driver's (forwarded) segments, once.
+Which batches: from the plan's ``windowFrom`` (the driver's view, on its monotonic clock) to the
+task's, and a batch's ids are kept exactly while it is in that range: no time is
 compared here. An earlier version's segments are read by one LIST at a worker's first lookup,
 while the plan says some may be live, and forgotten when their expiry passes (the one exception,
 once after an upgrade).
@@ -305,11 +306,10 @@ def _read_batch(
         if receivers is None:
             receivers = live_receivers(batch)
             if receivers is None:
-                # No plan: removed (sealed first, so the seal exists now) or never planned
-                # with the window on.
+                # No plan: removed (sealed first, so the seal exists now), or never planned.
                 merged = window.read_table(store, window.merged_key(batch))
                 read.final.add(batch)
-                return [merged] if merged is not None else []
+                return [merged] if merged is not None else _unplanned(store, batch, read)
             read.receivers[batch] = tuple(receivers)
     out: list[pa.Table] = []
     for who in [window.receiver_writer(r) for r in sorted(set(receivers))] + [window.DRIVER]:
@@ -317,6 +317,19 @@ def _read_batch(
         out += found
         read.next[(batch, who)] = end
     return out
+
+
+def _unplanned(store: JournalStore, batch: int, read: _Read) -> list[pa.Table]:
+    """What a batch with neither plan nor seal holds: a number a driver handed out and died
+    before Spark logged it (or one reserved for a carry batch whose record is not written
+    yet). A segment forwarded into it before it was handed out rests there as the driver's,
+    with no seal to merge it: its ``x`` run, read once. Nothing else can rest there: receivers
+    write only into a planned batch, and a forward reads the planned marker after its create,
+    so one that stays was created before the number was handed out, before this task's plan."""
+    found, _ = window.read_run(
+        store, batch, window.DRIVER, read.next.get((batch, window.DRIVER), 0)
+    )
+    return found
 
 
 _WINDOWS: PerProcess[tuple[str, float], DuplicateWindow] = PerProcess()

@@ -64,7 +64,9 @@ class _Poison(Protocol):
 class _Window(Protocol):
     """What a removal asks of the duplicate window (window.py ``Window``)."""
 
-    def before_removal(self, batch: int, receivers: Callable[[], Sequence[int] | None]) -> None: ...
+    def before_removal(
+        self, batch: int, receivers: Callable[[], Sequence[int] | None], probed: bool = False
+    ) -> None: ...
 
 
 class Batches(Record):
@@ -147,7 +149,11 @@ class Batches(Record):
         return self._poison.carry_receivers(batch)
 
     def remove(
-        self, batch: int, also: Sequence[str] = (), files: Sequence[str] | None = None
+        self,
+        batch: int,
+        also: Sequence[str] = (),
+        files: Sequence[str] | None = None,
+        probed: bool = False,
     ) -> None:
         """Remove the files of ``batch``: first what makes it live (plan, carry and release
         records), by key, then the rest in one ``delete_many`` (a few keys: free single deletes
@@ -159,9 +165,10 @@ class Batches(Record):
         it misses is garbage that a sweep removes). ``also``: other keys that go in the same
         ``delete_many`` (the acknowledgement reports the settlement read: nothing reads
         them after the acked marker). On the driver the duplicate window seals the batch first
-        (window.py): readers of a batch with no plan read its seal."""
+        (window.py): readers of a batch with no plan read its seal; ``probed``: the batch's
+        sealer is known to have finished (window.py ``Window.before_removal``)."""
         if self._window is not None:
-            self._window.before_removal(batch, lambda: self.live_receivers(batch))
+            self._window.before_removal(batch, lambda: self.live_receivers(batch), probed)
         self._plans.remove(batch)
         self._poison.remove_markers(batch)
         names = self.files(batch) if files is None else [*files, RETIRED]

@@ -32,20 +32,24 @@ first absent one (its receivers are its plan's). A segment created after its bat
 segment is hidden from readers that read the merged one: its writer checks for the seal after
 creating it and, if sealed, writes the same segment again into the next batch (``forward``,
 until a batch not sealed); the sealer probes once more after sealing and forwards what appeared
-in between. A writer that finds no seal reads the plan too: a batch without one was sealed and
-removed, its seal maybe swept after the writer stalled past the window, so the segment goes on
-(to the newest numbered batch, by the planned markers of state.py, if the batch is older). A
-batch after a sealed one that has neither plan nor seal is taken for one not numbered yet only
-if the batch before it is the newest number: else it was numbered (its marker gone since) and
-never planned or removed, and the segment goes on likewise.
-Which batches may hold live ids is the driver's to say (``WindowRange``, carried by
-each plan as ``windowFrom``), judged on its monotonic clock.
+in between. The seal records each writer's end as its sealer read it, so whoever finds the seal
+made by another (a retry of the sealer's task, a concurrent sealer, the driver before the
+removal unless the sealer is known to have finished) probes from those ends too: a sealer
+killed between its create and its probe hides nothing. A writer that finds no seal reads the
+plan too: a batch without one was sealed and removed, its seal maybe swept after the writer
+stalled past the window, so the segment goes on (to the newest numbered batch, by the planned
+markers of state.py, if the batch is older). A batch after a sealed one that has neither plan
+nor seal is taken for one not numbered yet only if the batch before it is the newest number:
+else it was numbered (its marker gone since) and never planned or removed, and the segment
+goes on likewise. Which batches may hold live ids is the driver's to say (``WindowRange``,
+carried by each plan as ``windowFrom``), judged on its monotonic clock.
 
 A segment stores no id itself: two unsigned 64-bit columns ``h1``/``h2`` hold each id's 128-bit
 BLAKE2b digest, sorted by ``h1``, so a lookup is a binary search and two different ids match
 with probability below 2**-100 in any realistic window. A segment holds no time: its ids count
 while its batch is in the reader's plan's range (``windowFrom`` upwards), never by a writer's
-wall clock. A merged segment's schema metadata holds the ``windowFrom`` of its sealer.
+wall clock. A merged segment's schema metadata holds the ``windowFrom`` of its sealer and each
+writer's end as it read it (``sealedEnds``; none in an earlier version's seal).
 Segments are written create-if-absent and never changed. Only an earlier version's segments
 carry an expiry (in their names): the one wall-clock comparison of another host's time left
 (docs/design.md, clocks), once after an upgrade.
@@ -54,6 +58,7 @@ carry an expiry (in their names): the one wall-clock comparison of another host'
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 import time
@@ -74,6 +79,9 @@ PREFIX = "window"
 DRIVER = "x"  # the driver's and forwarded segments' writer name
 MERGED = "merged"
 WINDOW_FROM = b"spark_sqs.windowFrom"
+# Each writer's end (its first absent number) as the sealer read it, in the seal's metadata:
+# whoever finds the seal made probes from there (``probe_sealed``).
+SEALED_ENDS = b"spark_sqs.sealedEnds"
 # Earlier versions' keys: window/<expires>-<N>-<who>.arrow (read at a worker's first lookup
 # while the driver says some may be live, WindowRange.legacy_until).
 _LEGACY = re.compile(r"^window/(\d{12})-(\d{12})-([a-z0-9-]+)\.arrow$")
@@ -157,14 +165,24 @@ def segment_table(message_ids: Iterable[str], window_from: int | None = None) ->
     return _with_metadata(table, window_from)
 
 
-def _with_metadata(table: pa.Table, window_from: int | None = None) -> pa.Table:
-    meta = {WINDOW_FROM: str(window_from).encode()} if window_from is not None else None
-    return table.replace_schema_metadata(meta)
+def _with_metadata(
+    table: pa.Table, window_from: int | None = None, ends: dict[str, int] | None = None
+) -> pa.Table:
+    meta = {WINDOW_FROM: str(window_from).encode()} if window_from is not None else {}
+    if ends is not None:
+        meta[SEALED_ENDS] = json.dumps(ends, sort_keys=True).encode()
+    return table.replace_schema_metadata(meta or None)
 
 
 def window_from_of(table: pa.Table) -> int | None:
     value = (table.schema.metadata or {}).get(WINDOW_FROM)
     return int(value) if value is not None else None
+
+
+def sealed_ends(table: pa.Table) -> dict[str, int] | None:
+    """Each writer's end as the seal's sealer read it; None for a seal of an earlier version."""
+    value = (table.schema.metadata or {}).get(SEALED_ENDS)
+    return {str(k): int(v) for k, v in json.loads(value).items()} if value is not None else None
 
 
 def read_table(store: JournalStore, key: str) -> pa.Table | None:
@@ -352,10 +370,12 @@ def seal_batch(
     window_from: int | None = None,
 ) -> bool:
     """Seal ``batch``: read its receivers' and the driver's segments by key, and create
-    ``merged.arrow`` of them and of ``table`` (the sealer's own ids, if any). Then probe each
-    writer's next number once more: a segment created between the reads and the seal, whose
-    writer saw no seal yet, is forwarded here. False if the batch was sealed already (or by a
-    concurrent sealer): ``table`` is then not in the window, and the caller writes it itself."""
+    ``merged.arrow`` of them and of ``table`` (the sealer's own ids, if any), with each
+    writer's end as read. Then probe each writer's next number once more: a segment created
+    between the reads and the seal, whose writer saw no seal yet, is forwarded here. False if
+    the batch was sealed already (or by a concurrent sealer): ``table`` is then not in the
+    window, and the caller writes it itself; the probe is made from the ends that seal
+    records (its sealer may have died before its own probe)."""
     writers = [receiver_writer(r) for r in sorted(set(receivers))] + [DRIVER]
     tables: list[pa.Table] = []
     ends: dict[str, int] = {}
@@ -367,13 +387,13 @@ def seal_batch(
         [t.replace_schema_metadata(None) for t in [*tables, *own]]
         or [segment_table([]).replace_schema_metadata(None)]
     ).sort_by("h1")
-    merged = _with_metadata(merged.combine_chunks(), window_from)
+    merged = _with_metadata(merged.combine_chunks(), window_from, ends)
     if not _create(store, merged_key(batch), ipc_bytes(merged)):
+        sealed = read_table(store, merged_key(batch))
+        if sealed is not None:
+            probe_sealed(store, batch, sealed)
         return False
-    for who in writers:
-        late, _ = read_run(store, batch, who, ends[who])
-        for t in late:
-            forward_late(store, batch, ipc_bytes(t))
+    _forward_after(store, batch, ends)
     logger.info(
         "duplicate window: sealed batch %d (%d segments, %d ids)",
         batch,
@@ -381,6 +401,25 @@ def seal_batch(
         merged.num_rows,
     )
     return True
+
+
+def probe_sealed(store: JournalStore, batch: int, sealed: pa.Table) -> None:
+    """For whoever finds ``batch`` sealed by another (a retry of the sealer's task, a
+    concurrent sealer, the driver before the removal): the sealer may have died between its
+    seal's create and its probe, so each writer's next number from the ends the seal records
+    is probed here, and what is found forwarded. A segment its writer forwarded itself (it saw
+    the seal) goes on a second time: harmless, the ids are the same. A seal of an earlier
+    version records no ends: nothing is probed (as that version did)."""
+    ends = sealed_ends(sealed)
+    if ends is not None:
+        _forward_after(store, batch, ends)
+
+
+def _forward_after(store: JournalStore, batch: int, ends: dict[str, int]) -> None:
+    for who, end in sorted(ends.items()):
+        late, _ = read_run(store, batch, who, end)
+        for t in late:
+            forward_late(store, batch, ipc_bytes(t))
 
 
 def list_legacy(store: JournalStore) -> list[LegacyKey]:
@@ -466,10 +505,13 @@ class Window(Record):
         self.range: WindowRange | None = None
         # (batch, writer) -> the next number this process's writer tries first.
         self._next: dict[tuple[int, str], int] = {}
+        # Batches this process sealed or found sealed and probed (``seal_batch`` returned):
+        # their removal need not probe again.
+        self._probed: set[int] = set()
 
     def __getstate__(self) -> dict[str, object]:
         # Executors never seal on removal: the driver's view stays on the driver.
-        return {**self.__dict__, "range": None, "_next": {}}
+        return {**self.__dict__, "range": None, "_next": {}, "_probed": set()}
 
     def write(
         self,
@@ -485,10 +527,14 @@ class Window(Record):
         itself), the ids go into that batch's seal instead, created even with no ids; if the
         batch was sealed already, they are written as usual."""
         table = segment_table(message_ids)
-        if seal is not None and seal_batch(
-            self.store, seal.batch, seal.receivers, table, window_from=seal.window_from
-        ):
-            return
+        if seal is not None:
+            sealed = seal_batch(
+                self.store, seal.batch, seal.receivers, table, window_from=seal.window_from
+            )
+            if self.range is not None:
+                self._probed.add(seal.batch)
+            if sealed:
+                return
         if table.num_rows == 0:
             return
         data = ipc_bytes(table)
@@ -503,12 +549,22 @@ class Window(Record):
             return None
         return Seal(batch, tuple(receivers), self.range.window_from(batch))
 
-    def before_removal(self, batch: int, receivers: Callable[[], Sequence[int] | None]) -> None:
+    def before_removal(
+        self,
+        batch: int,
+        receivers: Callable[[], Sequence[int] | None],
+        probed: bool = False,
+    ) -> None:
         """On the driver, before ``batch``'s plan (or carry record) is removed: seal it if no one
-        did (readers of a batch with no plan read its seal), and note when it went."""
+        did (readers of a batch with no plan read its seal), and note when it went. A seal
+        found made by another is probed from the ends it records (``probe_sealed``: its sealer
+        may have died before its own probe), unless ``probed``: the caller knows the sealer's
+        task finished (the next batch's sealer reported, so its ``seal_batch`` returned), or
+        this process sealed it."""
         if self.range is None:
             return
-        if self.store.read(merged_key(batch)) is None:
+        sealed = read_table(self.store, merged_key(batch))
+        if sealed is None:
             live = receivers()
             if live is not None:
                 seal_batch(
@@ -517,6 +573,9 @@ class Window(Record):
                     live,
                     window_from=self.range.window_from(batch),
                 )
+        elif not probed and batch not in self._probed:
+            probe_sealed(self.store, batch, sealed)
+        self._probed.discard(batch)
         self.range.removed(batch)
 
     def start_from(self, acked: int) -> int:

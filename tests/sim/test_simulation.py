@@ -168,8 +168,8 @@ def test_an_adoption_finished_by_a_deposed_driver_loses_nothing_in_the_poison_wo
         ("a narrowing drops a carried message", 0),
         ("a narrowing keeps what it carries", 0),
         ("a narrowed replay yields the whole entry", 0),
-        ("a carry batch created again after its adoption", 90),
-        ("a quarantine forgets it was sent", 0),
+        ("a carry batch created again after its adoption", 188),
+        ("a quarantine forgets it was sent", 15),
     ],
 )
 def test_the_poison_world_finds_each_poison_rule_broken(name: str, seed: int) -> None:
@@ -390,7 +390,7 @@ def test_byte_limits_stop_receivers_and_replays_keep_them(
     ("name", "seed"),
     [
         ("adoption renumbers", 626),
-        ("no straggler check", 146),
+        ("no straggler check", 382),
         ("checkpoint not checked against the journal", 3),
         ("probe creates once", 0),
         ("parts found by a LIST", 35),
@@ -398,6 +398,7 @@ def test_byte_limits_stop_receivers_and_replays_keep_them(
         ("liveness by the owner's clock", 35),
         ("window segment after its delete, nothing dropped as held elsewhere", 96),
         ("a seal hides later segments, nothing dropped as held elsewhere", 863),
+        ("a found seal probed nowhere, nothing dropped as held elsewhere", 219),
         ("entry loser releases everything, nothing dropped as held elsewhere", 16),
         ("unknown-outcome write releases, nothing dropped as held elsewhere", 16),
     ],

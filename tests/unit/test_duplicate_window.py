@@ -228,20 +228,15 @@ def test_a_segment_created_while_the_seal_was_made_is_forwarded_by_the_sealer(
     assert cache.seen(ids(1, 2)) == set(ids(1, 2))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="seal_batch probes for segments created while it read only when its own create "
-    "made the seal: a sealer killed between the create and its probe leaves such a segment "
-    "unforwarded, and its retry (or the driver's before_removal) finds the seal and probes "
-    "nothing",
-)
+@pytest.mark.parametrize("finder", ["retry", "driver"])
 def test_a_segment_created_while_a_sealer_that_then_died_sealed_is_still_forwarded(
-    location: str,
+    location: str, finder: str
 ) -> None:
     """As above, but the sealer (a receiver of batch 8) is killed right after its seal's
-    create, before its probe; Spark retries its task, whose seal finds batch 7 sealed. The
-    straggler's segment, created between the first sealer's reads and its create (its writer
-    saw no seal), must still reach a reader that reads batch 7's seal."""
+    create, before its probe; Spark retries its task, whose seal finds batch 7 sealed (or no
+    retry comes and the driver removes batch 7). The straggler's segment, created between the
+    first sealer's reads and its create (its writer saw no seal), must still reach a reader
+    that reads batch 7's seal: whoever finds the seal probes from the ends it records."""
     journal, store = journal_at(location)
     late = window.segment_table(ids(2))
 
@@ -255,16 +250,54 @@ def test_a_segment_created_while_a_sealer_that_then_died_sealed_is_still_forward
             store.after = None
             raise RuntimeError("task killed")
 
+    journal.plans.write(BatchPlan(7, (ReceiverPlan(0, 10),)))
     journal.window.write(ids(1), batch=7, who="r000000")
     store.before, store.after = straggler, killed
     seal = window.Seal(7, (0,))
     with pytest.raises(RuntimeError):
         journal.window.write([], batch=8, who="r000001", seal=seal)
-    # Spark's retry of the sealer's task.
-    journal.window.write([], batch=8, who="r000001", seal=seal)
+    sealed = window.read_table(store, window.merged_key(7))
+    assert sealed is not None and window.sealed_ends(sealed) == {"r000000": 1, "x": 0}
+    if finder == "retry":
+        # Spark's retry of the sealer's task.
+        journal.window.write([], batch=8, who="r000001", seal=seal)
+    else:
+        journal.window.range = window.WindowRange(600)
+        journal.batches.remove(7)
+    assert store.inner.read(window.part_key(8, "x", 0)) is not None, "forwarded to batch 8"
     cache = duplicates.DuplicateWindow(600)
     cache.refresh(store, NOW, lookup(8, (1,), start=7))
     assert cache.seen(ids(1, 2)) == set(ids(1, 2))
+
+
+def test_a_seal_of_an_earlier_version_or_a_finished_sealer_s_is_not_probed_again(
+    location: str,
+) -> None:
+    """The probe from a seal's recorded ends costs a GET per writer: a removal whose caller
+    knows the sealer finished (the next batch's sealer reported) reads the seal alone, and a
+    seal without ends (an earlier version's) is probed nowhere."""
+    journal, store = journal_at(location)
+    journal.window.range = window.WindowRange(600)
+    for batch in (4, 5):
+        journal.plans.write(BatchPlan(batch, (ReceiverPlan(0, 10), ReceiverPlan(1, 10))))
+        window.seal_batch(store, batch, (0, 1), window.segment_table(ids(batch)))
+    # An earlier version's seal of batch 6: the same digests, no ends.
+    journal.plans.write(BatchPlan(6, (ReceiverPlan(0, 10),)))
+    store.inner.create(window.merged_key(6), window.ipc_bytes(window.segment_table(ids(6))))
+    store.calls.clear()
+    journal.batches.remove(4, probed=True)
+    journal.batches.remove(6)
+    window_reads = [k for m, k in store.calls if m == "read" and k.startswith("window/")]
+    assert window_reads == [window.merged_key(4), window.merged_key(6)]
+    store.calls.clear()
+    journal.batches.remove(5)
+    window_reads = [k for m, k in store.calls if m == "read" and k.startswith("window/")]
+    assert window_reads == [
+        window.merged_key(5),
+        window.part_key(5, "r000000", 0),
+        window.part_key(5, "r000001", 0),
+        window.part_key(5, "x", 0),
+    ]
 
 
 def test_a_batch_is_sealed_before_its_plan_is_removed(location: str) -> None:
@@ -385,13 +418,6 @@ def test_a_stalled_writer_of_an_idle_queue_forwards_into_the_next_batch_to_be_pl
     assert cache.seen(ids(2)) == set(ids(2))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a reader takes a batch with no plan and no seal for one that holds nothing "
-    "(duplicates._read_batch), but a segment forwarded into a number not handed out yet "
-    "stays there when that number is then handed out and never planned (a driver killed "
-    "between its planned marker and Spark's offset log): its ids are never read",
-)
 def test_a_segment_forwarded_into_a_number_that_is_never_planned_is_still_read(
     location: str,
 ) -> None:
