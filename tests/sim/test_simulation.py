@@ -113,14 +113,14 @@ def test_a_lone_message_is_not_quarantined_while_runs_die_before_its_siblings_jo
     assert result.stats.get("quarantined") == 1, "the poison message, once"
 
 
-@pytest.mark.parametrize("seed", [16, 95])
+@pytest.mark.parametrize("seed", [16, 97])
 def test_runs_killed_at_a_narrowing_step_quarantine_an_innocent_message_the_judge_excuses(
     seed: int,
 ) -> None:
-    """Seeds 16 and 95 of ``--poison-faults``: the poison message was carried out of a
-    narrowing step that kept one innocent message, and the run replaying that step was killed
-    (a driver crash), so the next plan quarantined the innocent message (one failure narrows at
-    a later step). The policy's documented limit (docs/design.md, Limits: the journal counts
+    """Seeds 16 and 97 of ``--poison-faults`` (95 until the duplicate window's seal probes
+    moved the histories): runs replaying a narrowing step were killed (a driver crash, task
+    kills), so later plans narrowed down to one innocent message and quarantined it (one failure
+    narrows at a step after the first). The policy's documented limit (docs/design.md, Limits: the journal counts
     reads, not failures); the judge excuses it because the simulation's record shows it
     (sim/quarantines.py): in the dead-letter queue once, never in the sink, not lost. In seed 16
     a later copy of it that SQS handed out was dropped and deleted by a receiver."""
@@ -164,7 +164,7 @@ def test_an_adoption_finished_by_a_deposed_driver_loses_nothing_in_the_poison_wo
 @pytest.mark.parametrize(
     ("name", "seed"),
     [
-        ("a lone candidate quarantined while a receiver never journaled", 626),
+        ("a lone candidate quarantined while a receiver never journaled", 95),
         ("a narrowing drops a carried message", 0),
         ("a narrowing keeps what it carries", 0),
         ("a narrowed replay yields the whole entry", 0),
@@ -176,7 +176,8 @@ def test_the_poison_world_finds_each_poison_rule_broken(name: str, seed: int) ->
     """Each rule of poisonMessagePolicy=deadLetter broken in memory (sim/mutations.py: the
     lone candidate's wait for unjournaled receivers, a narrowing's partition into kept and
     carried, the replay's narrowing, the adopted carry batch, the quarantine's sent marker)
-    fails a seed of the poison world (``--poison``; ``--poison-faults`` for the sent marker,
+    fails a seed of the poison world (``--poison``; ``--poison-faults`` for the lone candidate,
+    found by one seed of 2,000 in ``--poison`` until the seal probes moved it, the sent marker,
     whose fault needs a crash after the quarantine, and the adopted carry batch, whose needs a
     replay of the narrowed batch after the adoption), which passes with the rule kept."""
     mutation = next(m for m in MUTATIONS if m.name == name)
@@ -187,8 +188,9 @@ def test_the_poison_world_finds_each_poison_rule_broken(name: str, seed: int) ->
     assert not mutated.ok, f"{name}: seed {seed} passes with the rule broken"
     kept = run_seed(seed, configure=variant)
     assert kept.ok, kept.violations
-    if mutation.poison_faults:
-        # What the world is for: the message was quarantined by a run with faults.
+    if mutation.poison_faults and not name.startswith("a lone candidate"):
+        # What the world is for: the message was quarantined by a run with faults. (The lone
+        # candidate's rule kept defers the quarantine past the faulty runs, to the drain.)
         assert kept.stats.get("quarantined_before_drain") == 1
 
 
@@ -389,7 +391,7 @@ def test_byte_limits_stop_receivers_and_replays_keep_them(
 @pytest.mark.parametrize(
     ("name", "seed"),
     [
-        ("adoption renumbers", 626),
+        ("adoption renumbers", 219),
         ("no straggler check", 382),
         ("checkpoint not checked against the journal", 3),
         ("probe creates once", 0),
