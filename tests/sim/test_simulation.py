@@ -119,11 +119,11 @@ def test_runs_killed_at_a_narrowing_step_quarantine_an_innocent_message_the_judg
 ) -> None:
     """Seeds 16 and 97 of ``--poison-faults`` (95 until the duplicate window's seal probes
     moved the histories): runs replaying a narrowing step were killed (a driver crash, task
-    kills), so later plans narrowed down to one innocent message and quarantined it (one failure
-    narrows at a step after the first). The policy's documented limit (docs/design.md, Limits: the journal counts
-    reads, not failures); the judge excuses it because the simulation's record shows it
-    (sim/quarantines.py): in the dead-letter queue once, never in the sink, not lost. In seed 16
-    a later copy of it that SQS handed out was dropped and deleted by a receiver."""
+    kills), so later plans narrowed down to one innocent message and quarantined it (one
+    failure narrows at a step after the first). The policy's documented limit (docs/design.md,
+    Limits: the journal counts reads, not failures); the judge excuses it because the
+    simulation's record shows it (sim/quarantines.py): in the dead-letter queue once, never in
+    the sink, not lost."""
     result = run_seed(seed, fifo=None, configure=Variant(poison_faults=True))
     assert result.ok, result.violations
     assert result.stats.get("innocent_quarantined") == 1
