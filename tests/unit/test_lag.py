@@ -101,7 +101,9 @@ class _Journal:
         )
         self.store = MemoryStore()
 
-    def _remove(self, batch: int, also: object = (), files: object = None) -> None:
+    def _remove(
+        self, batch: int, also: object = (), files: object = None, probed: bool = False
+    ) -> None:
         self.receipts = []
 
 
