@@ -409,12 +409,11 @@ class Entries(Record):
         policy: the rest were carried out or quarantined). Idempotent: an existing target is
         kept. A source that has vanished is copied from the first of ``copies()`` (``(batch,
         receiver, keep)``: where another orphan's adoption copied it; read only then) that
-        exists: a deposed
-        driver finishing its own adoption removes the original once its copy exists, after
-        this driver chose the original. A source vanished with no copy (a straggler of the
-        orphan removed the entry it wrote once it found the orphan retired, leaving its
-        messages in flight) becomes an empty entry, so the adopting batch's replays deliver
-        nothing for it instead of failing.
+        exists: a deposed driver finishing its own adoption removes the original once its copy
+        exists, after this driver chose the original. A source vanished with no copy (a
+        straggler of the orphan removed the entry it wrote once it found the orphan retired,
+        leaving its messages in flight) becomes an empty entry, so the adopting batch's replays
+        deliver nothing for it instead of failing.
 
         Streamed (``_create_streamed``): one source file at a time, never the whole of a
         receiver's parts. Parts become one entry whose messages all await deletion (whether
