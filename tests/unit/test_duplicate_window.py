@@ -204,22 +204,26 @@ def test_a_segment_written_after_its_batch_was_sealed_is_forwarded(location: str
     assert cache.seen(ids(1, 2)) == set(ids(1, 2))
 
 
+def straggler_at_seal(store: HookedStore, late_ids: list[str]) -> Any:
+    """A store hook: between the sealer's reads and its create of batch 7's seal, a writer
+    creates a segment of batch 7 with ``late_ids`` and finds no seal yet (once)."""
+    late = window.ipc_bytes(window.segment_table(late_ids))
+
+    def straggler(method: str, key: str) -> None:
+        if method == "create" and key == window.merged_key(7):
+            store.before = None
+            window.create_dense(store.inner, 7, "r000000", late)
+
+    return straggler
+
+
 @pytest.mark.usefixtures("unnumbered")
 def test_a_segment_created_while_the_seal_was_made_is_forwarded_by_the_sealer(
     location: str,
 ) -> None:
     journal, store = journal_at(location)
-    late = window.segment_table(ids(2))
-
-    def straggler(method: str, key: str) -> None:
-        # Between the sealer's reads and its create, a writer creates a segment of batch 7 and
-        # finds no seal yet.
-        if method == "create" and key == window.merged_key(7):
-            store.before = None
-            window.create_dense(store.inner, 7, "r000000", window.ipc_bytes(late))
-
     journal.window.write(ids(1), batch=7, who="r000000")
-    store.before = straggler
+    store.before = straggler_at_seal(store, ids(2))
     journal.window.write([], batch=8, who="r000001", seal=window.Seal(7, (0,)))
     merged = window.read_table(store, window.merged_key(7))
     assert merged is not None and merged.num_rows == 1
@@ -238,12 +242,7 @@ def test_a_segment_created_while_a_sealer_that_then_died_sealed_is_still_forward
     first sealer's reads and its create (its writer saw no seal), must still reach a reader
     that reads batch 7's seal: whoever finds the seal probes from the ends it records."""
     journal, store = journal_at(location)
-    late = window.segment_table(ids(2))
-
-    def straggler(method: str, key: str) -> None:
-        if method == "create" and key == window.merged_key(7):
-            store.before = None
-            window.create_dense(store.inner, 7, "r000000", window.ipc_bytes(late))
+    straggler = straggler_at_seal(store, ids(2))
 
     def killed(method: str, key: str) -> None:
         if method == "create" and key == window.merged_key(7):

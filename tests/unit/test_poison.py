@@ -650,7 +650,7 @@ def server_dlq(moto_endpoint: str) -> tuple[Any, str]:
     return client, url
 
 
-def _planned(journal_location: str, dlq: str, receivers: int) -> tuple[Any, Any]:
+def _dead_letter_journal(journal_location: str, dlq: str) -> tuple[Any, Any]:
     options = make_options(
         journal_location,
         region="us-east-1",
@@ -658,7 +658,11 @@ def _planned(journal_location: str, dlq: str, receivers: int) -> tuple[Any, Any]
         maxBatchAttempts="2",
         deadLetterQueueUrl=dlq,
     )
-    journal = Journal(journal_location, options)
+    return Journal(journal_location, options), options
+
+
+def _planned(journal_location: str, dlq: str, receivers: int) -> tuple[Any, Any]:
+    journal, options = _dead_letter_journal(journal_location, dlq)
     journal.plans.write(BatchPlan(2, tuple(ReceiverPlan(r, 3) for r in range(receivers))))
     journal.state.write(JournalState(planned_batch=2, acked_batch=1, initial_batch=0))
     return journal, options
@@ -783,14 +787,7 @@ def test_a_narrowing_of_a_batch_adopting_one_entry_twice_keeps_or_carries_each_m
     Seed 309: the same with the poison message, quarantined from the batch while its carried
     copy failed every later batch and was quarantined again. Local and s3 journals."""
     client, dlq = server_dlq
-    options = make_options(
-        journal_location,
-        region="us-east-1",
-        poisonMessagePolicy="deadLetter",
-        maxBatchAttempts="2",
-        deadLetterQueueUrl=dlq,
-    )
-    journal = Journal(journal_location, options)
+    journal, options = _dead_letter_journal(journal_location, dlq)
     receivers = (
         ReceiverPlan(0, 0),
         ReceiverPlan(10000, 0, adopt_from=(5, 10000)),
