@@ -82,3 +82,39 @@ def test_a_batch_logged_before_a_restart_is_planned_within_max_in_flight(tmp_pat
     # Batch 1's three messages stay in flight until batch 2's receivers delete them.
     assert sum(r.limit for r in plan.receivers) == 5 - 3
     assert list(plan.acknowledges) == [1]
+
+
+def test_a_replay_after_a_restart_with_new_options_keeps_its_plan_s_identity(
+    tmp_path: Path,
+) -> None:
+    """A plan's id tells a batch's own attempts from those of a plan made again by a deposed
+    driver (``Batches.status`` answers REMOVED to an attempt of another plan). Spark's replay
+    after a restart, with other options, must carry the stored plan's id: an attempt with a
+    new id would take its own live batch for removed and journal nothing."""
+    journal_dir = str(tmp_path / "journal")
+    options = make_options(journal_dir, numPartitions="2")
+    journal = Journal(options.journal_location, options)
+    StateMarkers(journal).advance(planned=1)
+    died = Coordinator(options, FakeSqs(), QUEUE_URL, journal)
+    first = died.plan({"batch": 0}, {"batch": 1})
+    died.close()
+    stored = journal.plans.read(1)
+    assert stored is not None and stored.plan_id is not None
+
+    restarted = Coordinator(
+        make_options(journal_dir, numPartitions="4"), FakeSqs(), QUEUE_URL, journal
+    )
+    again = restarted.plan({"batch": 0}, {"batch": 1})
+    restarted.close()
+
+    assert [p.receiver for p in again] == [p.receiver for p in first]
+    assert {p.plan_id for p in again} == {stored.plan_id}
+    delivered = [
+        row
+        for batch in read_partition(
+            again[0], client_factory=lambda: FakeSqs(script=[[sqs_message(7)], []])
+        )
+        for row in batch.column("messageId").to_pylist()
+    ]
+    assert delivered == [sqs_message(7)["MessageId"]]
+    assert journal.entries.read(1, again[0].receiver) is not None
