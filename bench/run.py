@@ -97,7 +97,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--cpu-jit-max-batches",
         type=int,
-        default=40,
+        default=30,
         help="CPU: at most this many small source batches before the pairs, until the JVM's "
         "JIT compilers settle (0: none)",
     )
