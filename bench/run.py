@@ -88,6 +88,29 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         default=2,
         help="CPU: the source's batches before the window (the second is the first that deletes)",
     )
+    p.add_argument(
+        "--cpu-repeats",
+        type=int,
+        default=3,
+        help="CPU: pairs of plain consumer and source, interleaved; targets on the median",
+    )
+    p.add_argument(
+        "--cpu-jit-max-batches",
+        type=int,
+        default=30,
+        help="CPU: at most this many small source batches before the pairs, until the JVM's "
+        "JIT compilers settle (0: none)",
+    )
+    p.add_argument(
+        "--cpu-jit-batch", type=int, default=50, help="CPU: JIT warm-up messages/receiver/batch"
+    )
+    p.add_argument(
+        "--cpu-jit-settled",
+        type=float,
+        default=0.2,
+        help="CPU: the JIT has settled once its compilers spend at most this share of the "
+        "JVM's CPU in each of two batches in a row",
+    )
     p.add_argument("--report-only", action="store_true", help="rewrite README from results.json")
     args = p.parse_args(argv)
     if args.quick:
@@ -101,6 +124,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         args.cost_window, args.cost_warmup = 10.0, 2.0
         args.cost_drain_batch, args.cost_drain_batches = 500, 2
         args.cpu_receivers, args.cpu_batch, args.cpu_batches = "2", 100, 2
+        args.cpu_repeats, args.cpu_jit_max_batches = 2, 4
     return args
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import array
 import functools
 from collections.abc import Iterable, Iterator, Mapping
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -38,6 +37,8 @@ RECEIPT_HANDLE = "_receiptHandle"
 # Columns added with messageFormat=sns, after the default ones (so the default schema is
 # unchanged). Null for a message kept raw with invalidEnvelope=keep.
 SNS_COLUMNS = ("snsTopicArn", "snsMessageId", "snsSubject", "snsTimestamp")
+# Their keys in a message's ``SNS_KEY`` dict (``executor/envelopes.py``).
+_SNS_KEYS = ("TopicArn", "MessageId", "Subject", "Timestamp")
 
 
 @functools.cache
@@ -131,32 +132,48 @@ def arrow_journal_schema(sns: bool = False) -> pa.Schema:
     return arrow_output_schema(sns).append(pa.field(RECEIPT_HANDLE, pa.string(), nullable=False))
 
 
-def _millis(value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    return datetime.fromtimestamp(int(value) / 1000.0, tz=timezone.utc)
+_EMPTY: Mapping[str, Any] = {}
 
 
-def _int_or_none(value: str | None) -> int | None:
-    return None if value is None else int(value)
+def _millis(values: list[str | None], type_: pa.DataType) -> pa.Array:
+    """SQS's epoch-millisecond attributes as timestamps of ``type_`` (exact: no float)."""
+    millis = _array([None if v is None else int(v) for v in values], pa.int64())
+    return millis.view(pa.timestamp("ms", tz="UTC")).cast(type_)
 
 
-def _message_attributes(raw: Mapping[str, Any] | None) -> list[tuple[str, dict[str, Any]]] | None:
-    if not raw:
-        return []
-    out = []
-    for name, value in raw.items():
-        out.append(
-            (
-                name,
-                {
-                    "dataType": value.get("DataType"),
-                    "stringValue": value.get("StringValue"),
-                    "binaryValue": value.get("BinaryValue"),
-                },
-            )
-        )
-    return out
+def _string_map(rows: list[Mapping[str, str]]) -> pa.Array:
+    """``map<string, string>`` of one dict a row (an empty map for an empty dict), its keys
+    and values flattened once instead of converted row by row."""
+    offsets = [0]
+    keys: list[str] = []
+    values: list[str] = []
+    for row in rows:
+        keys.extend(row)
+        values.extend(row.values())
+        offsets.append(len(keys))
+    return pa.MapArray.from_arrays(
+        _array(offsets, pa.int32()), _array(keys, pa.string()), _array(values, pa.string())
+    )
+
+
+def _attribute_map(rows: list[Mapping[str, Any]], type_: pa.DataType) -> pa.Array:
+    """The ``messageAttributes`` map of one ``MessageAttributes`` dict a row (empty if none)."""
+    offsets = [0]
+    keys: list[str] = []
+    values: list[Mapping[str, Any]] = []
+    for row in rows:
+        keys.extend(row)
+        values.extend(row.values())
+        offsets.append(len(keys))
+    items = pa.StructArray.from_arrays(
+        [
+            _array([v.get("DataType") for v in values], pa.string()),
+            _array([v.get("StringValue") for v in values], pa.string()),
+            _array([v.get("BinaryValue") for v in values], pa.binary()),
+        ],
+        fields=list(type_.item_type),
+    )
+    return pa.MapArray.from_arrays(_array(offsets, pa.int32()), _array(keys, pa.string()), items)
 
 
 def messages_to_table(
@@ -166,40 +183,49 @@ def messages_to_table(
 
     With ``sns``, the SNS columns come from each message's ``SNS_KEY`` (set by
     ``envelopes.transform``), null where it has none.
+
+    Built column by column (a receiver converts every message it journals: per-message Python
+    work is what this avoids), each column's values gathered in one pass.
     """
-    names = (*COLUMNS, *SNS_COLUMNS, RECEIPT_HANDLE) if sns else (*COLUMNS, RECEIPT_HANDLE)
-    columns: dict[str, list[Any]] = {name: [] for name in names}
-    for m in messages:
-        if sns:
-            envelope: Mapping[str, Any] = m.get(SNS_KEY) or {}
-            columns["snsTopicArn"].append(envelope.get("TopicArn"))
-            columns["snsMessageId"].append(envelope.get("MessageId"))
-            columns["snsSubject"].append(envelope.get("Subject"))
-            columns["snsTimestamp"].append(envelope.get("Timestamp"))
-        attrs: Mapping[str, str] = m.get("Attributes") or {}
-        columns["messageId"].append(m["MessageId"])
-        columns["body"].append(m.get("Body"))
-        columns["md5OfBody"].append(m.get("MD5OfBody"))
-        columns["sentTimestamp"].append(_millis(attrs.get("SentTimestamp")))
-        columns["approximateReceiveCount"].append(
-            _int_or_none(attrs.get("ApproximateReceiveCount"))
-        )
-        columns["approximateFirstReceiveTimestamp"].append(
-            _millis(attrs.get("ApproximateFirstReceiveTimestamp"))
-        )
-        columns["senderId"].append(attrs.get("SenderId"))
-        columns["messageGroupId"].append(attrs.get("MessageGroupId"))
-        columns["messageDeduplicationId"].append(attrs.get("MessageDeduplicationId"))
-        columns["sequenceNumber"].append(attrs.get("SequenceNumber"))
-        columns["attributes"].append(list(attrs.items()))
-        columns["messageAttributes"].append(_message_attributes(m.get("MessageAttributes")))
-        columns["queueUrl"].append(queue_url)
-        columns[RECEIPT_HANDLE].append(m["ReceiptHandle"])
+    ms = messages if isinstance(messages, list) else list(messages)
+    attrs: list[Mapping[str, str]] = [m.get("Attributes") or _EMPTY for m in ms]
     schema = arrow_journal_schema(sns)
-    arrays = [
-        _string_array(columns[f.name]) if f.name == "body" else _array(columns[f.name], f.type)
-        for f in schema
-    ]
+    string = pa.string()
+    timestamp = schema.field("sentTimestamp").type
+
+    def attribute(name: str) -> pa.Array:
+        return _array([a.get(name) for a in attrs], string)
+
+    counts = [a.get("ApproximateReceiveCount") for a in attrs]
+    columns: dict[str, pa.Array] = {
+        "messageId": _array([m["MessageId"] for m in ms], string),
+        "body": _string_array([m.get("Body") for m in ms]),
+        "md5OfBody": _array([m.get("MD5OfBody") for m in ms], string),
+        "sentTimestamp": _millis([a.get("SentTimestamp") for a in attrs], timestamp),
+        "approximateReceiveCount": _array(
+            [None if c is None else int(c) for c in counts], pa.int32()
+        ),
+        "approximateFirstReceiveTimestamp": _millis(
+            [a.get("ApproximateFirstReceiveTimestamp") for a in attrs], timestamp
+        ),
+        "senderId": attribute("SenderId"),
+        "messageGroupId": attribute("MessageGroupId"),
+        "messageDeduplicationId": attribute("MessageDeduplicationId"),
+        "sequenceNumber": attribute("SequenceNumber"),
+        "attributes": _string_map(attrs),
+        "messageAttributes": _attribute_map(
+            [m.get("MessageAttributes") or _EMPTY for m in ms],
+            schema.field("messageAttributes").type,
+        ),
+        "queueUrl": _array([queue_url] * len(ms), string),
+        RECEIPT_HANDLE: _array([m["ReceiptHandle"] for m in ms], string),
+    }
+    if sns:
+        envelopes: list[Mapping[str, Any]] = [m.get(SNS_KEY) or _EMPTY for m in ms]
+        for column, key in zip(SNS_COLUMNS, _SNS_KEYS, strict=True):
+            type_ = schema.field(column).type
+            columns[column] = _array([e.get(key) for e in envelopes], type_)
+    arrays = [columns[f.name] for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 

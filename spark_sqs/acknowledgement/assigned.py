@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ..errors import TransientSqsError
 from ..journal import AckAssignment, Journal
 from ..journal.window import Seal, receiver_writer
-from ..sqs.batching import BatchCaller, entries_of
+from ..sqs.batching import BatchCaller, entries_of, process_pool
 from ..sqs.client import SqsClient
 from .deletes import delete_messages, lost_ids, window_ids
 from .reports import AckedEntry, AckReports, entry_of
@@ -49,7 +49,8 @@ def acknowledge_assigned(
     assigned delete was made. ``seal``: this receiver seals the previous batch's window
     segments with the ids it deletes (journal/window.py). ``clock``: the monotonic clock that
     tells a stall before a delete (``delete_messages``)."""
-    caller = BatchCaller(client, queue_url)
+    # Every batch's receivers delete: on threads their worker keeps from task to task.
+    caller = BatchCaller(client, queue_url, pool=process_pool())
     entries: list[AckedEntry] = []
     uncertain: set[str] = set()
     # Ids and handles only: the entries' bodies are never read here.

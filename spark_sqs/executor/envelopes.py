@@ -236,18 +236,31 @@ def message_bytes(message: Mapping[str, Any], options: SqsOptions) -> int:
     and with ``extendedPayloads`` the payload its pointer names, at the size its sender
     declared (``declared_payload_size``), since the payload is fetched only after receiving.
     The receive loop's memory bound counts this (executor/receiving.py)."""
-    size = sum(
-        _text_bytes(message.get(k)) for k in ("MessageId", "ReceiptHandle", "Body", "MD5OfBody")
-    )
-    for name, value in (message.get("Attributes") or {}).items():
-        size += len(name) + _text_bytes(value)
-    for name, attribute in (message.get("MessageAttributes") or {}).items():
-        size += len(name) + sum(
-            _text_bytes(attribute.get(k)) for k in ("DataType", "StringValue", "BinaryValue")
-        )
+    # Every message received is counted: ASCII strings, the usual case, are measured inline.
+    size = 0
+    for key in _TEXT_KEYS:
+        value = message.get(key)
+        if value.__class__ is str and value.isascii():
+            size += len(value)
+        elif value is not None:
+            size += _text_bytes(value)
+    attributes = message.get("Attributes")
+    if attributes:
+        for name, value in attributes.items():
+            if value.__class__ is str and value.isascii():
+                size += len(name) + len(value)
+            else:
+                size += len(name) + _text_bytes(value)
+    for name, attribute in (message.get("MessageAttributes") or _NONE).items():
+        size += len(name) + sum(_text_bytes(attribute.get(k)) for k in _ATTRIBUTE_KEYS)
     if options.extended_payloads:
         size += declared_payload_size(message, options)
     return size
+
+
+_TEXT_KEYS = ("MessageId", "ReceiptHandle", "Body", "MD5OfBody")
+_ATTRIBUTE_KEYS = ("DataType", "StringValue", "BinaryValue")
+_NONE: Mapping[str, Any] = {}
 
 
 # An SNS notification that carries an Extended Client pointer is small; a larger body is not

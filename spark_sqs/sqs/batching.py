@@ -14,14 +14,16 @@ Calls run in parallel on a small thread pool.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SqsSourceError
+from ..per_process import PerProcess
 from .client import SqsClient, classify, error_code
 
 if TYPE_CHECKING:
@@ -79,6 +81,20 @@ def chunks(entries: Sequence[Entry], size: int = BATCH_LIMIT) -> list[Sequence[E
     return [entries[i : i + size] for i in range(0, len(entries), size)]
 
 
+PARALLELISM = 8
+_POOLS: PerProcess[tuple[int, int], ThreadPoolExecutor] = PerProcess()
+
+
+def process_pool(threads: int = PARALLELISM) -> ThreadPoolExecutor:
+    """A pool of ``threads`` threads kept for this process's life, for the batch calls of
+    tasks that run one after another in a Python worker: a pool of its own would start its
+    threads again in every task (about 1 ms of CPU a task of 50 delete calls, measured)."""
+    return _POOLS.get_or_build(
+        (os.getpid(), threads),
+        lambda: ThreadPoolExecutor(threads, thread_name_prefix="spark-sqs-batch"),
+    )
+
+
 class BatchCaller:
     """Runs ``DeleteMessageBatch`` / ``ChangeMessageVisibilityBatch`` over any number of entries."""
 
@@ -87,12 +103,16 @@ class BatchCaller:
         client: SqsClient,
         queue_url: str,
         *,
-        parallelism: int = 8,
+        parallelism: int = PARALLELISM,
         attempts: int = 5,
         base_delay: float = 0.1,
         sleep: Callable[[float], None] = time.sleep,
+        pool: Executor | None = None,
     ) -> None:
+        """``pool``: the threads to make the calls on (``process_pool``), else a pool of
+        ``parallelism`` threads for each call of ``delete`` or ``change_visibility``."""
         self._client = client
+        self._pool = pool
         self._queue_url = queue_url
         self._parallelism = max(1, parallelism)
         self._attempts = max(1, attempts)
@@ -123,10 +143,19 @@ class BatchCaller:
             for queue, part in parts:
                 result.merge(self._call_with_retries(part, action, timeout, queue))
             return result
+
+        def call(part: tuple[str, Sequence[Entry]]) -> BatchResult:
+            return self._call_with_retries(part[1], action, timeout, part[0])
+
+        if self._pool is not None:
+            futures = [self._pool.submit(call, part) for part in parts]
+            # Every call has ended before this returns or raises, as with a pool of its own.
+            wait(futures)
+            for future in futures:
+                result.merge(future.result())
+            return result
         with ThreadPoolExecutor(max_workers=min(self._parallelism, len(parts))) as pool:
-            for partial in pool.map(
-                lambda p: self._call_with_retries(p[1], action, timeout, p[0]), parts
-            ):
+            for partial in pool.map(call, parts):
                 result.merge(partial)
         return result
 

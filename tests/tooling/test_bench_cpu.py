@@ -120,3 +120,49 @@ def test_the_cpu_of_a_batch_is_counted_by_role() -> None:
     before = {"JVM": {5: 1.0}, "Python workers": {7: 1.0, 8: 2.0}}
     after = {"JVM": {5: 1.5}, "Python workers": {7: 1.25, 9: 0.5}, "sqs server": {3: 0.0}}
     assert _role_seconds(before, after) == {"JVM": 0.5, "Python workers": 0.75, "sqs server": 0.0}
+
+
+def _pair(base_all: float, workers: float, threads: float = 0.2) -> dict:
+    """A pair of windows: the plain consumer's CPU (``base_all`` in all, ``threads`` of it in
+    its threads) and the source's (all in its workers)."""
+    baseline = {"cpu_ms_per_message": {"sqs server": base_all - threads, "bench process": threads}}
+    source = {"cpu_ms_per_message": {"Python workers": workers}}
+    return {"baseline": baseline, "source": source}
+
+
+def test_the_targets_are_judged_on_the_median_of_the_interleaved_pairs() -> None:
+    from bench.report import ALL_PROCESSES, WORKERS_THREADS, cpu_measure, cpu_measures
+
+    pairs = [_pair(0.5, 0.75), _pair(0.5, 0.6), _pair(0.4, 0.8)]
+    row = {"receivers": 16, **pairs[0], "pairs": pairs}
+    # Each pair's ratio in the order they ran; the median, not the pair the row shows.
+    assert cpu_measures([row], 16, ALL_PROCESSES) == [1.5, 1.2, 2.0]
+    assert cpu_measure([row], 16, ALL_PROCESSES) == 1.5
+    assert cpu_measure([row], 16, WORKERS_THREADS) == 3.75
+    # Results written before pairs were repeated: the row's one pair.
+    assert cpu_measures([{"receivers": 16, **pairs[2]}], 16, ALL_PROCESSES) == [2.0]
+    assert cpu_measure([row], 4, ALL_PROCESSES) is None
+
+
+def test_the_pair_shown_is_the_one_whose_ratio_is_the_median() -> None:
+    from bench.per_message import all_processes_ratio, median_pair
+
+    assert median_pair([1.5, 1.2, 2.0]) == 0
+    assert median_pair([1.3, 1.2]) == 1  # the lower middle one of an even number
+    assert median_pair([None, 1.4, 1.1, 1.2]) == 3  # a pair without a ratio counts last
+    assert median_pair([None]) == 0
+    pair = _pair(0.5, 0.75)
+    assert all_processes_ratio(pair["baseline"], pair["source"]) == 1.5
+    assert all_processes_ratio({}, pair["source"]) is None
+
+
+def test_the_jit_has_settled_after_two_batches_in_a_row_with_a_small_share() -> None:
+    from bench.per_message import jit_settled
+
+    def batch(jit: float) -> dict[str, float]:
+        return {"all": 1.0, "jit_compilers": jit}
+
+    assert not jit_settled([], 0.2)
+    assert not jit_settled([batch(0.1)], 0.2)
+    assert not jit_settled([batch(0.1), batch(0.5), batch(0.1)], 0.2)
+    assert jit_settled([batch(0.6), batch(0.2), batch(0.1)], 0.2)

@@ -12,9 +12,9 @@ import pytest
 from botocore.stub import Stubber
 
 from spark_sqs.errors import QueueNotFoundError, SqsAccessError
-from spark_sqs.sqs.batching import BatchCaller, BatchResult, Entry, chunks
+from spark_sqs.sqs.batching import BatchCaller, BatchResult, Entry, chunks, process_pool
 from tests.factories import QUEUE_URL
-from tests.fakes import stub_sqs_client
+from tests.fakes import client_error, stub_sqs_client
 
 
 def entries(count: int, start: int = 0) -> list[Entry]:
@@ -328,11 +328,13 @@ class RecordingClient:
         }
 
 
-def test_parallel_calls_cover_every_entry_exactly_once(sleeps: Sleeps) -> None:
+@pytest.mark.parametrize("kept", [False, True], ids=["own-pool", "process-pool"])
+def test_parallel_calls_cover_every_entry_exactly_once(sleeps: Sleeps, kept: bool) -> None:
     fake = RecordingClient(fail_first={"h3", "h47"})
     todo = entries(95)
+    pool = process_pool(4) if kept else None
 
-    result = BatchCaller(fake, QUEUE_URL, parallelism=4, sleep=sleeps).delete(todo)
+    result = BatchCaller(fake, QUEUE_URL, parallelism=4, sleep=sleeps, pool=pool).delete(todo)
 
     assert sorted(result.succeeded) == sorted(e.message_id for e in todo)
     assert result.transient == {} and result.permanent == {}
@@ -346,3 +348,29 @@ def test_parallel_calls_cover_every_entry_exactly_once(sleeps: Sleeps) -> None:
 
 def test_receipt_handles_are_not_in_entry_repr() -> None:
     assert "secret-handle" not in repr(Entry("m1", "secret-handle"))
+
+
+def test_the_process_pool_is_kept_and_a_failure_is_raised_once_every_call_ended(
+    sleeps: Sleeps,
+) -> None:
+    assert process_pool() is process_pool()
+    ended: list[str] = []
+
+    class OneDenied(RecordingClient):
+        def delete_message_batch(
+            self, QueueUrl: str, Entries: list[dict[str, Any]]
+        ) -> dict[str, Any]:
+            first = Entries[0]["ReceiptHandle"]
+            try:
+                if first == "h0":
+                    raise client_error("AccessDenied", 403, "DeleteMessageBatch")
+                return super().delete_message_batch(QueueUrl, Entries)
+            finally:
+                with self.lock:
+                    ended.append(first)
+
+    caller = BatchCaller(OneDenied(), QUEUE_URL, sleep=sleeps, pool=process_pool())
+    with pytest.raises(SqsAccessError):
+        caller.delete(entries(50))
+    # Every call had ended when the error reached the caller, as with a pool of its own.
+    assert sorted(ended, key=lambda h: int(h[1:])) == [f"h{i}" for i in range(0, 50, 10)]
