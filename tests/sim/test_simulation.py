@@ -153,7 +153,7 @@ def test_the_judge_does_not_excuse_a_quarantine_that_skipped_the_wait_for_a_rece
         ("a narrowing keeps what it carries", 0),
         ("a narrowed replay yields the whole entry", 0),
         ("a carry batch created again after its adoption", 90),
-        ("a quarantine forgets it was sent", 0),
+        ("a quarantine forgets it was sent", 6),
     ],
 )
 def test_the_poison_world_finds_each_poison_rule_broken(name: str, seed: int) -> None:
