@@ -113,12 +113,13 @@ def test_a_lone_message_is_not_quarantined_while_runs_die_before_its_siblings_jo
     assert result.stats.get("quarantined") == 1, "the poison message, once"
 
 
-@pytest.mark.parametrize("seed", [16, 97])
+@pytest.mark.parametrize("seed", [67, 129])
 def test_runs_killed_at_a_narrowing_step_quarantine_an_innocent_message_the_judge_excuses(
     seed: int,
 ) -> None:
-    """Seeds 16 and 97 of ``--poison-faults`` (95 until the duplicate window's seal probes
-    moved the histories): runs replaying a narrowing step were killed (a driver crash, task
+    """Seeds 67 and 129 of ``--poison-faults`` (16 and 97 until a start's reads of the
+    acknowledged markers moved the histories; 95 for 97 before the duplicate window's seal
+    probes): runs replaying a narrowing step were killed (a driver crash, task
     kills), so later plans narrowed down to one innocent message and quarantined it (one
     failure narrows at a step after the first). The policy's documented limit (docs/design.md,
     Limits: the journal counts reads, not failures); the judge excuses it because the
@@ -168,8 +169,8 @@ def test_an_adoption_finished_by_a_deposed_driver_loses_nothing_in_the_poison_wo
         ("a narrowing drops a carried message", 0),
         ("a narrowing keeps what it carries", 0),
         ("a narrowed replay yields the whole entry", 0),
-        ("a carry batch created again after its adoption", 188),
-        ("a quarantine forgets it was sent", 15),
+        ("a carry batch created again after its adoption", 567),
+        ("a quarantine forgets it was sent", 13),
     ],
 )
 def test_the_poison_world_finds_each_poison_rule_broken(name: str, seed: int) -> None:
