@@ -392,7 +392,7 @@ def test_byte_limits_stop_receivers_and_replays_keep_them(
 @pytest.mark.parametrize(
     ("name", "seed"),
     [
-        ("adoption renumbers", 219),
+        ("adoption renumbers", 291),
         ("no straggler check", 382),
         ("checkpoint not checked against the journal", 3),
         ("probe creates once", 0),
@@ -400,8 +400,8 @@ def test_byte_limits_stop_receivers_and_replays_keep_them(
         ("stale handles journaled", 9),
         ("liveness by the owner's clock", 35),
         ("window segment after its delete, nothing dropped as held elsewhere", 96),
-        ("a seal hides later segments, nothing dropped as held elsewhere", 863),
-        ("a found seal probed nowhere, nothing dropped as held elsewhere", 219),
+        ("a seal hides later segments, nothing dropped as held elsewhere", 97),
+        ("a found seal probed nowhere, nothing dropped as held elsewhere", 555),
         ("entry loser releases everything, nothing dropped as held elsewhere", 16),
         ("unknown-outcome write releases, nothing dropped as held elsewhere", 16),
     ],
