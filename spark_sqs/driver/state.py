@@ -2,8 +2,8 @@
 
 The state is three numbers kept as marker objects (``journal.state``, journal/state.py):
 the newest batch planned (confirmed by key: numbers are never handed out twice), the newest
-acknowledged (a lower bound: which batches are pending is read by key), and the offset first
-handed to Spark.
+acknowledged (confirmed by key too: a listing that lags the newest marker must not make an
+acknowledged batch pending again), and the offset first handed to Spark.
 Markers are only ever added, so a driver that dies between two writes leaves a state that is
 behind, never ahead. Only the lease holder advances them; it reads them once at start and then
 writes through this object, which remembers what it wrote instead of listing again.

@@ -79,10 +79,14 @@ class State(Record):
         self._stale_acked: list[int] = []
 
     def read(self) -> JournalState:
-        """The state, from its markers: a LIST finds the newest of each kind, then the newest
-        planned marker is confirmed by key (markers are numbered densely upwards: a listing
-        that lags a write must not make a batch number be handed out twice). The acknowledged
-        number is a lower bound: which batches are pending is read by key (``live_batch``)."""
+        """The state, from its markers: a LIST finds the newest of each kind, then both are
+        confirmed by key. Planned markers are numbered densely: the following numbers are read
+        (a listing that lags a write must not make a batch number be handed out twice).
+        Acknowledged markers are not dense (adopted and reserved numbers have none), so every
+        number from the newest planned one down to the newest listed acknowledged one is read
+        until one exists: a listing that lags the newest acknowledged marker must not make a
+        batch acknowledged (its plan not removed yet by a driver that died) pending again,
+        nor hide the dedupe records that marker names."""
         found: dict[str, list[int]] = {"planned": [], "acked": [], "initial": [], "retired": []}
         for key in self.store.list(PREFIX):
             match = _MARKER.match(key)
@@ -109,14 +113,25 @@ class State(Record):
             if initial_doc is not None
             else min(found["initial"], default=None)
         )
-        acked = self._newest_marker("acked", found["acked"])
+        acked, body = self._newest_acked(found["acked"], planned)
         self._stale_acked = [n for n in found["acked"] if n <= acked - ACKED_MARKERS_KEPT]
-        body = self.store.read(f"{PREFIX}/acked-{acked:012d}") if acked else None
         # Markers of earlier versions are empty, or name records without what they had left.
         doc = json.loads(body) if body else {}
         left = doc.get("dedupeLeft", {})
         self._dedupe.named = {key: left.get(key) for key in doc.get("dedupe", ())}
         return JournalState(planned, acked, initial, frozenset(found["retired"]))
+
+    def _newest_acked(self, listed: list[int], planned: int) -> tuple[int, bytes | None]:
+        """The newest acknowledged marker that exists, with its body: the newest listed one
+        that exists, or a newer one up to ``planned`` (read by key, the newest first: a read for
+        each number above the newest listed one, usually the one or two batches a stopped
+        query left unacknowledged)."""
+        below = self._newest_marker("acked", listed)
+        for number in range(planned, below, -1):
+            body = self.store.read(f"{PREFIX}/acked-{number:012d}")
+            if body is not None:
+                return number, body
+        return below, self.store.read(f"{PREFIX}/acked-{below:012d}") if below else None
 
     def _newest_marker(self, kind: str, listed: list[int]) -> int:
         """The newest of the listed ``kind`` markers that exists when read by key (0 if none):

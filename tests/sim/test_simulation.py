@@ -87,7 +87,9 @@ def test_a_narrowed_batch_adopted_by_a_new_checkpoint_delivers_what_it_keeps() -
     """Seed 173 (found by the poison sweep): a new checkpoint adopted a narrowed batch whole,
     and its carry batch as well, so the carried messages came twice in one batch. Run with
     duplicateWindow=0, the options it was found with: the window's store requests reorder the
-    seed's steps, and it no longer starts a new checkpoint (checked below)."""
+    seed's steps, and it no longer starts a new checkpoint (checked below). Seed 526 since a
+    start reads the acknowledged markers by key (which moved seed 173's history): batch 2 is
+    narrowed, a new checkpoint starts, and its plan adopts the narrowed batch."""
     poison = Variant(poison=True)
 
     def configure(config: Config) -> None:
@@ -96,7 +98,7 @@ def test_a_narrowed_batch_adopted_by_a_new_checkpoint_delivers_what_it_keeps() -
         # Every batch plans numPartitions receivers, as when the seed was found.
         config.receivers_by_backlog = False
 
-    result = run_seed(173, fifo=False, configure=configure)
+    result = run_seed(526, fifo=False, configure=configure)
     assert result.stats.get("new_checkpoints", 0) >= 1
     assert result.ok, result.violations
 
@@ -113,12 +115,13 @@ def test_a_lone_message_is_not_quarantined_while_runs_die_before_its_siblings_jo
     assert result.stats.get("quarantined") == 1, "the poison message, once"
 
 
-@pytest.mark.parametrize("seed", [16, 97])
+@pytest.mark.parametrize("seed", [67, 129])
 def test_runs_killed_at_a_narrowing_step_quarantine_an_innocent_message_the_judge_excuses(
     seed: int,
 ) -> None:
-    """Seeds 16 and 97 of ``--poison-faults`` (95 until the duplicate window's seal probes
-    moved the histories): runs replaying a narrowing step were killed (a driver crash, task
+    """Seeds 67 and 129 of ``--poison-faults`` (16 and 97 until a start's reads of the
+    acknowledged markers moved the histories; 95 for 97 before the duplicate window's seal
+    probes): runs replaying a narrowing step were killed (a driver crash, task
     kills), so later plans narrowed down to one innocent message and quarantined it (one
     failure narrows at a step after the first). The policy's documented limit (docs/design.md,
     Limits: the journal counts reads, not failures); the judge excuses it because the
@@ -168,8 +171,8 @@ def test_an_adoption_finished_by_a_deposed_driver_loses_nothing_in_the_poison_wo
         ("a narrowing drops a carried message", 0),
         ("a narrowing keeps what it carries", 0),
         ("a narrowed replay yields the whole entry", 0),
-        ("a carry batch created again after its adoption", 188),
-        ("a quarantine forgets it was sent", 15),
+        ("a carry batch created again after its adoption", 1015),
+        ("a quarantine forgets it was sent", 13),
     ],
 )
 def test_the_poison_world_finds_each_poison_rule_broken(name: str, seed: int) -> None:
@@ -391,7 +394,7 @@ def test_byte_limits_stop_receivers_and_replays_keep_them(
 @pytest.mark.parametrize(
     ("name", "seed"),
     [
-        ("adoption renumbers", 219),
+        ("adoption renumbers", 291),
         ("no straggler check", 382),
         ("checkpoint not checked against the journal", 3),
         ("probe creates once", 0),
@@ -399,8 +402,8 @@ def test_byte_limits_stop_receivers_and_replays_keep_them(
         ("stale handles journaled", 9),
         ("liveness by the owner's clock", 35),
         ("window segment after its delete, nothing dropped as held elsewhere", 96),
-        ("a seal hides later segments, nothing dropped as held elsewhere", 863),
-        ("a found seal probed nowhere, nothing dropped as held elsewhere", 219),
+        ("a seal hides later segments, nothing dropped as held elsewhere", 97),
+        ("a found seal probed nowhere, nothing dropped as held elsewhere", 555),
         ("entry loser releases everything, nothing dropped as held elsewhere", 16),
         ("unknown-outcome write releases, nothing dropped as held elsewhere", 16),
     ],

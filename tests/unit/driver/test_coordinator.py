@@ -31,12 +31,17 @@ from spark_sqs.driver.flow_control import ReadMaxRows
 from spark_sqs.driver.planning import MESSAGES_PER_RECEIVER
 from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import Journal
+from spark_sqs.journal.plans import plan_key
 from spark_sqs.options import SqsOptions
 from spark_sqs.source import SqsStreamReader
+from tests.fakes import HookedStore
 
 JOURNAL = "s3://bucket/journal"
 SPARK_VERSIONS = ("4.0", "4.2")
-MAX_TRIGGERS = 20  # a bound on every loop of triggers: a source that never idles fails
+MAX_TRIGGERS = 20
+ACKED_1 = (
+    "state/acked-000000000001"  # a bound on every loop of triggers: a source that never idles fails
+)
 
 
 @dataclass
@@ -421,6 +426,48 @@ def test_a_committed_batch_whose_acknowledgement_died_with_its_driver_is_not_red
     assert again.run_until_idle() == []
     assert world.live() == 0
     assert_each_once(first.delivered, world.sent)
+
+
+class DriverKilled(BaseException):
+    """The driver process dies here (nothing of it runs on)."""
+
+
+def test_a_batch_acknowledged_just_before_its_driver_died_is_not_adopted_by_a_new_checkpoint(
+    world: World,
+) -> None:
+    """The driver deletes batch 1 itself (idle queue), creates ``state/acked-1`` and dies before
+    it removes the batch's plan; the store's listings lag (the simulation's lagging store), so
+    the next start's LIST of ``state/`` misses that marker. A query with a new checkpoint on
+    the journal must not take batch 1 for pending: it would adopt it as an orphan and deliver
+    its messages a second time. (Spark 4.2+: its idle ``latestOffset`` knows the batch is
+    committed and deletes it at once.)"""
+    sim_store = world.store
+    plan = plan_key(1)
+
+    def die_before_the_plan_s_removal(method: str, key: str) -> None:
+        if method == "delete" and key == plan and sim_store.read(ACKED_1) is not None:
+            raise DriverKilled
+
+    dying = HookedStore(sim_store, before=die_before_the_plan_s_removal)
+    world.store = dying  # type: ignore[assignment]
+    world.send(5)
+    first = Query(world, "4.2", numPartitions=2)
+    rows = first.trigger()
+    assert rows is not None and len(rows) == 5
+    sim_store.list_lag = 10_000_000.0  # keys created from here on stay out of listings
+    with pytest.raises(DriverKilled):
+        first.trigger()
+    assert world.live() == 0, "batch 1 was deleted"
+    assert sim_store.read(plan) is not None
+    assert ACKED_1 not in sim_store.list("state")
+
+    world.store = sim_store
+    again = Query(world, "4.2", Checkpoint(), numPartitions=2)
+    assert again.start() == []
+    delivered = again.run_until_idle()
+
+    assert_each_once(first.delivered + delivered, world.sent)
+    assert world.live() == 0
 
 
 # -- the visible count: a batch holds what was there when it was planned ----------------------
