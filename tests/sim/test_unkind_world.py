@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from sim.__main__ import replay_command
 from sim.clock import ActorClock, SimClock
 from sim.sched import Scheduler
-from sim.spark import QUERY2_EPOCHS, UNKIND, VISIBILITY, Config, SparkSim, run_seed
+from sim.spark import OPT_IN, QUERY2_EPOCHS, UNKIND, VISIBILITY, Config, SparkSim, run_seed
 from sim.sqs import SimSqs
 from sim.store import SimJournalStore
 from sim.sweep import Variant, parse_unkind
@@ -428,6 +429,30 @@ def test_a_deleter_that_left_a_copy_out_is_held_while_other_receivers_go_first()
     assert others_received > 5
 
 
+def test_a_driver_paused_before_its_own_delete_finds_the_queue_kept_what_it_deleted() -> None:
+    """``lapses``: the owner's driver about to make a delete call of its own is paused, with
+    its heartbeat, for longer than visibilityTimeout; the handles lapse meanwhile, and a
+    standard queue keeps what it deletes with them (the library must have recorded those
+    ids for dedupe: every seed passes)."""
+    results = [run_seed(s, trace=True, configure=_unkind("lapses")) for s in range(20)]
+    assert all(r.ok for r in results), [r.violations[:2] for r in results if not r.ok]
+    assert sum(r.stats.get("lapse_pauses", 0) for r in results) > 5
+    for result in results:
+        lines = _lines(result.trace)
+        for i, (at, _, line) in enumerate(lines):
+            lapse = re.search(r"LAPSE: the driver of (\S+) paused ([0-9.]+)s", line)
+            if lapse is None:
+                continue
+            group, seconds = lapse.group(1), float(lapse.group(2))
+            assert VISIBILITY < seconds <= 2 * VISIBILITY
+            during = [  # printed to 0.1 s
+                a for t, a, text in lines[i + 1 :] if t < at + seconds - 0.05 and a in
+                (f"{group}/driver", f"{group}/heartbeat") and "** HELD" not in text
+            ]  # fmt: skip
+            assert not during, during
+    assert sum(r.stats.get("lapsed_deletes_kept", 0) for r in results) > 0
+
+
 # -- configuration -------------------------------------------------------------------------------
 
 
@@ -458,6 +483,22 @@ def test_unknown_dimensions_are_refused() -> None:
     assert parse_unkind("clocks, lag") == frozenset({"clocks", "lag"})
     with pytest.raises(ValueError, match="unknown unkind dimensions"):
         parse_unkind("clocks,tides")
+
+
+def test_an_opt_in_dimension_is_not_part_of_all() -> None:
+    """``lapses`` is named on its own, or added to all: the seeds of ``all`` keep their
+    histories, and a replay command names it."""
+    assert "lapses" in OPT_IN and "lapses" not in UNKIND
+    assert parse_unkind("lapses") == frozenset({"lapses"})
+    assert parse_unkind("all,lapses") == frozenset({*UNKIND, "lapses"})
+    assert replay_command(7, None, unkind=frozenset({*UNKIND, "lapses"})).endswith(
+        "--seed 7 --unkind all,lapses --trace"
+    )
+    assert "--unkind stalls,lapses " in replay_command(
+        7, None, unkind=frozenset({"lapses", "stalls"})
+    )
+    assert _drawn(3, *UNKIND).lapses == 0.0
+    assert _drawn(3, "lapses").lapses > 0.0
 
 
 def test_an_unkind_seed_replays_exactly() -> None:
