@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import sys
 import threading
 import time
@@ -374,6 +375,19 @@ def _handles_judged_before_deleting() -> contextlib.AbstractContextManager[None]
     return patched(Acknowledger, "_handle_bounds", judged_now)
 
 
+def _plan_identity_ignored() -> contextlib.AbstractContextManager[None]:
+    """A plan's identity: every plan of a batch carries the same ``planId``, so an attempt of a
+    removed plan takes the plan a deposed driver made again for the batch as its own, and
+    journals into it (``Batches.status`` and the receiver's plan check find it "live")."""
+    original = Coordinator._new_plan
+
+    def same_id(self: Coordinator, batch: int, first: int) -> Any:
+        plan = original(self, batch, first)  # its uuid drawn all the same
+        return dataclasses.replace(plan, plan_id="0" * 32)
+
+    return patched(Coordinator, "_new_plan", same_id)
+
+
 @dataclass(frozen=True)
 class Mutation:
     name: str
@@ -460,6 +474,16 @@ MUTATIONS = [
         _both(_handles_judged_before_deleting, _no_duplicate_window),
         frozenset({"lapses"}),
         _no_duplicate_window,
+    ),
+    # A deposed driver plans again a batch another query adopted and removed, while attempts
+    # of its first plan still run: ``replans`` pauses a replaying driver at its plan read and
+    # starts that query (none of seeds 0-2,999 of --unkind all, nor 3,600-5,000 of --unkind
+    # all --poison, found it without).
+    Mutation(
+        "a plan's identity ignored",
+        "plan identity",
+        _plan_identity_ignored,
+        frozenset({*UNKIND, "replans"}),
     ),
     # Stragglers that delete after their batch was sealed: stalls, waves and races make them.
     Mutation("a seal hides later segments", "7", _seal_hides_later_segments, frozenset(UNKIND)),

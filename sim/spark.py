@@ -103,6 +103,9 @@ OPT_IN = (
     # visibilityTimeout, and a standard queue that answers a delete made with a lapsed handle
     # with success and keeps the message (as when another receive took it meanwhile)
     "lapses",
+    # the owner's driver paused when it reads a batch's plan, for long enough that a second
+    # query started meanwhile takes the journal over (with ``query2``, one that runs batches)
+    "replans",
 )
 # Second queries that run batches get checkpoints (sink epochs) of their own, numbered apart.
 QUERY2_EPOCHS = 1000
@@ -175,6 +178,9 @@ class Config:
     # longer than visibilityTimeout; the queue keeps a message deleted with a lapsed handle
     # (sim/sqs.py ``lapsed_delete_keeps``).
     lapses: float = 0.0
+    # ``replans`` (OPT_IN): the chance per read of a batch's plan by the owner's driver that it
+    # is paused there for 6-10 heartbeat intervals, a second query started meanwhile.
+    replans: float = 0.0
     # Byte limits that bind (not drawn either): each run draws maxBytesPerReceiver and
     # maxBytesPerTrigger of a few messages' bytes from a stream of its own, so receivers stop
     # at their byte limit, and replays must keep the limits their plan recorded.
@@ -258,6 +264,8 @@ class Config:
             self.races = stream("races").choice([0.05, 0.2])
         if "lapses" in dimensions:
             self.lapses = stream("lapses").choice([0.3, 0.6])
+        if "replans" in dimensions:
+            self.replans = stream("replans").choice([0.5, 1.0])
 
 
 @dataclass
@@ -416,7 +424,7 @@ class SparkSim:
             self.store.fault_free_prefixes = ("_probe/",)
         # Every store a run was pointed at (the journal, and where a diverged run went).
         self.stores: list[SimJournalStore] = [self.store]
-        unkind = bool(c.stall or c.owner_pause or c.lapses)
+        unkind = bool(c.stall or c.owner_pause or c.lapses or c.replans)
         self.sched = Scheduler(
             c.seed,
             self.clock,
@@ -442,6 +450,9 @@ class SparkSim:
         self._lapse_rng = random.Random(f"unkind-lapse-pauses:{c.seed}")
         # Drivers whose pending delete call had its lapse drawn (one draw per call).
         self._lapse_drawn: set[Actor] = set()
+        self._replan_rng = random.Random(f"unkind-replan-pauses:{c.seed}")
+        # Runs replaying a batch whose replan pause is not drawn yet (``replans`` only).
+        self._replaying: set[str] = set()
         self._ghosts_at_once_seen = 0
         name = "orders.fifo" if c.fifo else "orders"
         attrs = {"FifoQueue": "true", "ContentBasedDeduplication": "true"} if c.fifo else {}
@@ -665,7 +676,47 @@ class SparkSim:
             return True
         if c.lapses and self._lapse(actor):
             return True
+        if c.replans and self._replan_pause(actor):
+            return True
         return False
+
+    def _replan_pause(self, actor: Actor) -> bool:
+        """``replans``: the owner's driver replaying a batch after a restart, about to read the
+        batch's plan, is paused there with its heartbeat for 6-10 heartbeat intervals (longer
+        than a newcomer watches the lease), and a second query is started meanwhile: it may
+        take the journal over, adopt the batch and remove it, and the driver, waking up, find
+        the plan gone and plan the batch again. Attempts of the batch's earlier plan still
+        running (tasks of the dead run) freeze as long, and a few seconds more: they journal
+        after the new plan exists. Drawn once per replay, from a stream of its own."""
+        if (
+            actor.kind != "driver"
+            or actor.group not in self._replaying
+            or actor.group != self.current_run
+            or not _PLAN_READ.match(actor.label)
+        ):
+            return False
+        self._replaying.discard(actor.group)
+        rng = self._replan_rng
+        if rng.random() >= self.config.replans:
+            return False
+        driver = self._drivers.get(actor.group)
+        interval = driver.options.heartbeat_interval if driver is not None else VISIBILITY / 5
+        seconds = interval * rng.uniform(6.0, 10.0)
+        now = self.clock.elapsed
+        self.stats["replan_pauses"] = self.stats.get("replan_pauses", 0) + 1
+        self.log(f"{'spark':<22} == REPLAN PAUSE of the driver of {actor.group} for {seconds:.1f}s")
+        for a in self.sched.actors:
+            if a.group == actor.group:
+                self.sched.hold(a, now + seconds)
+        batch = int(_PLAN_READ.match(actor.label).group(1))  # type: ignore[union-attr]
+        for a in self.sched.actors:
+            slot = self._slot.get(a)
+            if a.kind == "task" and not a.done and slot is not None and slot[0] == batch:
+                if slot[3] != actor.group:
+                    self.sched.hold(a, now + seconds + rng.uniform(1.0, 10.0))
+        if driver is not None and not self._query2_active and actor.group not in self.diverged:
+            self._second_query(actor.group, driver.options)
+        return True
 
     def _lapse(self, actor: Actor) -> bool:
         """``lapses``: the owner's driver about to make a delete call of its own (the batches
@@ -1386,7 +1437,12 @@ class SparkSim:
         if last is not None and last not in ckpt.commit_log:
             start = self._start_of(driver, last, ckpt)
             self.stats["replays"] += 1
-            self._run_batch(driver, group, last, start, ckpt.offset_log[last][1], ckpt, rng)
+            if self.config.replans:
+                self._replaying.add(group)
+            try:
+                self._run_batch(driver, group, last, start, ckpt.offset_log[last][1], ckpt, rng)
+            finally:
+                self._replaying.discard(group)
         batch_id = 0 if last is None else last + 1
         new_batches = 0
         idle = 0
@@ -2274,6 +2330,8 @@ _PROBE_KEY = re.compile(r"_probe/[0-9a-f]{32}")
 _RESIDUAL_WRITE = re.compile(r"^store\.create batches/\d+/\d+\.(?:part-\d+\.)?arrow")
 # A receiver's window segment, created after its check that its batch is live (_long_stall).
 _WINDOW_SEGMENT = re.compile(r"^store\.create window/\d+/r\d+-\d+\.arrow")
+# A read of a batch's plan (_replan_pause).
+_PLAN_READ = re.compile(r"^store\.read batches/(\d+)/_plan\.json")
 # What a journal keeps for good: _meta.json, its state markers, the lease, the last metrics,
 # dedupe records within their window (and, by design, quarantine/, one record per message sent
 # to the dead-letter queue, queues/, every queue the journal was used with, window/, until the

@@ -407,6 +407,7 @@ def test_byte_limits_stop_receivers_and_replays_keep_them(
         ("entry loser releases everything, nothing dropped as held elsewhere", 16),
         ("unknown-outcome write releases, nothing dropped as held elsewhere", 16),
         ("the driver judges its handles before its deletes, no duplicate window", 40),
+        ("a plan's identity ignored", 649),
     ],
 )
 def test_the_unkind_world_finds_each_of_its_fixes_reverted(name: str, seed: int) -> None:
