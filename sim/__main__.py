@@ -14,6 +14,8 @@
     python -m sim --seeds 100 --unkind lapses   a dimension not in all: the driver paused
                                            before its own deletes past visibilityTimeout, and
                                            deletes with lapsed handles that keep the message
+    python -m sim --seeds 100 --unkind all,replans   all, and a driver paused at a replay's
+                                           plan read while a second query takes over
     python -m sim --seeds 100 --bytes      byte limits of a few messages bind (maxBytesPer...)
     python -m sim --seeds 100 --markers-kept 4   4 planned markers kept, not 16: markers go
                                            within a seed's batches (the window's forwarding)
@@ -97,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help=(
             f"dimensions of the unkind world, comma-separated, or all: {', '.join(UNKIND)}; "
-            f"not in all: {', '.join(OPT_IN)} (all,{OPT_IN[0]} adds it)"
+            f"not in all: {', '.join(OPT_IN)} (all,{OPT_IN[0]} adds one)"
         ),
     )
     parser.add_argument(
