@@ -35,7 +35,8 @@ clocks with skew and drift, tasks stalled past the visibility timeout, fewer tas
 receivers, owners paused past two heartbeats, stores that ignore create-if-absent or whose
 listings lag, second queries that take over and run batches, journals deleted, moved or
 swapped under a kept checkpoint, and copies of deleted messages handed out at once while their
-deleter is slow to go on (docs/simulation.md, "The unkind world").
+deleter is slow to go on (docs/simulation.md, "The unkind world"). Two more dimensions are named
+on their own, not part of ``all`` (``OPT_IN``): ``lapses`` and ``replans``.
 """
 
 from __future__ import annotations
@@ -103,8 +104,9 @@ OPT_IN = (
     # visibilityTimeout, and a standard queue that answers a delete made with a lapsed handle
     # with success and keeps the message (as when another receive took it meanwhile)
     "lapses",
-    # the owner's driver paused when it reads a batch's plan, for long enough that a second
-    # query started meanwhile takes the journal over (with ``query2``, one that runs batches)
+    # a restarted driver replaying a batch paused at its read of the batch's plan, for long
+    # enough that a second query started meanwhile takes the journal over and adopts the batch
+    # (with ``query2``, one that runs batches), the earlier plan's running attempts frozen too
     "replans",
 )
 # Second queries that run batches get checkpoints (sink epochs) of their own, numbered apart.
@@ -178,8 +180,9 @@ class Config:
     # longer than visibilityTimeout; the queue keeps a message deleted with a lapsed handle
     # (sim/sqs.py ``lapsed_delete_keeps``).
     lapses: float = 0.0
-    # ``replans`` (OPT_IN): the chance per read of a batch's plan by the owner's driver that it
-    # is paused there for 6-10 heartbeat intervals, a second query started meanwhile.
+    # ``replans`` (OPT_IN): the chance per replay after a restart that the driver is paused at
+    # its read of the batch's plan for 6-10 heartbeat intervals, a second query started
+    # meanwhile (_replan_pause).
     replans: float = 0.0
     # Byte limits that bind (not drawn either): each run draws maxBytesPerReceiver and
     # maxBytesPerTrigger of a few messages' bytes from a stream of its own, so receivers stop
