@@ -11,6 +11,11 @@
                                            owner pauses, lying and lagging stores, second
                                            queries that run batches, diverged journals)
     python -m sim --seeds 100 --unkind clocks,stalls   some of its dimensions only
+    python -m sim --seeds 100 --unkind lapses   a dimension not in all: the driver paused
+                                           before its own deletes past visibilityTimeout, and
+                                           deletes with lapsed handles that keep the message
+    python -m sim --seeds 100 --unkind all,replans   all, and a driver paused at a replay's
+                                           plan read while a second query takes over
     python -m sim --seeds 100 --bytes      byte limits of a few messages bind (maxBytesPer...)
     python -m sim --seeds 100 --markers-kept 4   4 planned markers kept, not 16: markers go
                                            within a seed's batches (the window's forwarding)
@@ -25,7 +30,7 @@ import argparse
 import sys
 import time
 
-from sim.spark import UNKIND, run_seed
+from sim.spark import OPT_IN, UNKIND, run_seed
 from sim.sweep import Variant, default_jobs, parse_unkind, sweep
 
 
@@ -46,9 +51,11 @@ def replay_command(
     elif poison:
         flag += " --poison"
     if unkind:
-        flag += " --unkind " + (
-            "all" if unkind == frozenset(UNKIND) else ",".join(n for n in UNKIND if n in unkind)
-        )
+        if unkind >= frozenset(UNKIND):
+            names = ["all", *(n for n in OPT_IN if n in unkind)]
+        else:
+            names = [n for n in UNKIND + OPT_IN if n in unkind]
+        flag += " --unkind " + ",".join(names)
     if max_bytes:
         flag += " --bytes"
     if markers_kept is not None:
@@ -90,7 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--unkind",
         default=None,
-        help=f"dimensions of the unkind world, comma-separated, or all: {', '.join(UNKIND)}",
+        help=(
+            f"dimensions of the unkind world, comma-separated, or all: {', '.join(UNKIND)}; "
+            f"not in all: {', '.join(OPT_IN)} (all,{OPT_IN[0]} adds one)"
+        ),
     )
     parser.add_argument(
         "--bytes",

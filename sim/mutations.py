@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import sys
 import threading
 import time
@@ -25,6 +26,7 @@ from typing import Any
 from sim.spark import UNKIND, run_seed
 from sim.sweep import Variant
 from spark_sqs.acknowledgement import deletes
+from spark_sqs.acknowledgement.acknowledger import Acknowledger
 from spark_sqs.driver import offsets
 from spark_sqs.driver import poison as driver_poison
 from spark_sqs.driver.coordinator import Coordinator
@@ -358,6 +360,34 @@ def _carry_adoption_forgotten() -> contextlib.AbstractContextManager[None]:
     return patched(PoisonRecords, "carry_adopted", lambda self, batch, step: False)
 
 
+def _handles_judged_before_deleting() -> contextlib.AbstractContextManager[None]:
+    """Lapses: the driver deleting a batch itself judges whether each handle may have expired
+    when it begins (its bounds against the clock then), not once its delete calls are made:
+    a handle that lapses during the delete phase (its window segment, seal, retried calls, a
+    pause) is taken for valid, and a message its delete left in the queue is in no dedupe
+    record."""
+    original = Acknowledger._handle_bounds
+
+    def judged_now(self: Acknowledger, batch: int, receipts: Any) -> tuple[dict[str, float], set]:
+        bounds, lost = original(self, batch, receipts)
+        return {}, lost | self._expired(bounds)
+
+    return patched(Acknowledger, "_handle_bounds", judged_now)
+
+
+def _plan_identity_ignored() -> contextlib.AbstractContextManager[None]:
+    """A plan's identity: every plan of a batch carries the same ``planId``, so an attempt of a
+    removed plan takes the plan a deposed driver made again for the batch as its own, and
+    journals into it (``Batches.status`` and the receiver's plan check find it "live")."""
+    original = Coordinator._new_plan
+
+    def same_id(self: Coordinator, batch: int, first: int) -> Any:
+        plan = original(self, batch, first)  # its uuid drawn all the same
+        return dataclasses.replace(plan, plan_id="0" * 32)
+
+    return patched(Coordinator, "_new_plan", same_id)
+
+
 @dataclass(frozen=True)
 class Mutation:
     name: str
@@ -435,6 +465,26 @@ MUTATIONS = [
         frozenset({"clocks"}),
     ),
     Mutation("window segment after its delete", "7", _segment_after_delete, frozenset({"races"})),
+    # A message its delete left in the queue comes back at once, and the driver's window segment
+    # (written before the delete) drops it for duplicateWindow: only the dedupe record holds
+    # it past that, so the window is off with the mutation.
+    Mutation(
+        "the driver judges its handles before its deletes, no duplicate window",
+        "lapses",
+        _both(_handles_judged_before_deleting, _no_duplicate_window),
+        frozenset({"lapses"}),
+        _no_duplicate_window,
+    ),
+    # A deposed driver plans again a batch another query adopted and removed, while attempts
+    # of its first plan still run: ``replans`` pauses a replaying driver at its plan read and
+    # starts that query (none of seeds 0-2,999 of --unkind all, nor 3,600-5,000 of --unkind
+    # all --poison, found it without).
+    Mutation(
+        "a plan's identity ignored",
+        "plan identity",
+        _plan_identity_ignored,
+        frozenset({*UNKIND, "replans"}),
+    ),
     # Stragglers that delete after their batch was sealed: stalls, waves and races make them.
     Mutation("a seal hides later segments", "7", _seal_hides_later_segments, frozenset(UNKIND)),
     Mutation(

@@ -35,7 +35,8 @@ clocks with skew and drift, tasks stalled past the visibility timeout, fewer tas
 receivers, owners paused past two heartbeats, stores that ignore create-if-absent or whose
 listings lag, second queries that take over and run batches, journals deleted, moved or
 swapped under a kept checkpoint, and copies of deleted messages handed out at once while their
-deleter is slow to go on (docs/simulation.md, "The unkind world").
+deleter is slow to go on (docs/simulation.md, "The unkind world"). Two more dimensions are named
+on their own, not part of ``all`` (``OPT_IN``): ``lapses`` and ``replans``.
 """
 
 from __future__ import annotations
@@ -95,6 +96,18 @@ UNKIND = (
     "query2",  # a second query that takes over (when it may) and runs batches
     "diverge",  # the journal deleted, moved or swapped under a kept checkpoint, then restored
     "races",  # a copy of a deleted message ready at once, while its deleter is slow to go on
+)
+# Dimensions a sweep names on its own (``--unkind all,lapses``): not part of ``all``, so that
+# the seeds found there keep their histories.
+OPT_IN = (
+    # the driver paused right before a delete call of its own for longer than
+    # visibilityTimeout, and a standard queue that answers a delete made with a lapsed handle
+    # with success and keeps the message (as when another receive took it meanwhile)
+    "lapses",
+    # a restarted driver replaying a batch paused at its read of the batch's plan, for long
+    # enough that a second query started meanwhile takes the journal over and adopts the batch
+    # (with ``query2``, one that runs batches), the earlier plan's running attempts frozen too
+    "replans",
 )
 # Second queries that run batches get checkpoints (sink epochs) of their own, numbered apart.
 QUERY2_EPOCHS = 1000
@@ -163,6 +176,14 @@ class Config:
     # ready for the very next receive (sim/sqs.py ``ghost_at_once``), and the deleter is held
     # for a few seconds after that delete returned, so that other receivers go first.
     races: float = 0.0
+    # ``lapses`` (OPT_IN): the chance per delete call of the driver that it is paused first for
+    # longer than visibilityTimeout; the queue keeps a message deleted with a lapsed handle
+    # (sim/sqs.py ``lapsed_delete_keeps``).
+    lapses: float = 0.0
+    # ``replans`` (OPT_IN): the chance per replay after a restart that the driver is paused at
+    # its read of the batch's plan for 6-10 heartbeat intervals, a second query started
+    # meanwhile (_replan_pause).
+    replans: float = 0.0
     # Byte limits that bind (not drawn either): each run draws maxBytesPerReceiver and
     # maxBytesPerTrigger of a few messages' bytes from a stream of its own, so receivers stop
     # at their byte limit, and replays must keep the limits their plan recorded.
@@ -213,9 +234,11 @@ class Config:
         """Draw the unkind world's ``dimensions`` for this seed, each from a random stream of
         its own: adding one dimension does not change what the others draw, and a seed asked
         for none keeps the history it has without them."""
-        unknown = set(dimensions) - set(UNKIND)
+        unknown = set(dimensions) - set(UNKIND) - set(OPT_IN)
         if unknown:
-            raise ValueError(f"unknown unkind dimensions {sorted(unknown)}; known: {UNKIND}")
+            raise ValueError(
+                f"unknown unkind dimensions {sorted(unknown)}; known: {UNKIND + OPT_IN}"
+            )
         self.unkind = frozenset(dimensions)
 
         def stream(name: str) -> random.Random:
@@ -242,6 +265,10 @@ class Config:
             self.diverge = stream("diverge").choice([0.3, 0.6])
         if "races" in dimensions:
             self.races = stream("races").choice([0.05, 0.2])
+        if "lapses" in dimensions:
+            self.lapses = stream("lapses").choice([0.3, 0.6])
+        if "replans" in dimensions:
+            self.replans = stream("replans").choice([0.5, 1.0])
 
 
 @dataclass
@@ -379,6 +406,7 @@ class SparkSim:
             clock=self.clock,
             ghost_probability=c.ghosts,
             ghost_at_once=c.races,
+            lapsed_delete_keeps=bool(c.lapses),
             inflight_limit=c.sqs_inflight_limit or DEFAULT_INFLIGHT_LIMIT,
             fault_rates=FaultRates(
                 throttle=c.sqs_faults / 2,
@@ -399,7 +427,7 @@ class SparkSim:
             self.store.fault_free_prefixes = ("_probe/",)
         # Every store a run was pointed at (the journal, and where a diverged run went).
         self.stores: list[SimJournalStore] = [self.store]
-        unkind = bool(c.stall or c.owner_pause)
+        unkind = bool(c.stall or c.owner_pause or c.lapses or c.replans)
         self.sched = Scheduler(
             c.seed,
             self.clock,
@@ -422,6 +450,12 @@ class SparkSim:
         self._receivers_rng = random.Random(f"receivers-per-message:{c.seed}")
         self._diverge_rng = random.Random(f"unkind-diverge-draws:{c.seed}")
         self._race_rng = random.Random(f"unkind-race-holds:{c.seed}")
+        self._lapse_rng = random.Random(f"unkind-lapse-pauses:{c.seed}")
+        # Drivers whose pending delete call had its lapse drawn (one draw per call).
+        self._lapse_drawn: set[Actor] = set()
+        self._replan_rng = random.Random(f"unkind-replan-pauses:{c.seed}")
+        # Runs replaying a batch whose replan pause is not drawn yet (``replans`` only).
+        self._replaying: set[str] = set()
         self._ghosts_at_once_seen = 0
         name = "orders.fifo" if c.fifo else "orders"
         attrs = {"FifoQueue": "true", "ContentBasedDeduplication": "true"} if c.fifo else {}
@@ -643,7 +677,75 @@ class SparkSim:
                 # The newcomer that a pause lets in: started while the owner is frozen.
                 self._second_query(actor.group, driver.options)
             return True
+        if c.lapses and self._lapse(actor):
+            return True
+        if c.replans and self._replan_pause(actor):
+            return True
         return False
+
+    def _replan_pause(self, actor: Actor) -> bool:
+        """``replans``: the owner's driver replaying a batch after a restart, about to read the
+        batch's plan, is paused there with its heartbeat for 6-10 heartbeat intervals (longer
+        than a newcomer watches the lease), and a second query is started meanwhile: it may
+        take the journal over, adopt the batch and remove it, and the driver, waking up, find
+        the plan gone and plan the batch again. Attempts of the batch's earlier plan still
+        running (tasks of the dead run) freeze as long, and a few seconds more: they journal
+        after the new plan exists. Drawn once per replay, from a stream of its own."""
+        if (
+            actor.kind != "driver"
+            or actor.group not in self._replaying
+            or actor.group != self.current_run
+            or not _PLAN_READ.match(actor.label)
+        ):
+            return False
+        self._replaying.discard(actor.group)
+        rng = self._replan_rng
+        if rng.random() >= self.config.replans:
+            return False
+        driver = self._drivers.get(actor.group)
+        interval = driver.options.heartbeat_interval if driver is not None else VISIBILITY / 5
+        seconds = interval * rng.uniform(6.0, 10.0)
+        now = self.clock.elapsed
+        self.stats["replan_pauses"] = self.stats.get("replan_pauses", 0) + 1
+        self.log(f"{'spark':<22} == REPLAN PAUSE of the driver of {actor.group} for {seconds:.1f}s")
+        for a in self.sched.actors:
+            if a.group == actor.group:
+                self.sched.hold(a, now + seconds)
+        batch = int(_PLAN_READ.match(actor.label).group(1))  # type: ignore[union-attr]
+        for a in self.sched.actors:
+            slot = self._slot.get(a)
+            if a.kind == "task" and not a.done and slot is not None and slot[0] == batch:
+                if slot[3] != actor.group:
+                    self.sched.hold(a, now + seconds + rng.uniform(1.0, 10.0))
+        if driver is not None and not self._query2_active and actor.group not in self.diverged:
+            self._second_query(actor.group, driver.options)
+        return True
+
+    def _lapse(self, actor: Actor) -> bool:
+        """``lapses``: the owner's driver about to make a delete call of its own (the batches
+        it deletes itself, no next batch's receivers doing it) is paused first, with its
+        heartbeat, for longer than visibilityTimeout (a GC pause, a frozen VM, a delete phase
+        slowed by its window segment, its seal and retried calls): the handles it deletes with
+        lapse on the way, and the queue keeps what it deletes with them (sim/sqs.py
+        ``lapsed_delete_keeps``). Drawn once per call, from a stream of its own."""
+        if (
+            actor.kind != "driver"
+            or actor.group != self.current_run
+            or not actor.label.startswith("sqs.delete_message")
+            or actor in self._lapse_drawn
+        ):
+            return False
+        self._lapse_drawn.add(actor)
+        rng = self._lapse_rng
+        if rng.random() >= self.config.lapses:
+            return False
+        seconds = VISIBILITY * rng.uniform(1.1, 2.0)
+        self.stats["lapse_pauses"] = self.stats.get("lapse_pauses", 0) + 1
+        self.log(f"{'spark':<22} == LAPSE: the driver of {actor.group} paused {seconds:.1f}s")
+        for a in self.sched.actors:
+            if a.group == actor.group:
+                self.sched.hold(a, self.clock.elapsed + seconds)
+        return True
 
     def _long_stall(self, actor: Actor) -> bool:
         """``stalls``: an attempt that outlived its batch (a straggler, or a task of a dead
@@ -715,6 +817,8 @@ class SparkSim:
             return
         if name not in ("delete_message_batch", "delete_message"):
             return
+        if self._lapse_drawn:
+            self._lapse_drawn.discard(self.sched.current())  # type: ignore[arg-type]
         if self.sqs.ghosts_at_once > self._ghosts_at_once_seen:
             self._ghosts_at_once_seen = self.sqs.ghosts_at_once
             self._race()
@@ -1336,7 +1440,12 @@ class SparkSim:
         if last is not None and last not in ckpt.commit_log:
             start = self._start_of(driver, last, ckpt)
             self.stats["replays"] += 1
-            self._run_batch(driver, group, last, start, ckpt.offset_log[last][1], ckpt, rng)
+            if self.config.replans:
+                self._replaying.add(group)
+            try:
+                self._run_batch(driver, group, last, start, ckpt.offset_log[last][1], ckpt, rng)
+            finally:
+                self._replaying.discard(group)
         batch_id = 0 if last is None else last + 1
         new_batches = 0
         idle = 0
@@ -2213,6 +2322,8 @@ class SparkSim:
         if len(markers) > bound:
             self.findings.append(f"state markers: {len(markers)} kept (bound {bound})")
         self.stats["sent"] = len(sent)
+        if self.sqs.lapsed_kept:
+            self.stats["lapsed_deletes_kept"] = self.sqs.lapsed_kept
 
 
 _PROBE_KEY = re.compile(r"_probe/[0-9a-f]{32}")
@@ -2222,6 +2333,8 @@ _PROBE_KEY = re.compile(r"_probe/[0-9a-f]{32}")
 _RESIDUAL_WRITE = re.compile(r"^store\.create batches/\d+/\d+\.(?:part-\d+\.)?arrow")
 # A receiver's window segment, created after its check that its batch is live (_long_stall).
 _WINDOW_SEGMENT = re.compile(r"^store\.create window/\d+/r\d+-\d+\.arrow")
+# A read of a batch's plan (_replan_pause).
+_PLAN_READ = re.compile(r"^store\.read batches/(\d+)/_plan\.json")
 # What a journal keeps for good: _meta.json, its state markers, the lease, the last metrics,
 # dedupe records within their window (and, by design, quarantine/, one record per message sent
 # to the dead-letter queue, queues/, every queue the journal was used with, window/, until the

@@ -30,7 +30,10 @@ Modelled (docs/simulation.md has the full list and the conformance table):
   ``ghost_delay`` seconds of its delete, which the source's ``duplicateWindow`` must drop;
   ``ghost_at_once``: of the deleted messages not ghosted so, a copy ready for the very next
   receive, as when a receive served beside the delete returns it), and optionally short polls
-  that miss messages (``short_poll_miss``).
+  that miss messages (``short_poll_miss``). ``lapsed_delete_keeps`` (off by default): a delete
+  with the newest handle after its visibility timeout lapsed "succeeds" and keeps the message,
+  as when another receive was handed the message meanwhile (the AWS documentation's "the
+  message might not be deleted"); the source treats such a delete as uncertain.
 - Long polling reduced to "what is visible now": when nothing is, a receive with
   ``WaitTimeSeconds > 0`` advances the simulated clock to the moment something becomes visible
   (or by the whole wait) and tries once more, unless ``long_poll_advances_clock=False``, when it
@@ -342,6 +345,7 @@ class SimSqs:
         ghost_probability: float = 0.0,
         ghost_delay: float = 60.0,
         ghost_at_once: float = 0.0,
+        lapsed_delete_keeps: bool = False,
         short_poll_miss: float = 0.0,
         long_poll_advances_clock: bool = True,
         fault_rates: FaultRates | None = None,
@@ -360,6 +364,9 @@ class SimSqs:
         self.ghost_at_once = ghost_at_once
         self._at_once_rng = random.Random(f"sqs-ghosts-at-once:{seed}")
         self.ghosts_at_once = 0  # copies made ready at their delete (``ghost_at_once``)
+        # Standard queues: a delete with a lapsed (newest) handle keeps the message; no draw.
+        self.lapsed_delete_keeps = lapsed_delete_keeps
+        self.lapsed_kept = 0  # deletes that kept their message so
         self.short_poll_miss = short_poll_miss
         self.long_poll_advances_clock = long_poll_advances_clock
         self.fault_rates = fault_rates or FaultRates()
@@ -1234,6 +1241,11 @@ class SimSqs:
             # Standard queues: "succeeds", but only the newest handle deletes.
             queue.stale_deletes.append((now, message.message_id))
             return f"del={_label(message)}(stale,kept)"
+        if self.lapsed_delete_keeps and message.visible_at <= now:
+            # Its visibility timeout lapsed: another receive may hold the message by now.
+            queue.stale_deletes.append((now, message.message_id))
+            self.lapsed_kept += 1
+            return f"del={_label(message)}(lapsed,kept)"
         self._remove(queue, message, "delete")
         if (
             not queue.fifo

@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from sim.spark import UNKIND, Config, Result, run_seed
+from sim.spark import OPT_IN, UNKIND, Config, Result, run_seed
 
 CHUNK = 20  # seeds per task handed to a worker: small enough to balance, large enough to be cheap
 # Variant.poison_faults: the runs with faults that failures on the poison message may add, as
@@ -65,15 +65,20 @@ class Variant:
 
 
 def parse_unkind(text: str | None) -> frozenset[str]:
-    """``--unkind``: "all", or dimension names separated by commas (sim/spark.py UNKIND)."""
+    """``--unkind``: "all", or dimension names separated by commas (sim/spark.py UNKIND), or
+    both: "all,lapses" adds a dimension ``all`` leaves out (sim/spark.py OPT_IN)."""
     if not text:
         return frozenset()
     if text == "all":
         return frozenset(UNKIND)
     names = frozenset(n.strip() for n in text.split(",") if n.strip())
-    unknown = names - set(UNKIND)
+    if "all" in names:
+        names = (names - {"all"}) | frozenset(UNKIND)
+    unknown = names - set(UNKIND) - set(OPT_IN)
     if unknown:
-        raise ValueError(f"unknown unkind dimensions {sorted(unknown)}; known: all, {UNKIND}")
+        raise ValueError(
+            f"unknown unkind dimensions {sorted(unknown)}; known: all, {UNKIND + OPT_IN}"
+        )
     return names
 
 

@@ -207,6 +207,23 @@ def test_standard_delete_with_the_newest_handle_works_after_its_timeout() -> Non
     sim.delete_message(QueueUrl=url, ReceiptHandle=handle)
 
 
+def test_a_delete_with_a_lapsed_handle_keeps_the_message_when_the_queue_is_told_to() -> None:
+    """``lapsed_delete_keeps`` (the unkind world's ``lapses``): a delete with the newest handle
+    "succeeds" within its timeout and deletes; after the timeout lapsed it "succeeds" and keeps
+    the message, as when another receive took it meanwhile."""
+    sim, url = make(lapsed_delete_keeps=True)
+    first, second = send(sim, url, "a", "b")
+    handles = {m["MessageId"]: m["ReceiptHandle"] for m in receive(sim, url, vt=5)}
+    sim.clock.advance(4)
+    sim.delete_message(QueueUrl=url, ReceiptHandle=handles[first])
+    assert sim.state(url, first) == "deleted"
+    sim.clock.advance(2)
+    sim.delete_message(QueueUrl=url, ReceiptHandle=handles[second])
+    assert sim.state(url, second) == "visible"
+    assert [m for _, m in sim.stale_deletes(url)] == [second]
+    assert [m["MessageId"] for m in receive(sim, url)] == [second]
+
+
 def test_fifo_delete_with_a_superseded_handle_fails() -> None:
     sim, url = make(fifo=True)
     (mid,) = send(sim, url, "m", group="g")

@@ -282,16 +282,20 @@ _UNKIND_SIGNS = {
     "query2": ("query2_batches",),
     "diverge": ("diverged_deleted", "diverged_moved", "diverged_swapped"),
     "races": ("race_holds",),
+    "lapses": ("lapse_pauses", "lapsed_deletes_kept"),
 }
 
 
-@pytest.mark.parametrize("dimensions", [*([d] for d in UNKIND), list(UNKIND)],
-                         ids=[*UNKIND, "all"])  # fmt: skip
+# ``lapses`` (not in all; sim/spark.py OPT_IN) alone: the source's deletes with lapsed handles.
+@pytest.mark.parametrize("dimensions", [*([d] for d in UNKIND), list(UNKIND), ["lapses"]],
+                         ids=[*UNKIND, "all", "lapses"])  # fmt: skip
 def test_the_unkind_world(dimensions: list[str]) -> None:
     """Every seed delivers each message exactly once in the unkind world: skewed clocks,
     stalls, task waves, paused owners, lying and lagging stores, second queries that run
     batches, journals that diverge from their checkpoint, copies of deleted messages handed out
-    at once while their deleter waits (sim/spark.py UNKIND)."""
+    at once while their deleter waits (sim/spark.py UNKIND); and, named on its own, a driver
+    paused before its own deletes past the visibility timeout and deletes with lapsed handles
+    that keep the message (``lapses``)."""
     chosen = frozenset(dimensions)
     seeds = UNKIND_ALL_SEEDS if len(chosen) > 1 else UNKIND_SEEDS
     results = list(sweep(range(seeds), unkind=chosen))
@@ -406,6 +410,8 @@ def test_byte_limits_stop_receivers_and_replays_keep_them(
         ("a found seal probed nowhere, nothing dropped as held elsewhere", 555),
         ("entry loser releases everything, nothing dropped as held elsewhere", 16),
         ("unknown-outcome write releases, nothing dropped as held elsewhere", 16),
+        ("the driver judges its handles before its deletes, no duplicate window", 40),
+        ("a plan's identity ignored", 649),
     ],
 )
 def test_the_unkind_world_finds_each_of_its_fixes_reverted(name: str, seed: int) -> None:

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from sim.__main__ import replay_command
 from sim.clock import ActorClock, SimClock
 from sim.sched import Scheduler
-from sim.spark import QUERY2_EPOCHS, UNKIND, VISIBILITY, Config, SparkSim, run_seed
+from sim.spark import OPT_IN, QUERY2_EPOCHS, UNKIND, VISIBILITY, Config, SparkSim, run_seed
 from sim.sqs import SimSqs
 from sim.store import SimJournalStore
 from sim.sweep import Variant, parse_unkind
@@ -429,6 +430,59 @@ def test_a_deleter_that_left_a_copy_out_is_held_while_other_receivers_go_first()
     assert others_received > 5
 
 
+def test_a_driver_paused_before_its_own_delete_finds_the_queue_kept_what_it_deleted() -> None:
+    """``lapses``: the owner's driver about to make a delete call of its own is paused, with
+    its heartbeat, for longer than visibilityTimeout; the handles lapse meanwhile, and a
+    standard queue keeps what it deletes with them (the library must have recorded those
+    ids for dedupe: every seed passes)."""
+    results = [run_seed(s, trace=True, configure=_unkind("lapses")) for s in range(20)]
+    assert all(r.ok for r in results), [r.violations[:2] for r in results if not r.ok]
+    assert sum(r.stats.get("lapse_pauses", 0) for r in results) > 5
+    for result in results:
+        lines = _lines(result.trace)
+        for i, (at, _, line) in enumerate(lines):
+            lapse = re.search(r"LAPSE: the driver of (\S+) paused ([0-9.]+)s", line)
+            if lapse is None:
+                continue
+            group, seconds = lapse.group(1), float(lapse.group(2))
+            assert VISIBILITY < seconds <= 2 * VISIBILITY
+            during = [  # printed to 0.1 s
+                a for t, a, text in lines[i + 1 :] if t < at + seconds - 0.05 and a in
+                (f"{group}/driver", f"{group}/heartbeat") and "** HELD" not in text
+            ]  # fmt: skip
+            assert not during, during
+    assert sum(r.stats.get("lapsed_deletes_kept", 0) for r in results) > 0
+
+
+def test_a_driver_paused_at_a_plan_read_lets_a_second_query_in() -> None:
+    """``replans``: a restarted driver replaying a batch, about to read the batch's plan, is
+    paused there with its heartbeat for 6-10 heartbeat intervals (longer than a newcomer
+    watches the lease), and a second query starts meanwhile; with ``query2`` it takes the
+    journal over and runs batches. Replays come after a run that died with its last batch
+    uncommitted, in a few seeds of 40."""
+    variant = _unkind("query2", "replans")
+    results = [run_seed(s, trace=True, configure=variant) for s in range(40)]
+    assert all(r.ok for r in results), [r.violations[:2] for r in results if not r.ok]
+    paused = [r for r in results if r.stats.get("replan_pauses")]
+    assert paused
+    assert all(r.stats.get("second_queries") for r in paused)
+    for result in results:
+        lines = _lines(result.trace)
+        for i, (at, _, line) in enumerate(lines):
+            pause = re.search(r"REPLAN PAUSE of the driver of (\S+) for ([0-9.]+)s", line)
+            if pause is None:
+                continue
+            group, seconds = pause.group(1), float(pause.group(2))
+            assert 6 * VISIBILITY / 5 <= seconds + 0.05 and seconds <= 10 * VISIBILITY / 5 + 0.05
+            held = next(text for t, a, text in lines[i + 1 :] if a == f"{group}/driver")
+            assert re.search(r"store\.read batches/\d+/_plan\.json  \*\* HELD", held), held
+            during = [  # printed to 0.1 s
+                a for t, a, text in lines[i + 1 :] if t < at + seconds - 0.05 and a in
+                (f"{group}/driver", f"{group}/heartbeat") and "** HELD" not in text
+            ]  # fmt: skip
+            assert not during, during
+
+
 # -- configuration -------------------------------------------------------------------------------
 
 
@@ -459,6 +513,24 @@ def test_unknown_dimensions_are_refused() -> None:
     assert parse_unkind("clocks, lag") == frozenset({"clocks", "lag"})
     with pytest.raises(ValueError, match="unknown unkind dimensions"):
         parse_unkind("clocks,tides")
+
+
+def test_an_opt_in_dimension_is_not_part_of_all() -> None:
+    """``lapses`` is named on its own, or added to all: the seeds of ``all`` keep their
+    histories, and a replay command names it."""
+    assert "lapses" in OPT_IN and "lapses" not in UNKIND
+    assert parse_unkind("lapses") == frozenset({"lapses"})
+    assert parse_unkind("all,lapses") == frozenset({*UNKIND, "lapses"})
+    assert replay_command(7, None, unkind=frozenset({*UNKIND, "lapses"})).endswith(
+        "--seed 7 --unkind all,lapses --trace"
+    )
+    assert "--unkind stalls,lapses " in replay_command(
+        7, None, unkind=frozenset({"lapses", "stalls"})
+    )
+    assert _drawn(3, *UNKIND).lapses == _drawn(3, *UNKIND).replans == 0.0
+    assert _drawn(3, "lapses").lapses > 0.0
+    assert _drawn(3, "replans").replans > 0.0
+    assert "replans" in OPT_IN and "replans" not in UNKIND
 
 
 def test_an_unkind_seed_replays_exactly() -> None:
