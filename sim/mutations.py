@@ -388,6 +388,19 @@ def _plan_identity_ignored() -> contextlib.AbstractContextManager[None]:
     return patched(Coordinator, "_new_plan", same_id)
 
 
+def _step_without_the_lease() -> contextlib.AbstractContextManager[None]:
+    """Poison: a driver decides and finishes a narrowing step without confirming that it still
+    holds the journal's lease, so one paused while it read a batch's entries, which the new
+    owner adopted and removed meanwhile, narrows or quarantines from what was left."""
+    original = driver_poison.Quarantine.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self._confirm = lambda: None
+
+    return patched(driver_poison.Quarantine, "__init__", init)
+
+
 @dataclass(frozen=True)
 class Mutation:
     name: str
@@ -543,6 +556,15 @@ MUTATIONS = [
         _carry_adoption_forgotten,
         poison=True,
         poison_faults=True,
+    ),
+    # Needs a driver paused in a replay's narrowing long enough to lose the journal, and a
+    # new owner adopting that batch meanwhile: found at seed 4787 of --poison --unkind all.
+    Mutation(
+        "a narrowing step decided without the lease",
+        "poison",
+        _step_without_the_lease,
+        frozenset(UNKIND),
+        poison=True,
     ),
 ]
 

@@ -817,6 +817,7 @@ class Coordinator:
             self.options,
             reserve_batch=self.markers.reserve_batch,
             track=self.acknowledger.track,
+            confirm=self.lease.confirm if self.lease is not None else lambda: None,
             clock=self._clock,
         )
 

@@ -154,6 +154,7 @@ class Quarantine:
         *,
         reserve_batch: Callable[[], int],
         track: Callable[..., None],
+        confirm: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.journal = journal
@@ -171,6 +172,8 @@ class Quarantine:
         self._reserve_batch = reserve_batch
         # Makes the driver count a carry batch as pending, so the next new plan adopts it.
         self._track = track
+        # The journal's lease (``Lease.confirm``): raises once another query took it over.
+        self._confirm = confirm
 
     def prepare_replay(
         self, batch: int, receivers: list[int], receiving: Collection[int] | None = None
@@ -184,6 +187,9 @@ class Quarantine:
         names = records.names(batch)
         narrowing = records.latest_narrowing(batch, names)
         if narrowing is not None:
+            # Only the lease's holder finishes a step: a new owner that adopted the batch
+            # finishes it (before copying), and a carry batch created after that is nobody's.
+            self._confirm()
             self.complete(batch, narrowing)
         attempts = records.attempts(batch, names)
         suspect = SUSPECT in names
@@ -224,6 +230,10 @@ class Quarantine:
             )
         if decision.kind == "replay":
             return narrowing
+        # A driver paused while it read the entries may have lost the journal meanwhile: the
+        # new owner adopts the batch and removes its entries, so what was read can be a part
+        # of it (a lone message left is no evidence). Only the lease's holder decides a step.
+        self._confirm()
         step = (narrowing.step if narrowing is not None else 0) + 1
         total = sum(by_step.values())
         carry_batch = self._reserve_batch() if decision.carried else None
@@ -236,6 +246,10 @@ class Quarantine:
             attempts=total,
         )
         new = records.write_narrowing(batch, new)
+        # Again after the record: a pause before its create may have let another query take
+        # the journal over, whose adoption of the batch may not have read it. The new owner
+        # finishes a step it read; one it did not read is finished by nobody.
+        self._confirm()
         kept = sum(len(ids) for ids in new.keep.values())
         if new.quarantined:
             logger.warning(

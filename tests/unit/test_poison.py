@@ -12,13 +12,16 @@ import pytest
 
 from spark_sqs.cli import main
 from spark_sqs.driver import poison as driver_poison
-from spark_sqs.driver.planning import ReceiverPartition
-from spark_sqs.errors import InvalidOptionError
+from spark_sqs.driver.planning import ADOPTED_FROM, ReceiverPartition
+from spark_sqs.errors import InvalidOptionError, JournalInUseError
 from spark_sqs.executor import poison as executor_poison
 from spark_sqs.journal import LIVE, BatchPlan, Journal, JournalState, ReceiverPlan
 from spark_sqs.journal import poison as records
+from spark_sqs.journal.entries import entry_key
+from spark_sqs.journal.lease import Lease
 from spark_sqs.schema import messages_to_table
 from tests.factories import QUEUE_URL, make_options, sqs_message
+from tests.fakes import NOW, Clock
 
 DLQ_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq"
 
@@ -821,3 +824,78 @@ def test_a_narrowing_of_a_batch_adopting_one_entry_twice_keeps_or_carries_each_m
     partition = ReceiverPartition(7, 10001, 0, QUEUE_URL, options, run="r3")
     replay = executor_poison.on_replay(journal, partition, journal.entries.read(7, 10001))
     assert _ids(replay.table) == []
+
+
+# -- a driver that lost the journal while it replayed a batch (simulation seed 4787) --
+
+
+def _lease(journal: Any, location: str, clock: Clock, owner: str, interval: float) -> Lease:
+    return Lease(
+        journal.store, location, owner, interval, wall_clock=clock, clock=clock, sleep=clock.sleep
+    )
+
+
+@pytest.mark.parametrize("when", ["reading the entries", "creating the step's record"])
+def test_a_driver_that_lost_the_journal_during_a_replay_s_narrowing_finishes_no_step(
+    journal_location: str, server_dlq: tuple[Any, str], when: str
+) -> None:
+    """Found by the simulation (``--poison --unkind all``, seed 4787): a driver replaying a
+    batch that failed ``maxBatchAttempts`` times paused while it read the entries; another
+    query took the journal over, adopted the batch and removed the entries it had adopted. The
+    paused driver, back, saw one message where there were three and quarantined it: an innocent
+    message in the dead-letter queue, and in the new owner's sink too. A pause just before the
+    step's record is created lets the new owner's adoption miss the record: a carry batch or a
+    quarantine finished then is outside the new owner's plan. Only the lease's holder decides
+    and finishes a step. Local and s3 journals."""
+    client, dlq = server_dlq
+    journal, options = _dead_letter_journal(journal_location, dlq)
+    adopted = [ADOPTED_FROM, ADOPTED_FROM + 1]
+    journal.plans.write(BatchPlan(2, (ReceiverPlan(0, 3),)))
+    journal.state.write(JournalState(planned_batch=2, acked_batch=1, initial_batch=0))
+    _journaled(journal, 0, [4], "r1")
+    for receiver, number in zip(adopted, [5, 6], strict=True):
+        journal.entries.write(2, receiver, messages_to_table([sqs_message(number)], QUEUE_URL))
+    _fail_once_more(journal, 2, "r2", [0])
+    clock = Clock(NOW)
+    interval = 10.0
+    paused = _lease(journal, journal_location, clock, "paused", interval)
+    paused.acquire()
+    read, create = journal.store.read, journal.store.create
+
+    def lose_the_journal() -> None:
+        clock.now += 3 * interval  # a pause: the lease lapses and another query takes over
+        _lease(journal, journal_location, clock, "new", interval).acquire()
+        journal.batches.retire(2)
+        for receiver in adopted:  # adopted into the new owner's batch, then removed
+            journal.store.delete(entry_key(2, receiver))
+
+    def reading(key: str) -> bytes | None:
+        if when == "reading the entries" and key == entry_key(2, adopted[0]):
+            lose_the_journal()
+        return read(key)
+
+    def creating(key: str, *args: Any, **kwargs: Any) -> Any:
+        if when == "creating the step's record" and "_narrow-" in key:
+            lose_the_journal()
+        return create(key, *args, **kwargs)
+
+    journal.store.read = reading  # type: ignore[method-assign]
+    journal.store.create = creating  # type: ignore[method-assign]
+    quarantine = driver_poison.Quarantine(
+        journal,
+        client,
+        QUEUE_URL,
+        dlq,
+        options,
+        reserve_batch=_Driver(planned=2).reserve,
+        track=lambda batch, **_: None,
+        confirm=paused.confirm,
+    )
+
+    with pytest.raises(JournalInUseError):
+        quarantine.prepare_replay(2, [0, *adopted], receiving=[0])
+    assert journal.poison.quarantined() == [] and _dlq_messages(client, dlq) == []
+    # No carry batch either (the step, had it been decided on all three, carries two).
+    assert journal.poison.read_carry(3) is None and journal.entries.read(3, ADOPTED_FROM) is None
+    if when == "reading the entries":
+        assert journal.poison.latest_narrowing(2) is None
