@@ -409,6 +409,36 @@ def _cpu_baseline(eps: Any, receivers: int, backlog: int, args: Any) -> dict[str
     }
 
 
+def _backlog_stream(
+    spark: Any,
+    wd: Any,
+    endpoints: tuple[str, str],
+    names: tuple[str, str],
+    receivers: int,
+    per_receiver: int,
+    messages: int,
+    args: Any,
+) -> tuple[Any, Any, str]:
+    """A new queue (``names``: the queue's and the work directory's) holding ``messages``, and
+    the source's stream over it at ``per_receiver`` messages a receiver a batch (``endpoints``:
+    the consumer's and the setup's): (the stream, its work directory, the queue's URL)."""
+    from bench import run, spark_runs
+
+    consumer_ep, setup_ep = endpoints
+    url = run.new_queue(setup_ep, names[0])
+    load.fill(setup_ep, url, messages, args.body_bytes)
+    base = wd.fresh(names[1])
+    df = spark_runs.source_stream(
+        spark,
+        consumer_ep,
+        url,
+        base / "journal",
+        numPartitions=receivers,
+        maxMessagesPerTrigger=receivers * per_receiver,
+    )
+    return df, base, url
+
+
 def _cpu_source(
     spark: Any, wd: Any, eps: Any, receivers: int, backlog: int, warmup: int, args: Any
 ) -> dict[str, Any]:
@@ -423,16 +453,15 @@ def _cpu_source(
     pids = eps.pids(server)
     counters = Counters(consumer_ep.rsplit(":", 1)[1])
     window_batches = args.cpu_batches
-    url = run.new_queue(setup_ep, "cpu-src")
-    load.fill(setup_ep, url, backlog, args.body_bytes)
-    base = wd.fresh("cpu")
-    df = spark_runs.source_stream(
+    df, base, url = _backlog_stream(
         spark,
-        consumer_ep,
-        url,
-        base / "journal",
-        numPartitions=receivers,
-        maxMessagesPerTrigger=receivers * args.cpu_batch,
+        wd,
+        (consumer_ep, setup_ep),
+        ("cpu-src", "cpu"),
+        receivers,
+        args.cpu_batch,
+        backlog,
+        args,
     )
     query = spark_runs._start_noop(df, base / "checkpoint")
     try:
@@ -505,16 +534,15 @@ def jit_warmup(spark: Any, wd: Any, eps: Any, receivers: int, args: Any) -> dict
     consumer_ep, setup_ep = eps.get(server, True)
     per_receiver = args.cpu_jit_batch
     most = args.cpu_jit_max_batches
-    url = run.new_queue(setup_ep, "cpu-jit")
-    load.fill(setup_ep, url, receivers * per_receiver * (most + 1), args.body_bytes)
-    base = wd.fresh("cpu-jit")
-    df = spark_runs.source_stream(
+    df, base, url = _backlog_stream(
         spark,
-        consumer_ep,
-        url,
-        base / "journal",
-        numPartitions=receivers,
-        maxMessagesPerTrigger=receivers * per_receiver,
+        wd,
+        (consumer_ep, setup_ep),
+        ("cpu-jit", "cpu-jit"),
+        receivers,
+        per_receiver,
+        receivers * per_receiver * (most + 1),
+        args,
     )
     t0 = time.monotonic()
     by_batch: list[dict[str, float]] = []

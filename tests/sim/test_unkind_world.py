@@ -446,11 +446,7 @@ def test_a_driver_paused_before_its_own_delete_finds_the_queue_kept_what_it_dele
                 continue
             group, seconds = lapse.group(1), float(lapse.group(2))
             assert VISIBILITY < seconds <= 2 * VISIBILITY
-            during = [  # printed to 0.1 s
-                a for t, a, text in lines[i + 1 :] if t < at + seconds - 0.05 and a in
-                (f"{group}/driver", f"{group}/heartbeat") and "** HELD" not in text
-            ]  # fmt: skip
-            assert not during, during
+            assert not _driver_steps_during(lines[i + 1 :], group, at + seconds)
     assert sum(r.stats.get("lapsed_deletes_kept", 0) for r in results) > 0
 
 
@@ -476,11 +472,21 @@ def test_a_driver_paused_at_a_plan_read_lets_a_second_query_in() -> None:
             assert 6 * VISIBILITY / 5 <= seconds + 0.05 and seconds <= 10 * VISIBILITY / 5 + 0.05
             held = next(text for t, a, text in lines[i + 1 :] if a == f"{group}/driver")
             assert re.search(r"store\.read batches/\d+/_plan\.json  \*\* HELD", held), held
-            during = [  # printed to 0.1 s
-                a for t, a, text in lines[i + 1 :] if t < at + seconds - 0.05 and a in
-                (f"{group}/driver", f"{group}/heartbeat") and "** HELD" not in text
-            ]  # fmt: skip
-            assert not during, during
+            assert not _driver_steps_during(lines[i + 1 :], group, at + seconds)
+
+
+def _driver_steps_during(
+    lines: list[tuple[float, str, str]], group: str, until: float
+) -> list[str]:
+    """The steps of ``group``'s driver and heartbeat before ``until`` (times are printed to
+    0.1 s), but for the one held there: a pause stands both still."""
+    return [
+        a
+        for t, a, text in lines
+        if t < until - 0.05
+        and a in (f"{group}/driver", f"{group}/heartbeat")
+        and "** HELD" not in text
+    ]
 
 
 # -- configuration -------------------------------------------------------------------------------
