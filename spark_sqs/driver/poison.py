@@ -154,7 +154,7 @@ class Quarantine:
         *,
         reserve_batch: Callable[[], int],
         track: Callable[..., None],
-        confirm: Callable[[], None] = lambda: None,
+        confirm: Callable[[], None],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.journal = journal
@@ -173,6 +173,7 @@ class Quarantine:
         # Makes the driver count a carry batch as pending, so the next new plan adopts it.
         self._track = track
         # The journal's lease (``Lease.confirm``): raises once another query took it over.
+        # Required: a quarantine step decided without it is the deposed driver's hole.
         self._confirm = confirm
 
     def prepare_replay(
