@@ -915,12 +915,16 @@ def test_a_copy_starting_to_receive_wakes_the_sleeping_original(endpoint, tmp_pa
     client.receive_message(QueueUrl=url, VisibilityTimeout=0)
     [task] = slow_tasks(str(slow_log))
     assert task.ended and task.woken_by_copy
-    # Another run's stage 4 is another task: not woken by this mark.
+    # Another run's stage 4 is another task: not woken by this mark. With a speculative copy
+    # seen, it sleeps its configured 0.2 s (not the eager wait for a copy that never comes).
+    (marks / faults.SPECULATION_SEEN).touch()
     other = FaultConfig.from_env(replace(config, run=3, slow_seconds=(0.2, 0.2)).to_env())
     client = _client(endpoint, FaultInjector(other))
     _in_task(monkeypatch, stage=4, partition=0, attempt=0, attempt_id=60)
     client.receive_message(QueueUrl=url, VisibilityTimeout=0)
-    assert [t.woken_by_copy for t in slow_tasks(str(slow_log))] == [True, False]
+    tasks = slow_tasks(str(slow_log))
+    assert [(t.woken_by_copy, t.ended) for t in tasks] == [(True, True), (False, True)]
+    assert tasks[1].seconds == 0.2
 
 
 def test_slow_log_marks_a_sleep_without_its_end_as_cut_short(tmp_path):
