@@ -1361,7 +1361,8 @@ class SparkSim:
                 clocks.sleep(keeper.wait())
                 keeper.renew_safely()
 
-        self.sched.spawn(f"{group}/lease", group, "heartbeat", keep)
+        # Of kind "heartbeat": paused, crashed and killed with the driver's process.
+        self.sched.spawn(f"{group}/lease", group, "heartbeat", keep, light=True)
         per_receiver = (
             {"messages_per_receiver": opts.messages_per_receiver}
             if opts.messages_per_receiver is not None

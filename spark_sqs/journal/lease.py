@@ -37,13 +37,14 @@ interval on top (a GC pause, a frozen VM, a create retried for seconds) loses a 
 Records are deleted to keep the journal small (each renewal removes every record below its
 previous one), and a deleted key can be created again. Two rules keep the sequence sound anyway:
 a record is deleted only once a newer one exists, so a record that vanished between a listing
-and its read means "list again", never "no lease"; and whoever creates record ``seq`` checks
-that no newer record exists: if one does, ``seq`` had been renewed past and deleted, and the
-create only filled a hole (a claim on a journal someone else owns). The newest record is found
-by a LIST, then confirmed by reading the following numbers by key (records are created densely),
-so a listing that lags a write by less than the two intervals a newcomer watches cannot hide a
-renewal from a newcomer. The listing only tidies (``_collect``) and spots a takeover sooner;
-that a renewal is sound rests on ``HELD_FOR`` alone.
+and its read means "list again", never "no lease"; and a query that takes the lease checks
+that no newer record exists after its create: if one does, that number had been renewed past
+and deleted, and the create only filled a hole (a claim on a journal someone else owns). The
+newest record is found by a LIST, then confirmed by reading the following numbers by key
+(records are created densely), so a listing that lags a write by less than the two intervals
+a newcomer watches cannot hide a renewal from a newcomer. A renewal lists nothing: that it is
+sound rests on ``HELD_FOR`` alone, and it deletes the record that falls out of the kept ones by
+key.
 
 Keys::
 
@@ -211,13 +212,14 @@ class Lease:
 
     def renew(self) -> None:
         """Create the next record; raises ``JournalInUseError`` if another run took over. The
-        heartbeat renews, and so does ``confirm`` on the driver's thread: when both race for
-        one number, or one goes past the other, the newest record is still this run's, and
-        this call renews past it. A renewal counts from the moment before its create (this
-        process's monotonic clock): a pause inside the call, after the create, is not
-        mistaken for a fresh renewal. A create that returned more than ``HELD_FOR`` intervals
-        after the last renewal's moment may have filled a hole: ``LeaseLostError``, and the
-        lease stays lost."""
+        lease's thread renews (driver/lease_keeper.py), and so does ``confirm`` on the
+        driver's thread: when both race for one number, or one goes past the other, the
+        newest record is still this run's, and this call renews past it. A renewal counts
+        from the moment before its create (this process's monotonic clock): a pause inside
+        the call, after the create, is not mistaken for a fresh renewal. A create that
+        returned more than ``HELD_FOR`` intervals after the last renewal's moment may have
+        filled a hole: ``LeaseLostError``, and the lease stays lost. One that returned in time
+        needs no listing: no newcomer can have created that number before it (see above)."""
         for _ in range(_CLAIMS):
             self._raise_if_lost()
             if self.seq is None:
@@ -227,19 +229,15 @@ class Lease:
             since = self._renewed_at
             started = self._clock()
             seq = self.seq + 1
-            created = self._write(seq)
-            if created:
+            if self._write(seq):
                 self._judge_in_time(since)
-            listed = self._listing_if_newest(seq) if created else None
-            if listed is not None:
                 self.seq = seq
                 self._renewed_at = max(self._renewed_at, started)
-                self._collect(seq, listed)
+                self._drop(seq - RECORDS_KEPT)
                 return
-            # Not created, or a newer record exists: fine only if the newest is this run's (a
-            # concurrent renewal of its own, or a retried create whose answer was lost). Else a
-            # run that took over has renewed past seq (this query paused for longer than two
-            # intervals), and a create only filled a hole.
+            # Not created: fine only if the newest record is this run's (a concurrent renewal
+            # of its own, or a retried create whose answer was lost). Else a run that took over
+            # has created it.
             newest = self.newest()
             if newest is None or newest.owner != self.owner or newest.released:
                 self._lost = self._in_use(newest, taken=True)
@@ -307,6 +305,17 @@ class Lease:
         if (seqs and seqs[-1] > seq) or self._store.read(_key(seq + 1)) is not None:
             return None
         return seqs
+
+    def _drop(self, seq: int) -> None:
+        """Delete the record that falls out of the newest ``RECORDS_KEPT`` with a renewal, by
+        key: renewals are dense, so each number goes once the one ``RECORDS_KEPT`` above it
+        is created. Best effort (``acquire`` lists and removes what is left)."""
+        if seq < 0:
+            return
+        try:
+            self._store.delete(_key(seq))
+        except Exception:
+            logger.debug("journal %s: could not delete lease record %d", self._location, seq)
 
     def _collect(self, seq: int, seqs: list[int]) -> None:
         """Delete the records below the newest ``RECORDS_KEPT``: a few are kept so that a

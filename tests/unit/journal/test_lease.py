@@ -149,8 +149,8 @@ def test_a_renewal_that_meets_its_own_older_record_renews_past_it(store: LocalSt
 
 
 class _StallsOnce(LocalStore):
-    """A store whose next listing stalls the process for ``pause`` seconds first, during which
-    ``meanwhile`` runs (another query taking over)."""
+    """A store whose next delete (a renewal's, after its create) stalls the process for
+    ``pause`` seconds first, during which ``meanwhile`` runs (another query taking over)."""
 
     def __init__(self, root: str, clock: Clock) -> None:
         super().__init__(root)
@@ -158,12 +158,12 @@ class _StallsOnce(LocalStore):
         self.pause = 0.0
         self.meanwhile = lambda: None
 
-    def list(self, prefix: str) -> list[str]:
+    def delete(self, key: str) -> None:
         if self.pause:
             self.clock.now += self.pause
             self.pause = 0.0
             self.meanwhile()
-        return super().list(prefix)
+        super().delete(key)
 
 
 def test_a_confirmation_whose_renewal_stalled_renews_again(tmp_path: Path) -> None:
@@ -171,17 +171,19 @@ def test_a_confirmation_whose_renewal_stalled_renews_again(tmp_path: Path) -> No
     store = _StallsOnce(str(tmp_path / "journal"), clock)
     owner = lease(store, clock, "owner")
     owner.acquire()
+    for _ in range(3):
+        owner.renew()  # records 1 to 3: the next renewal deletes record 0
     clock.now += 1.1 * INTERVAL
     store.pause = 1.2 * INTERVAL  # after the renewal's create, before it returns
     owner.confirm()
-    assert owner.seq == 2, "renewed again after the stalled renewal"
+    assert owner.seq == 5, "renewed again after the stalled renewal"
 
-    # A stall during which another query takes over (record 4 after 3): the renewal finds
-    # it, and the confirmation stops the query before it acknowledges anything.
+    # A stall during which another query takes over (record 7 after 6): the next renewal
+    # finds it, and the confirmation stops the query before it acknowledges anything.
     clock.now += 1.1 * INTERVAL
     newcomer = lease(store, clock, "newcomer")
     store.pause = 2.5 * INTERVAL
-    store.meanwhile = lambda: newcomer._write(4)
+    store.meanwhile = lambda: newcomer._write(7)
     with pytest.raises(JournalInUseError, match="took over"):
         owner.confirm()
 
