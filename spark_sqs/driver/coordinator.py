@@ -476,11 +476,13 @@ class Coordinator:
                 # Spark 4.0/4.1 took an idle answer for a batch (a new checkpoint): every
                 # batch up to it is acknowledged, so it delivers nothing.
                 return []
+            stored = self.journal.plans.read(batch)
             if self.lease is not None:
                 # A plan assigns deletes and adopts orphans, a replay runs receivers: only the
-                # journal's owner may.
+                # journal's owner may. After the read: a driver paused in it (GC, a frozen VM)
+                # for longer than its lease finds out here, before it plans or retires
+                # anything (free while the lease's thread keeps it renewed).
                 self.lease.confirm()
-            stored = self.journal.plans.read(batch)
             replay = stored is not None
             if stored is None:
                 # `spark-sqs release` replaced the plan (poison.py); else plan it now.
