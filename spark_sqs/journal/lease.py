@@ -1,7 +1,8 @@
 """One live query per journal. Runs on: driver.
 
 A query owns its journal through a lease: a sequence of ``lease/<seq>.json`` records, each
-created if absent. The owner creates the next record at every heartbeat interval; whoever
+created if absent. The owner creates the next record every half heartbeat interval, on a
+thread of its own (driver/lease_keeper.py: when to renew is the driver's policy); whoever
 creates record ``seq`` owns the journal from then on, so two drivers can never both renew (the
 store decides, not a read followed by a write).
 
@@ -30,12 +31,14 @@ newcomer could have created it: it is this run's renewal, never a hole. One that
 later may have filled a hole: the lease is lost (``LeaseLostError``, retriable), for good (every
 later call raises it, and ``release`` writes nothing: a released record in a hole would let a
 newcomer take a journal another run owns, at once). The half interval of margin covers clocks
-that run at slightly different rates; the heartbeat renews every interval and ``confirm``
-renews a lease older than one, so only a stall of the driver or the store longer than half an
-interval on top (a GC pause, a frozen VM, a create retried for seconds) loses a lease.
+that run at slightly different rates (a newcomer's two intervals may be a little less of this
+process's time). The owner renews every half interval and ``confirm`` renews a lease older
+than one, so only a stall of the driver or the store of about an interval (a GC pause, a
+frozen VM, a create retried for seconds) loses a lease.
 
-Records are deleted to keep the journal small (each renewal removes every record below its
-previous one), and a deleted key can be created again. Two rules keep the sequence sound anyway:
+Records are deleted to keep the journal small (each renewal removes the record that falls out
+of the newest ``RECORDS_KEPT``; taking the lease removes every record below those), and a
+deleted key can be created again. Two rules keep the sequence sound anyway:
 a record is deleted only once a newer one exists, so a record that vanished between a listing
 and its read means "list again", never "no lease"; and a query that takes the lease checks
 that no newer record exists after its create: if one does, that number had been renewed past

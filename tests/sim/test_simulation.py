@@ -422,7 +422,10 @@ def test_byte_limits_stop_receivers_and_replays_keep_them(
         ("entry loser releases everything, nothing dropped as held elsewhere", 16),
         ("unknown-outcome write releases, nothing dropped as held elsewhere", 861),
         ("the driver judges its handles before its deletes, no duplicate window", 1512),
-        ("a plan's identity ignored", 649),
+        # "a plan's identity ignored" (seed 649 before) is not pinned: its replans pause at a
+        # replay's plan read now ends in the lease confirmation after that read, before the
+        # deposed driver plans; none of seeds 0-3,299 of --unkind all,replans finds it since
+        # (docs/simulation.md). The plan's identity stays for a pause inside the planning.
         ("a late lease renewal trusted", 124),
     ],
 )
