@@ -171,7 +171,7 @@ def test_an_adoption_finished_by_a_deposed_driver_loses_nothing_in_the_poison_wo
         ("a narrowing drops a carried message", 0),
         ("a narrowing keeps what it carries", 0),
         ("a narrowed replay yields the whole entry", 0),
-        ("a carry batch created again after its adoption", 1279),
+        ("a carry batch created again after its adoption", 1442),
         ("a quarantine forgets it was sent", 2),
         ("a narrowing step decided without the lease", 4787),
     ],
