@@ -573,11 +573,7 @@ MUTATIONS = [
         poison_faults=True,
     ),
     # Needs a driver paused in a replay's narrowing long enough to lose the journal, and a
-    # new owner adopting that batch meanwhile: found at seed 4787 of --poison --unkind all until
-    # the lease was renewed on a thread of its own; no seed of 4,700-31,400 (filtered to the
-    # draws of the old seeds) finds it since, so it is not pinned (the unit test
-    # test_poison::test_a_driver_that_lost_the_journal_during_a_replay_s_narrowing_finishes_no_step
-    # keeps the rule).
+    # new owner adopting that batch meanwhile: found at seed 4787 of --poison --unkind all.
     Mutation(
         "a narrowing step decided without the lease",
         "poison",

@@ -856,15 +856,8 @@ def _release_on_sigterm(lease: Lease) -> None:
     if threading.current_thread() is not threading.main_thread():
         return
     previous = signal.getsignal(signal.SIGTERM)
-    releasing = threading.Event()
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        if releasing.is_set():
-            # Another SIGTERM while this handler releases (Python runs the handler again
-            # between two bytecodes of the first): ending the process now would cut the
-            # release's create short and leave no released record. The first one ends it.
-            return
-        releasing.set()
         try:
             lease.release()
         except Exception:

@@ -59,7 +59,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -122,11 +121,6 @@ class Lease:
         # Set once the lease is lost (taken over, or possibly: ``HELD_FOR``): every later
         # renewal or confirmation raises it again, and ``release`` writes nothing.
         self._lost: JournalInUseError | None = None
-        # One renewal or release at a time: the lease's thread renews while ``query.stop()``'s
-        # SIGTERM handler releases on the main thread; both creating the next number would
-        # leave no released record (the process dies right after), and a restart would wait
-        # two intervals. Reentrant: the handler may interrupt a renewal of the main thread.
-        self._lock = threading.RLock()
 
     @property
     def renewed_at(self) -> float:
@@ -229,10 +223,6 @@ class Lease:
         returned more than ``HELD_FOR`` intervals after the last renewal's moment may have
         filled a hole: ``LeaseLostError``, and the lease stays lost. One that returned in time
         needs no listing: no newcomer can have created that number before it (see above)."""
-        with self._lock:
-            self._renew()
-
-    def _renew(self) -> None:
         for _ in range(_CLAIMS):
             self._raise_if_lost()
             if self.seq is None:
@@ -349,10 +339,6 @@ class Lease:
         the create could fill a hole, and a newcomer takes a released record without watching
         it, from a run that may own the journal. A released record whose create returned too
         late is deleted again (best effort): a restart then waits for the lease instead."""
-        with self._lock:
-            self._release()
-
-    def _release(self) -> None:
         if self.seq is None:
             return
         seq = self.seq + 1

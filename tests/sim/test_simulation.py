@@ -173,18 +173,19 @@ def test_an_adoption_finished_by_a_deposed_driver_loses_nothing_in_the_poison_wo
         ("a narrowed replay yields the whole entry", 0),
         ("a carry batch created again after its adoption", 1442),
         ("a quarantine forgets it was sent", 2),
+        ("a narrowing step decided without the lease", 4787),
     ],
 )
 def test_the_poison_world_finds_each_poison_rule_broken(name: str, seed: int) -> None:
     """Each rule of poisonMessagePolicy=deadLetter broken in memory (sim/mutations.py: the
     lone candidate's wait for unjournaled receivers, a narrowing's partition into kept and
-    carried, the replay's narrowing, the adopted carry batch, the quarantine's sent marker) fails
-    a seed of the poison world (``--poison``;
+    carried, the replay's narrowing, the adopted carry batch, the quarantine's sent marker, the
+    lease confirmed around a step) fails a seed of the poison world (``--poison``;
     ``--poison-faults`` for the lone candidate, found by one seed of 2,000 in ``--poison``
     until the seal probes moved it, the sent marker, whose fault needs a crash after the
     quarantine, and the adopted carry batch, whose needs a replay of the narrowed batch after
-    the adoption), which passes with the rule kept. (The lease confirmed around a step has no
-    seed since the lease is renewed on a thread of its own: sim/mutations.py.)"""
+    the adoption; ``--poison --unkind all`` for the lease, whose fault needs a driver paused
+    long enough to lose the journal), which passes with the rule kept."""
     mutation = next(m for m in MUTATIONS if m.name == name)
     assert mutation.poison
     variant = mutation.variant()

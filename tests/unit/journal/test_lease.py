@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -460,62 +459,3 @@ def test_a_driver_back_from_a_pause_releases_nothing(journal_location: str) -> N
     paused.release()
     assert not [c for c in store.calls if c[0] == "create"]
     assert store.inner.read("lease/000000000001.json") is None
-
-
-def test_a_release_during_a_renewal_of_the_lease_thread_still_leaves_a_released_record(
-    journal_location: str,
-) -> None:
-    """query.stop() ends the driver's process with SIGTERM; its handler releases the lease on
-    the main thread while the lease's thread may be renewing. Found by an integration test
-    (a stopped query's restart waited two intervals): the renewal's create of the next number
-    landed, the release's create of the same number then failed, and the process died before
-    the renewal returned, leaving no released record. A release waits for a renewal under
-    way and releases past it."""
-    import threading
-
-    real = Journal(journal_location, make_options(journal_location, region="us-east-1")).store
-    clock = Clock(NOW)
-    owner = lease(real, clock, "owner")
-    owner.acquire()  # record 0
-    landed, go_on, release_tried = threading.Event(), threading.Event(), threading.Event()
-
-    def hold_the_renewal(method: str, key: str) -> None:
-        if method == "create" and threading.current_thread() is renewer:
-            landed.set()  # record 1 exists; the renewal has not returned yet
-            go_on.wait()
-
-    def note_the_release(method: str, key: str) -> None:
-        if method == "create" and threading.current_thread() is releaser:
-            release_tried.set()
-
-    owner._store = HookedStore(real, before=note_the_release, after=hold_the_renewal)
-
-    class NotingLock:
-        """The lease's lock, noting that the release got to it (then it waits there)."""
-
-        def __init__(self, inner: Any) -> None:
-            self.inner = inner
-
-        def __enter__(self) -> Any:
-            if threading.current_thread() is releaser:
-                release_tried.set()
-            return self.inner.__enter__()
-
-        def __exit__(self, *exc: Any) -> Any:
-            return self.inner.__exit__(*exc)
-
-    if hasattr(owner, "_lock"):  # without one, the release goes to the store at once
-        owner._lock = NotingLock(owner._lock)
-    renewer = threading.Thread(target=owner.renew)
-    releaser = threading.Thread(target=owner.release)
-    renewer.start()
-    landed.wait()
-    releaser.start()
-    release_tried.wait()  # at the lock, or at the store without one
-    go_on.set()
-    renewer.join()
-    releaser.join()
-
-    records = {k: json.loads(real.read(k) or b"{}") for k in real.list("lease")}
-    newest = max(records)
-    assert records[newest]["released"], records
