@@ -145,13 +145,6 @@ def _no_lease() -> contextlib.AbstractContextManager[None]:
     return patched(Lease, "acquire", acquire)
 
 
-def _late_renewal_trusted() -> contextlib.AbstractContextManager[None]:
-    """Pauses: a renewal whose create returned however long after the previous one counts
-    (``Lease._judge_in_time`` judges nothing), so a driver back from a long pause that renews
-    into a hole the new owner left, behind a listing that lags, goes on beside it."""
-    return patched(Lease, "_judge_in_time", lambda self, since: None)
-
-
 def _no_duplicate_window() -> contextlib.AbstractContextManager[None]:
     """Hole 7: receivers do not look copies up in the duplicate window."""
     return patched(duplicates, "copies", lambda *args, **kwargs: set())
@@ -503,14 +496,6 @@ MUTATIONS = [
         "a plan's identity ignored",
         "plan identity",
         _plan_identity_ignored,
-        frozenset({*UNKIND, "replans"}),
-    ),
-    # A deposed driver renewing into a hole behind a lagging listing: ``replans`` pauses a
-    # replaying driver for 6-10 intervals and starts a second query meanwhile.
-    Mutation(
-        "a late lease renewal trusted",
-        "pauses",
-        _late_renewal_trusted,
         frozenset({*UNKIND, "replans"}),
     ),
     # Stragglers that delete after their batch was sealed: stalls, waves and races make them.

@@ -61,12 +61,6 @@ class Actor:
         self.killed = False
         # Held (stalled, paused) until this simulated time: not run before, whatever it waits for.
         self.hold_until: float | None = None
-        # A thread of little work that must keep time (the journal lease's renewals): it runs
-        # as soon as it is ready, and its steps take milliseconds. The scheduler serializes
-        # every actor on one clock, as if they shared one CPU; without this, a renewal would
-        # wait for the steps of every executor's tasks, which run on other machines. Its
-        # stalls are modelled apart (pauses of the driver's process, held actors).
-        self.light = False
 
     @property
     def done(self) -> bool:
@@ -156,11 +150,8 @@ class Scheduler:
 
     # -- the scheduler's side --------------------------------------------------------------------
 
-    def spawn(
-        self, name: str, group: str, kind: str, fn: Callable[[], Any], *, light: bool = False
-    ) -> Actor:
+    def spawn(self, name: str, group: str, kind: str, fn: Callable[[], Any]) -> Actor:
         actor = Actor(name, group, fn, kind)
-        actor.light = light
         thread = threading.Thread(target=self._body, args=(actor,), name=name, daemon=True)
         self.actors.append(actor)
         thread.start()
@@ -267,15 +258,10 @@ class Scheduler:
                         + ", ".join(f"{a.name} at {a.label}" for a in self.actors)
                     )
                 self.clock.advance_to(min(timed))
-            light = [a for a in ready if a.light]
-            if light:
-                actor = light[0]
-                self.clock.advance(0.002)
-            else:
-                actor = ready[self.rng.randrange(len(ready))]
-                # Work takes time: most steps a few milliseconds, some much longer.
-                roll = self.rng.random()
-                self.clock.advance(0.002 if roll < 0.8 else 0.2 if roll < 0.97 else 3.0)
+            actor = ready[self.rng.randrange(len(ready))]
+            # Work takes time: most steps a few milliseconds, some much longer.
+            roll = self.rng.random()
+            self.clock.advance(0.002 if roll < 0.8 else 0.2 if roll < 0.97 else 3.0)
             if (
                 self.stall is None
                 or actor.kill is not None

@@ -61,7 +61,6 @@ from sim.sqs import DATA_OPERATIONS, DEFAULT_INFLIGHT_LIMIT, FaultRates, SimSqs
 from sim.store import SimJournalStore, StoreFaultRates
 from spark_sqs.driver import offsets
 from spark_sqs.driver.coordinator import Coordinator
-from spark_sqs.driver.lease_keeper import LeaseKeeper
 from spark_sqs.errors import JournalError, JournalInUseError
 from spark_sqs.executor import duplicates
 from spark_sqs.executor.receiver import read_partition
@@ -1352,17 +1351,6 @@ class SparkSim:
             sleep=clocks.sleep,
         )
         lease.acquire()
-        keeper = LeaseKeeper(lease, options.heartbeat_interval, clock=clocks.monotonic)
-
-        def keep() -> None:
-            # The lease's thread (Coordinator.start), on the simulated clock: from right after
-            # the lease was taken, as long as it is held.
-            while not keeper.done:
-                clocks.sleep(keeper.wait())
-                keeper.renew_safely()
-
-        # Of kind "heartbeat": paused, crashed and killed with the driver's process.
-        self.sched.spawn(f"{group}/lease", group, "heartbeat", keep, light=True)
         per_receiver = (
             {"messages_per_receiver": opts.messages_per_receiver}
             if opts.messages_per_receiver is not None
@@ -1383,7 +1371,6 @@ class SparkSim:
             sleep=clocks.sleep,
             run_heartbeat=False,
             parallelism=1,
-            keeper=keeper,
             **per_receiver,
         )
         driver.start_poison_policy()

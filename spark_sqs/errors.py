@@ -71,14 +71,6 @@ class JournalInUseError(JournalError):
     """Another live query owns the journal (or took it over from this one)."""
 
 
-class LeaseLostError(JournalInUseError):
-    """This query's driver (or the journal's store) stalled for longer than the journal's lease
-    lasts: another query may have taken the journal over meanwhile, and no listing can tell
-    (journal/lease.py). The query stops; a restart waits for the lease."""
-
-    retriable = True
-
-
 class CheckpointMismatchError(JournalError):
     """Spark's checkpoint and the journal under ``journalLocation`` do not describe one stream
     (the journal was moved, deleted or replaced while the checkpoint was kept)."""

@@ -5,8 +5,7 @@
 is created lazily on the first call and never pickled; it owns the journal's lease and drives the
 parts that live beside it in this package: the state markers (``state``), queue polling
 (``queues``), flow control (``flow_control``), planning (``planning``), the visibility heartbeat
-(``heartbeat``), the lease's renewals (``lease_keeper``) and the batch counters (``metrics``),
-and the acknowledgement
+(``heartbeat``) and the batch counters (``metrics``), and the acknowledgement
 (``spark_sqs.acknowledgement``: its rule decides what the acknowledger deletes and when). The
 protocol it runs, per micro-batch, is described in ``spark_sqs/source.py`` and docs/design.md.
 """
@@ -35,7 +34,6 @@ from ..sqs.client import SqsClient, check_permissions, make_client, queue_attrib
 from . import offsets, poison
 from .flow_control import AvailableNow, FlowControl, ReadLimit, batch_size_warning
 from .heartbeat import EXTENSION_FLOOR_SECONDS, Heartbeat
-from .lease_keeper import LeaseKeeper
 from .metrics import BatchReporter
 from .planning import (
     MESSAGES_PER_RECEIVER,
@@ -76,12 +74,8 @@ class Coordinator:
         queue_urls: Sequence[str] | None = None,
         default_queue: str | None = None,
         messages_per_receiver: int = MESSAGES_PER_RECEIVER,
-        keeper: LeaseKeeper | None = None,
     ) -> None:
-        # keeper: the lease's renewals, started right after the lease was taken (``start``);
-        # made here when not given.
-        # clock, wall_clock, sleep, run_heartbeat (False: the owner calls heartbeat.tick_safely
-        # and keeper.renew_safely)
+        # clock, wall_clock, sleep, run_heartbeat (False: the owner calls heartbeat.tick_safely)
         # and parallelism (of batch calls) are seams for the deterministic simulation (sim/);
         # so is messages_per_receiver (planning.receivers_needed), which the simulation and
         # tests lower so that a few messages make batches of several receivers.
@@ -97,11 +91,6 @@ class Coordinator:
         self.default_queue = default_queue or queue_url
         self.journal = journal
         self.lease = lease
-        if keeper is None and lease is not None:
-            keeper = LeaseKeeper(lease, options.heartbeat_interval, clock=clock)
-            if run_heartbeat:
-                keeper.start()
-        self.keeper = keeper
         # Names this run in the attempt records of its receivers (journal/poison.py) and in
         # the planned markers: the lease's owner, which is unique per run (and chosen by the
         # simulation, so seeds replay).
@@ -122,6 +111,7 @@ class Coordinator:
             visibility_timeout=options.visibility_timeout,
             interval=options.heartbeat_interval,
             clock=clock,
+            on_tick=lease.renew if lease is not None else None,
             # With deleteOnCommit=false a committed batch's messages must come back after about
             # visibilityTimeout (the queue's redrive applies to them): extend by no more.
             extend_by=(
@@ -247,24 +237,16 @@ class Coordinator:
             interval=options.heartbeat_interval,
         )
         lease.acquire()
-        # Renewed from now on: what the coordinator reads and removes at start may take a while.
-        keeper = LeaseKeeper(lease, options.heartbeat_interval)
-        keeper.start()
         _release_on_sigterm(lease)
-        try:
-            state = cls(
-                options,
-                client,
-                queue_url,
-                journal,
-                lease,
-                queue_urls=queue_urls,
-                default_queue=default_queue,
-                keeper=keeper,
-            )
-        except BaseException:
-            keeper.stop()
-            raise
+        state = cls(
+            options,
+            client,
+            queue_url,
+            journal,
+            lease,
+            queue_urls=queue_urls,
+            default_queue=default_queue,
+        )
         state.start_poison_policy()
         warning = batch_size_warning(options)
         if warning:
@@ -294,8 +276,6 @@ class Coordinator:
 
     def close(self) -> None:
         self.heartbeat.stop()
-        if self.keeper is not None:
-            self.keeper.stop()
         if self.lease is not None:
             self.lease.release()
 
@@ -321,11 +301,6 @@ class Coordinator:
         self, start: Mapping[str, Any] | None, limit: ReadLimit | None = None
     ) -> dict:
         with self.lock:
-            if self.keeper is not None and self.keeper.fatal is not None:
-                # The lease was lost (or taken over): another query may own the journal now.
-                # Raised before anything, also when idle (``Lease.confirm`` raises it before
-                # anything is planned, acknowledged or deleted).
-                raise self.keeper.fatal
             planned = self.markers.planned
             # Spark calls latestOffset only once every batch up to `start` is in its commit
             # log. Spark 4.0/4.1 pass no start: then the last batch planned in this run is it,
@@ -476,13 +451,11 @@ class Coordinator:
                 # Spark 4.0/4.1 took an idle answer for a batch (a new checkpoint): every
                 # batch up to it is acknowledged, so it delivers nothing.
                 return []
-            stored = self.journal.plans.read(batch)
             if self.lease is not None:
                 # A plan assigns deletes and adopts orphans, a replay runs receivers: only the
-                # journal's owner may. After the read: a driver paused in it (GC, a frozen VM)
-                # for longer than its lease finds out here, before it plans or retires
-                # anything (free while the lease's thread keeps it renewed).
+                # journal's owner may.
                 self.lease.confirm()
+            stored = self.journal.plans.read(batch)
             replay = stored is not None
             if stored is None:
                 # `spark-sqs release` replaced the plan (poison.py); else plan it now.

@@ -113,12 +113,15 @@ class Heartbeat:
         visibility_timeout: int,
         interval: float,
         clock: Callable[[], float] = time.monotonic,
+        on_tick: Callable[[], None] | None = None,
         extend_by: int | None = None,
     ) -> None:
         self._journal = journal
         # Seconds each extension asks for (capped by the 12-hour ceiling): visibilityTimeout
         # unless the caller allows more (see EXTENSION_FLOOR_SECONDS).
         self.extend_by = visibility_timeout if extend_by is None else extend_by
+        # Renews the journal's lease: on the same clock, and stopped with the heartbeat.
+        self._on_tick = on_tick
         self._caller = caller
         self._visibility = visibility_timeout
         self._interval = interval
@@ -232,9 +235,16 @@ class Heartbeat:
             self.tick_safely()
 
     def tick_safely(self) -> None:
-        """One tick that never raises: the thread's body. The journal's lease is renewed on a
-        thread of its own (lease_keeper.py): a slow tick must not delay a renewal."""
+        """One tick that never raises: the thread's body. The lease renewals and the tick fail
+        apart: a store fault on a renewal must not skip the visibility extensions, nor a slow
+        failing tick the renewal after it."""
+        if self._on_tick is not None:
+            self._safely(self._on_tick)
         self._safely(self.tick)
+        if self._on_tick is not None:
+            # Again after the tick's journal and SQS calls, which may take a while (retries
+            # with backoff): the lease must not look abandoned meanwhile.
+            self._safely(self._on_tick)
 
     def _safely(self, step: Callable[[], None]) -> None:
         try:

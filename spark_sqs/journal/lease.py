@@ -1,8 +1,7 @@
 """One live query per journal. Runs on: driver.
 
 A query owns its journal through a lease: a sequence of ``lease/<seq>.json`` records, each
-created if absent. The owner creates the next record every half heartbeat interval, on a
-thread of its own (driver/lease_keeper.py: when to renew is the driver's policy); whoever
+created if absent. The owner creates the next record at every heartbeat interval; whoever
 creates record ``seq`` owns the journal from then on, so two drivers can never both renew (the
 store decides, not a read followed by a write).
 
@@ -20,34 +19,15 @@ pause, a frozen VM, a slow store), it renews first, and a renewal that finds its
 taken stops the query. A takeover needs two intervals of silence after the owner's last record,
 so an owner that renewed within the last interval holds the lease for at least one more.
 
-A renewal's create alone cannot tell whether it took a free number or filled a hole (a number
-a newer owner created and deleted), and a listing that lags cannot tell either (below). So a
-renewal is judged by time, on this process's monotonic clock: a newcomer reads the owner's
-newest record (created after the moment ``_renewed_at`` this process took before its create),
-then watches it for two intervals (the longer of both runs'), so it creates the next number
-no sooner than ``_renewed_at`` plus two intervals. A create of that number that returned
-within ``HELD_FOR`` (one and a half intervals) of ``_renewed_at`` took effect before any
-newcomer could have created it: it is this run's renewal, never a hole. One that returned
-later may have filled a hole: the lease is lost (``LeaseLostError``, retriable), for good (every
-later call raises it, and ``release`` writes nothing: a released record in a hole would let a
-newcomer take a journal another run owns, at once). The half interval of margin covers clocks
-that run at slightly different rates (a newcomer's two intervals may be a little less of this
-process's time). The owner renews every half interval and ``confirm`` renews a lease older
-than one, so only a stall of the driver or the store of about an interval (a GC pause, a
-frozen VM, a create retried for seconds) loses a lease.
-
-Records are deleted to keep the journal small (each renewal removes the record that falls out
-of the newest ``RECORDS_KEPT``; taking the lease removes every record below those), and a
-deleted key can be created again. Two rules keep the sequence sound anyway:
+Records are deleted to keep the journal small (each renewal removes every record below its
+previous one), and a deleted key can be created again. Two rules keep the sequence sound anyway:
 a record is deleted only once a newer one exists, so a record that vanished between a listing
-and its read means "list again", never "no lease"; and a query that takes the lease checks
-that no newer record exists after its create: if one does, that number had been renewed past
-and deleted, and the create only filled a hole (a claim on a journal someone else owns). The
-newest record is found by a LIST, then confirmed by reading the following numbers by key
-(records are created densely), so a listing that lags a write by less than the two intervals
-a newcomer watches cannot hide a renewal from a newcomer. A renewal lists nothing: that it is
-sound rests on ``HELD_FOR`` alone, and it deletes the record that falls out of the kept ones by
-key.
+and its read means "list again", never "no lease"; and whoever creates record ``seq`` checks
+that no newer record exists: if one does, ``seq`` had been renewed past and deleted, and the
+create only filled a hole (a claim on a journal someone else owns). The newest record is found
+by a LIST, then confirmed by reading the following numbers by key (records are created densely),
+so a listing that lags a write by less than the two intervals a newcomer watches cannot hide a
+renewal.
 
 Keys::
 
@@ -63,7 +43,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import JournalError, JournalInUseError, LeaseLostError
+from ..errors import JournalError, JournalInUseError
 from .stores import JournalStore
 
 logger = logging.getLogger(__name__)
@@ -76,10 +56,6 @@ _RELISTS = 8
 _CLAIMS = 4
 # Records kept below the newest (``_collect``).
 RECORDS_KEPT = 4
-# How long, in renewal intervals on this process's clock, a renewal's create may take to return
-# after the moment before the create of this run's newest record: a newcomer cannot create the
-# next number sooner than two intervals after that moment (see above).
-HELD_FOR = 1.5
 
 
 def _key(seq: int) -> str:
@@ -115,18 +91,8 @@ class Lease:
         self._clock = clock
         self._sleep = sleep
         self.seq: int | None = None
-        # This process's monotonic time just before the create of the newest record it created
-        # (acquire or renew): that record exists from some moment after it.
+        # This process's monotonic time of the last record it created (acquire or renew).
         self._renewed_at = 0.0
-        # Set once the lease is lost (taken over, or possibly: ``HELD_FOR``): every later
-        # renewal or confirmation raises it again, and ``release`` writes nothing.
-        self._lost: JournalInUseError | None = None
-
-    @property
-    def renewed_at(self) -> float:
-        """This process's monotonic time just before the create of its newest record: the
-        next renewal must return within ``HELD_FOR`` intervals of it."""
-        return self._renewed_at
 
     def newest(self) -> LeaseRecord | None:
         for _ in range(_RELISTS):
@@ -167,7 +133,6 @@ class Lease:
                 # clock: its writtenAt is another host's clock, which may be far ahead.
                 current = self._wait_for_lapse(current)
             seq = 0 if current is None else current.seq + 1
-            started = self._clock()
             if not self._write(seq):
                 newest = self.newest()
                 # A retried PUT whose first answer was lost finds its own record.
@@ -176,7 +141,7 @@ class Lease:
             listed = self._listing_if_newest(seq)
             if listed is not None:
                 self.seq = seq
-                self._renewed_at = started
+                self._renewed_at = self._clock()
                 self._collect(seq, listed)
                 logger.info("journal %s: lease %d taken by run %s", self._location, seq, self.owner)
                 return
@@ -215,36 +180,28 @@ class Lease:
 
     def renew(self) -> None:
         """Create the next record; raises ``JournalInUseError`` if another run took over. The
-        lease's thread renews (driver/lease_keeper.py), and so does ``confirm`` on the
-        driver's thread: when both race for one number, or one goes past the other, the
-        newest record is still this run's, and this call renews past it. A renewal counts
-        from the moment before its create (this process's monotonic clock): a pause inside
-        the call, after the create, is not mistaken for a fresh renewal. A create that
-        returned more than ``HELD_FOR`` intervals after the last renewal's moment may have
-        filled a hole: ``LeaseLostError``, and the lease stays lost. One that returned in time
-        needs no listing: no newcomer can have created that number before it (see above)."""
+        heartbeat renews, and so does ``confirm`` on the driver's thread: when both race for
+        one number, or one goes past the other, the newest record is still this run's, and
+        this call renews past it. A renewal counts from the moment before its create (this
+        process's monotonic clock): a pause inside the call, after the create, is not
+        mistaken for a fresh renewal."""
+        assert self.seq is not None
         for _ in range(_CLAIMS):
-            self._raise_if_lost()
-            if self.seq is None:
-                return  # released meanwhile (query.stop())
-            # Taken before the create: a renewal of the other thread that finishes meanwhile
-            # only makes the newest record younger than this moment says.
-            since = self._renewed_at
             started = self._clock()
             seq = self.seq + 1
-            if self._write(seq):
-                self._judge_in_time(since)
+            listed = self._listing_if_newest(seq) if self._write(seq) else None
+            if listed is not None:
                 self.seq = seq
-                self._renewed_at = max(self._renewed_at, started)
-                self._drop(seq - RECORDS_KEPT)
+                self._renewed_at = started
+                self._collect(seq, listed)
                 return
-            # Not created: fine only if the newest record is this run's (a concurrent renewal
-            # of its own, or a retried create whose answer was lost). Else a run that took over
-            # has created it.
+            # Not created, or a newer record exists: fine only if the newest is this run's (a
+            # concurrent renewal of its own, or a retried create whose answer was lost). Else a
+            # run that took over has renewed past seq (this query paused for longer than two
+            # intervals), and a create only filled a hole.
             newest = self.newest()
             if newest is None or newest.owner != self.owner or newest.released:
-                self._lost = self._in_use(newest, taken=True)
-                raise self._lost
+                self._raise_in_use(newest, taken=True)
             assert newest is not None
             # When this run's newest record was written is unknown here (the other thread may
             # have paused after creating it): go past it, so that a renewal happens now.
@@ -260,7 +217,6 @@ class Lease:
         if self.seq is None:
             return
         for _ in range(_CLAIMS):
-            self._raise_if_lost()
             if self._clock() - self._renewed_at <= self._interval:
                 return
             logger.info(
@@ -275,32 +231,6 @@ class Lease:
             retriable=True,
         )
 
-    def _judge_in_time(self, since: float) -> None:
-        """A create of this run's next number just returned: it is a renewal only if it did
-        within ``HELD_FOR`` intervals of ``since`` (the moment before the create of this run's
-        newest record). Later, a newcomer may have taken the journal over, renewed past that
-        number and deleted it, and no listing can be trusted to show it: the lease is lost."""
-        silent = self._clock() - since
-        bound = HELD_FOR * self._interval
-        if silent <= bound:
-            return
-        self._lost = LeaseLostError(
-            f"The driver lost the lease of journalLocation {self._location}: its lease renewal "
-            f"came {silent:.1f}s after the previous one on the driver's own clock, more than "
-            f"the {bound:.1f}s its lease is sure to last (1.5 x heartbeatInterval), so another "
-            "query may have taken the journal over meanwhile. The query stops before it "
-            "plans, acknowledges or deletes anything more. Fix: restart the query; it waits "
-            "for the lease (two heartbeat intervals at most). If no other query uses this "
-            "journal, the driver or the journal's store stalled for that long (a GC pause, a "
-            "frozen VM, a slow or throttled store)",
-        )
-        logger.error("%s", self._lost)
-        raise self._lost
-
-    def _raise_if_lost(self) -> None:
-        if self._lost is not None:
-            raise self._lost
-
     def _listing_if_newest(self, seq: int) -> list[int] | None:
         """The records listed now if none is newer than ``seq`` (the next number is also read
         by key: a listing may lag), else None."""
@@ -308,17 +238,6 @@ class Lease:
         if (seqs and seqs[-1] > seq) or self._store.read(_key(seq + 1)) is not None:
             return None
         return seqs
-
-    def _drop(self, seq: int) -> None:
-        """Delete the record that falls out of the newest ``RECORDS_KEPT`` with a renewal, by
-        key: renewals are dense, so each number goes once the one ``RECORDS_KEPT`` above it
-        is created. Best effort (``acquire`` lists and removes what is left)."""
-        if seq < 0:
-            return
-        try:
-            self._store.delete(_key(seq))
-        except Exception:
-            logger.debug("journal %s: could not delete lease record %d", self._location, seq)
 
     def _collect(self, seq: int, seqs: list[int]) -> None:
         """Delete the records below the newest ``RECORDS_KEPT``: a few are kept so that a
@@ -334,33 +253,11 @@ class Lease:
             logger.debug("journal %s: could not delete old lease records", self._location)
 
     def release(self) -> None:
-        """Write a released record, so that a restart takes the journal at once. Not once the
-        lease is lost, nor when this run's last renewal is older than ``HELD_FOR`` intervals:
-        the create could fill a hole, and a newcomer takes a released record without watching
-        it, from a run that may own the journal. A released record whose create returned too
-        late is deleted again (best effort): a restart then waits for the lease instead."""
         if self.seq is None:
             return
         seq = self.seq + 1
+        self._write(seq, released=True)
         self.seq = None
-        bound = HELD_FOR * self._interval
-        since = self._renewed_at
-        if self._lost is not None or self._clock() - since > bound:
-            logger.info(
-                "journal %s: lease not released (it may have lapsed); a restart waits for it",
-                self._location,
-            )
-            return
-        if self._write(seq, released=True) and self._clock() - since > bound:
-            logger.info(
-                "journal %s: releasing the lease took too long; a restart waits for it",
-                self._location,
-            )
-            try:
-                self._store.delete(_key(seq))
-            except Exception:
-                logger.debug("journal %s: could not delete a late released record", self._location)
-            return
         try:
             # What a renewal cut short by the stop left behind.
             self._collect(seq, self._seqs())
@@ -376,13 +273,10 @@ class Lease:
         }
         return self._store.create(_key(seq), json.dumps(doc).encode())
 
-    def _raise_in_use(self, record: LeaseRecord | None) -> None:
-        raise self._in_use(record)
-
-    def _in_use(self, record: LeaseRecord | None, taken: bool = False) -> JournalInUseError:
+    def _raise_in_use(self, record: LeaseRecord | None, taken: bool = False) -> None:
         who = f"run {record.owner}" if record is not None else "another run"
         what = "took over" if taken else "is using"
-        return JournalInUseError(
+        raise JournalInUseError(
             f"Another query ({who}) {what} journalLocation {self._location}: a journal belongs "
             "to one query at a time. Fix: stop the other query, or give this query its own "
             "'journalLocation' (like its own checkpointLocation)"

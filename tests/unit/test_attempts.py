@@ -610,8 +610,6 @@ class _Lease:
     as once another query took the journal over."""
 
     owner = "paused-driver"
-    seq = 0  # held, as far as the lease's thread can tell (driver/lease_keeper.py)
-    renewed_at = 0.0
 
     def __init__(self) -> None:
         self.calls = 0

@@ -10,8 +10,6 @@ import spark_sqs
 from spark_sqs.errors import (
     InvalidOptionError,
     JournalError,
-    JournalInUseError,
-    LeaseLostError,
     QueueNotFoundError,
     SqsAccessError,
     SqsSourceError,
@@ -63,8 +61,6 @@ def test_pickling_works_with_every_protocol(protocol: int) -> None:
         (SqsAccessError, False),
         (JournalError, False),
         (TransientSqsError, True),
-        # A lease lost to a stall: a restart waits for the lease and may well succeed.
-        (LeaseLostError, True),
     ],
     ids=lambda v: v.__name__ if isinstance(v, type) else str(v),
 )
@@ -92,16 +88,6 @@ def test_invalid_option_error_stays_a_value_error_after_pickling() -> None:
     assert str(restored) == str(err)
     with pytest.raises(ValueError, match="numPartitions"):
         raise restored
-
-
-def test_a_lost_lease_stays_a_retriable_journal_in_use_error_after_pickling() -> None:
-    """The heartbeat keeps a ``JournalInUseError`` for the driver to raise (driver/heartbeat.py):
-    a lease lost to a stall is one, and retriable (a restart waits for the lease)."""
-    restored = roundtrip(LeaseLostError(MESSAGE))
-    assert type(restored) is LeaseLostError
-    assert isinstance(restored, JournalInUseError)
-    assert restored.retriable is True  # type: ignore[attr-defined]
-    assert str(restored) == MESSAGE
 
 
 def test_pickled_error_can_be_raised_and_caught_by_its_class() -> None:

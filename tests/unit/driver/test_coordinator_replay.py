@@ -11,13 +11,11 @@ import pytest
 
 from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.driver.state import StateMarkers
-from spark_sqs.errors import LeaseLostError
 from spark_sqs.executor.receiver import read_partition
-from spark_sqs.journal import BatchPlan, Journal, JournalState, ReceiverPlan
-from spark_sqs.journal.lease import Lease
+from spark_sqs.journal import BatchPlan, Journal, ReceiverPlan
 from spark_sqs.schema import messages_to_table
 from tests.factories import QUEUE_URL, make_options, sqs_message
-from tests.fakes import Clock, FakeSqs, HookedStore, ListHidingStore
+from tests.fakes import FakeSqs
 
 
 @pytest.fixture
@@ -120,59 +118,3 @@ def test_a_replay_after_a_restart_with_new_options_keeps_its_plan_s_identity(
     ]
     assert delivered == [sqs_message(7)["MessageId"]]
     assert journal.entries.read(1, again[0].receiver) is not None
-
-
-def test_a_driver_whose_lease_lapsed_during_a_replay_hands_out_no_receivers(
-    journal_location: str,
-) -> None:
-    """Found by the simulation (``--unkind all,replans``, seed 771): Spark replayed batch 5;
-    the driver confirmed its lease, then froze while it read the batch's plan, for longer than
-    two heartbeat intervals. Another query took the journal over, renewed past and deleted
-    its old records; the listing did not show them yet. The woken driver renewed into a hole
-    (its confirmation before the receivers run), which counted, and the replay's receivers
-    ran beside the new owner. The renewal came too long after the last one: the lease is
-    lost, the replay hands Spark no receiver, the lease's thread stops renewing, no next batch
-    is numbered, and the stop releases nothing."""
-    options = make_options(journal_location, region="us-east-1", numPartitions="2")
-    interval = options.heartbeat_interval
-    clock = Clock(1000.0)
-    real = Journal(journal_location, options).store
-    hidden: set[str] = set()
-    armed = [False]
-
-    def frozen(method: str, key: str) -> None:
-        if not (armed[0] and method == "read" and key == "batches/000000000005/_plan.json"):
-            return
-        armed[0] = False
-        clock.now += 3 * interval  # the driver froze: its lease lapsed
-        new = Lease(real, journal_location, "new", interval, wall_clock=clock, clock=clock,
-                    sleep=clock.sleep)  # fmt: skip
-        new.acquire()
-        for _ in range(5):
-            new.renew()  # the records the paused driver's next creates would take are deleted
-        hidden.update(real.list("lease"))  # and the paused driver's listing lags
-
-    store = HookedStore(ListHidingStore(real, lambda key: key in hidden), after=frozen)
-    journal = Journal(journal_location, options, store=store)
-    journal.plans.write(BatchPlan(5, (ReceiverPlan(0, 2), ReceiverPlan(1, 2))))
-    journal.state.write(JournalState(planned_batch=5, acked_batch=4))
-    lease = Lease(store, journal_location, "paused", interval, wall_clock=clock, clock=clock,
-                  sleep=clock.sleep)  # fmt: skip
-    lease.acquire()
-    driver = Coordinator(
-        options, FakeSqs(available=10), QUEUE_URL, journal, lease, clock=clock,
-        wall_clock=clock, run_heartbeat=False,
-    )  # fmt: skip
-    try:
-        armed[0] = True
-        with pytest.raises(LeaseLostError, match="journalLocation"):
-            driver.plan({"batch": 4}, {"batch": 5})
-        assert driver.keeper is not None
-        driver.keeper.renew_safely()  # the lease's thread wakes: lost for good
-        assert isinstance(driver.keeper.fatal, LeaseLostError) and driver.keeper.done
-        with pytest.raises(LeaseLostError):
-            driver.latest_offset({"batch": 4})
-        assert StateMarkers(journal).planned == 5, "no next batch numbered"
-    finally:
-        driver.close()
-    assert not [key for key in real.list("lease") if b'"released": true' in (real.read(key) or b"")]
