@@ -37,7 +37,7 @@ from spark_sqs.executor import poison as executor_poison
 from spark_sqs.journal import window
 from spark_sqs.journal.batches import Batches, batch_dir
 from spark_sqs.journal.entries import _PART, Entries
-from spark_sqs.journal.lease import Lease, LeaseRecord
+from spark_sqs.journal.lease import RECORDS_KEPT, Lease, LeaseRecord
 from spark_sqs.journal.meta import Meta
 from spark_sqs.journal.poison import PoisonRecords
 from spark_sqs.journal.window import Window
@@ -143,6 +143,19 @@ def _no_lease() -> contextlib.AbstractContextManager[None]:
         self._write(self.seq)
 
     return patched(Lease, "acquire", acquire)
+
+
+def _fences_collected() -> contextlib.AbstractContextManager[None]:
+    """A takeover's fence deleted like any old lease record: an owner back from a long pause
+    renews into the hole, and a listing that lags the new owner's records hides them."""
+
+    def collect(self: Lease, seq: int, seqs: list[int]) -> None:
+        for old in seqs:
+            if old > seq - RECORDS_KEPT:
+                break
+            self._store.delete(f"lease/{old:012d}.json")
+
+    return patched(Lease, "_collect", collect)
 
 
 def _no_duplicate_window() -> contextlib.AbstractContextManager[None]:
@@ -496,6 +509,14 @@ MUTATIONS = [
         "a plan's identity ignored",
         "plan identity",
         _plan_identity_ignored,
+        frozenset({*UNKIND, "replans"}),
+    ),
+    # A driver paused at a replay's plan read (replans) for longer than a takeover needs, on a
+    # store whose listing lags (lag).
+    Mutation(
+        "a takeover's fence collected",
+        "lease fence",
+        _fences_collected,
         frozenset({*UNKIND, "replans"}),
     ),
     # Stragglers that delete after their batch was sealed: stalls, waves and races make them.

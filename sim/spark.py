@@ -2308,8 +2308,25 @@ class SparkSim:
         if extra:
             self.violations.append(f"the journal ends with {len(extra)} leftovers: {extra[:6]}")
         leases = [k for k in keys if k.startswith("lease/")]
-        # RECORDS_KEPT below the newest, the newest, and a released record after it.
-        bound = RECORDS_KEPT + 1
+        # Fences (journal/lease.py): one per takeover from an owner that had not released, kept
+        # for good, each named in the records of every later owner.
+        named = {
+            f"lease/{int(seq):012d}.json"
+            for k in leases
+            for seq in json.loads(self.store.peek(k) or b"{}").get("fences", ())
+        }
+        fences = [k for k in leases if k in named]
+        takeovers = sum(
+            1
+            for owner, previous in self.lease_previous.items()
+            if previous is not None and previous != owner
+        )
+        if len(fences) > takeovers:
+            self.violations.append(
+                f"the journal ends with {len(fences)} lease fences for {takeovers} takeovers"
+            )
+        # RECORDS_KEPT below the newest, the newest, a released record after it, the fences.
+        bound = RECORDS_KEPT + 1 + len(fences)
         if len(leases) > bound:
             self.violations.append(
                 f"the journal ends with {len(leases)} lease records (bound {bound})"

@@ -20,18 +20,23 @@ taken stops the query. A takeover needs two intervals of silence after the owner
 so an owner that renewed within the last interval holds the lease for at least one more.
 
 Records are deleted to keep the journal small (each renewal removes every record below its
-previous one), and a deleted key can be created again. Two rules keep the sequence sound anyway:
-a record is deleted only once a newer one exists, so a record that vanished between a listing
-and its read means "list again", never "no lease"; and whoever creates record ``seq`` checks
-that no newer record exists: if one does, ``seq`` had been renewed past and deleted, and the
-create only filled a hole (a claim on a journal someone else owns). The newest record is found
-by a LIST, then confirmed by reading the following numbers by key (records are created densely),
-so a listing that lags a write by less than the two intervals a newcomer watches cannot hide a
-renewal.
+previous one), and a deleted key can be created again. Three rules keep the sequence sound
+anyway. A record is deleted only once a newer one exists, so a record that vanished between a
+listing and its read means "list again", never "no lease". Whoever creates record ``seq``
+checks that no newer record exists: if one does, ``seq`` had been renewed past and deleted, and
+the create only filled a hole (a claim on a journal someone else owns). And the record by which
+a query took over from an owner that did not release is a **fence**, never deleted: it is the
+one number that owner creates next, should it only be paused, so its renewal fails after a
+pause of any length, whatever the store's listing shows. Every record names the fences its
+owner keeps (``fences``), and an owner inherits those of the record it took over from, so every
+later owner keeps them too, without a read: one small record per takeover from a query that
+died, for the journal's life. The newest record is found by a LIST, then confirmed by reading
+the following numbers by key (records are created densely), so a listing that lags a write by
+less than the two intervals a newcomer watches cannot hide a renewal.
 
 Keys::
 
-    lease/<seq>.json    a record of the lease (the newest few are kept)
+    lease/<seq>.json    a record of the lease (the newest few are kept, and every fence)
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ class LeaseRecord:
     written_at: float
     released: bool = False
     interval: float = 0.0  # the owner's renewal interval
+    fences: tuple[int, ...] = ()  # the takeovers' records its owner keeps
 
 
 class Lease:
@@ -93,6 +99,8 @@ class Lease:
         self.seq: int | None = None
         # This process's monotonic time of the last record it created (acquire or renew).
         self._renewed_at = 0.0
+        # The records of takeovers this run keeps for good (inherited, and its own).
+        self._fences: frozenset[int] = frozenset()
 
     def newest(self) -> LeaseRecord | None:
         for _ in range(_RELISTS):
@@ -115,6 +123,7 @@ class Lease:
                 float(doc["writtenAt"]),
                 bool(doc.get("released")),
                 float(doc.get("interval", 0.0)),
+                tuple(int(f) for f in doc.get("fences", ())),
             )
         raise JournalError(
             f"journal {self._location}: the lease records kept changing while being read",
@@ -133,6 +142,11 @@ class Lease:
                 # clock: its writtenAt is another host's clock, which may be far ahead.
                 current = self._wait_for_lapse(current)
             seq = 0 if current is None else current.seq + 1
+            # Taking over from an owner that did not release: this record is the number that
+            # owner renews next, should it be only paused. It is kept for good (a fence).
+            fence = current is not None and current.owner != self.owner and not current.released
+            inherited = frozenset(current.fences) if current is not None else frozenset()
+            self._fences = inherited | {seq} if fence else inherited
             if not self._write(seq):
                 newest = self.newest()
                 # A retried PUT whose first answer was lost finds its own record.
@@ -240,15 +254,16 @@ class Lease:
         return seqs
 
     def _collect(self, seq: int, seqs: list[int]) -> None:
-        """Delete the records below the newest ``RECORDS_KEPT``: a few are kept so that a
-        listing that lags by fewer renewals still shows one, from which ``newest`` reads on by
-        key; a crashed run's records and filled holes go too. Best effort: what a failed delete
-        leaves, the next renewal removes."""
+        """Delete the records below the newest ``RECORDS_KEPT``, but for fences: a few are
+        kept so that a listing that lags by fewer renewals still shows one, from which
+        ``newest`` reads on by key; a crashed run's records and filled holes go too. Best
+        effort: what a failed delete leaves, the next renewal removes."""
         try:
             for old in seqs:
                 if old > seq - RECORDS_KEPT:
                     break
-                self._store.delete(_key(old))
+                if old not in self._fences:
+                    self._store.delete(_key(old))
         except Exception:
             logger.debug("journal %s: could not delete old lease records", self._location)
 
@@ -270,6 +285,7 @@ class Lease:
             "writtenAt": self._wall(),
             "released": released,
             "interval": self._interval,
+            "fences": sorted(self._fences),
         }
         return self._store.create(_key(seq), json.dumps(doc).encode())
 

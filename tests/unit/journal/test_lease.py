@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 from spark_sqs.errors import JournalInUseError
-from spark_sqs.journal import LocalStore
+from spark_sqs.journal import Journal, LocalStore
 from spark_sqs.journal.lease import Lease
-from tests.fakes import NOW, Clock
+from spark_sqs.journal.stores import JournalStore
+from tests.factories import make_options
+from tests.fakes import NOW, Clock, ListHidingStore
 
 INTERVAL = 10.0
 
@@ -28,7 +30,7 @@ def store(tmp_path: Path) -> LocalStore:
     return LocalStore(str(tmp_path / "journal"))
 
 
-def lease(store: LocalStore, clock: Clock, owner: str) -> Lease:
+def lease(store: JournalStore, clock: Clock, owner: str) -> Lease:
     return Lease(
         store, "s3://b/j", owner, INTERVAL, wall_clock=clock, clock=clock, sleep=clock.sleep
     )
@@ -332,14 +334,73 @@ def test_a_takeover_of_a_lease_renewed_past_meanwhile_looks_again(racing: Racing
     owner.renew()
 
 
-def test_renewals_remove_a_crashed_runs_records(store: LocalStore) -> None:
+def test_renewals_remove_a_crashed_runs_records_but_the_fences(store: LocalStore) -> None:
     clock = Clock(NOW)
     for run in ("a", "b", "c"):
         crashed = lease(store, clock, run)
-        crashed.acquire()
+        crashed.acquire()  # b, c and d take over from a run that did not release: 2, 4, 6
         crashed.renew()
         clock.now += 3 * INTERVAL  # then killed
     owner = lease(store, clock, "d")
     owner.acquire()
     owner.renew()
-    assert store.list("lease") == [f"lease/{n:012d}.json" for n in range(4, 8)]
+    assert store.list("lease") == [f"lease/{n:012d}.json" for n in (2, 4, 5, 6, 7)]
+
+
+# -- fences: the record a takeover created is never deleted --------------------------------------
+
+
+def _store(journal_location: str) -> JournalStore:
+    return Journal(journal_location, make_options(journal_location, region="us-east-1")).store
+
+
+def test_an_owner_back_from_a_long_pause_finds_its_renewal_fenced_whatever_the_listing_shows(
+    journal_location: str,
+) -> None:
+    """Found by the simulation (``--unkind all,replans``, seed 771): a driver frozen for longer
+    than two intervals while it replayed a batch woke up. The query that had taken over had
+    renewed past the frozen driver's next number and deleted it, so the renewal's create
+    succeeded (a hole); the listing lagged the new owner's records and the number after was
+    deleted too, so the renewal counted, and the deposed driver ran receivers beside the new
+    owner. The takeover's record is kept for good: the create fails, whatever is listed."""
+    clock = Clock(NOW)
+    real = _store(journal_location)
+    paused = lease(real, clock, "paused")
+    paused.acquire()  # record 0, then frozen
+    new = lease(real, clock, "new")
+    new.acquire()  # watches record 0 for two intervals, then creates record 1: a fence
+    for _ in range(6):
+        new.renew()  # records 2 to 7; 0 and 2 to 3 are deleted
+    assert real.read("lease/000000000001.json") is not None, "the fence is kept"
+    assert real.read("lease/000000000002.json") is None
+    assert real.read("lease/000000000003.json") is None
+    # A listing that lags the new owner's recent records (the fence is older).
+    recent = set(real.list("lease")) - {"lease/000000000001.json"}
+    paused._store = ListHidingStore(real, lambda key: key in recent)
+
+    with pytest.raises(JournalInUseError, match=r"run new\) took over"):
+        paused.confirm()
+    new.renew()  # the new owner keeps the journal
+
+
+def test_every_later_owner_keeps_a_fence(journal_location: str) -> None:
+    """An owner frozen across two takeovers (the second after a clean stop) still finds its
+    next number taken: each owner inherits the fences named in the record it took over from.
+    The takeover from a released record is no fence (its owner renews no more), and goes with
+    the other old records."""
+    clock = Clock(NOW)
+    store = _store(journal_location)
+    frozen = lease(store, clock, "frozen")
+    frozen.acquire()  # record 0
+    second = lease(store, clock, "second")
+    second.acquire()  # record 1, a fence
+    second.renew()
+    second.release()  # records 2 and 3 (released)
+    third = lease(store, clock, "third")
+    third.acquire()  # record 4, taken at once: no fence
+    for _ in range(6):
+        third.renew()  # records 5 to 10
+    assert store.list("lease") == [f"lease/{n:012d}.json" for n in (1, 7, 8, 9, 10)]
+    with pytest.raises(JournalInUseError, match=r"took over"):
+        frozen.renew()
+    assert len(store.list("lease")) == 5, "the failed renewal wrote nothing"
