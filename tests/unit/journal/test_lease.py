@@ -370,7 +370,7 @@ def test_an_owner_back_from_a_long_pause_finds_its_renewal_fenced_whatever_the_l
     new = lease(real, clock, "new")
     new.acquire()  # watches record 0 for two intervals, then creates record 1: a fence
     for _ in range(6):
-        new.renew()  # records 2 to 7; 0 and 2 to 3 are deleted
+        new.renew()  # records 2 to 7; 0, 2 and 3 are deleted
     assert real.read("lease/000000000001.json") is not None, "the fence is kept"
     assert real.read("lease/000000000002.json") is None
     assert real.read("lease/000000000003.json") is None
