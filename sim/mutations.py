@@ -38,6 +38,7 @@ from spark_sqs.journal import window
 from spark_sqs.journal.batches import Batches, batch_dir
 from spark_sqs.journal.entries import _PART, Entries
 from spark_sqs.journal.lease import RECORDS_KEPT, Lease, LeaseRecord
+from spark_sqs.journal.lease import _key as lease_key
 from spark_sqs.journal.meta import Meta
 from spark_sqs.journal.poison import PoisonRecords
 from spark_sqs.journal.window import Window
@@ -153,7 +154,7 @@ def _fences_collected() -> contextlib.AbstractContextManager[None]:
         for old in seqs:
             if old > seq - RECORDS_KEPT:
                 break
-            self._store.delete(f"lease/{old:012d}.json")
+            self._store.delete(lease_key(old))
 
     return patched(Lease, "_collect", collect)
 

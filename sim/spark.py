@@ -69,6 +69,7 @@ from spark_sqs.journal import drops as journal_drops
 from spark_sqs.journal import state as journal_state
 from spark_sqs.journal.batches import batch_dir
 from spark_sqs.journal.lease import RECORDS_KEPT, Lease
+from spark_sqs.journal.lease import _key as lease_key
 from spark_sqs.journal.plans import BatchPlan
 from spark_sqs.journal.state import ACKED_MARKERS_KEPT, PLANNED_MARKERS_KEPT
 from spark_sqs.options import SqsOptions
@@ -1085,7 +1086,7 @@ class SparkSim:
         owner = doc["owner"]
         if owner not in self.lease_previous:
             below = [other for other in seqs if other < seq]
-            previous = store.peek(f"lease/{max(below):012d}.json") if below else None
+            previous = store.peek(lease_key(max(below))) if below else None
             self.lease_previous[owner] = json.loads(previous)["owner"] if previous else None
         at = float(doc["writtenAt"])
         if self.config.clock_skew or self.config.clock_drift:
@@ -2311,7 +2312,7 @@ class SparkSim:
         # Fences (journal/lease.py): one per takeover from an owner that had not released, kept
         # for good, each named in the records of every later owner.
         named = {
-            f"lease/{int(seq):012d}.json"
+            lease_key(int(seq))
             for k in leases
             for seq in json.loads(self.store.peek(k) or b"{}").get("fences", ())
         }
