@@ -145,6 +145,7 @@ CPU_TARGETS = (
     (16, "Python workers, ms per message", 0.36),
     (16, ALL_PROCESSES, 1.3),
     (16, OWN_PROCESSES, None),
+    (16, WORKERS_THREADS, None),
     (4, WORKERS_THREADS, 1.6),
 )
 SOURCE_ROLES = ("bench process", "JVM", "source runner", "Python workers")
@@ -153,6 +154,12 @@ EXPLAINED = {
     "server and the proxy counted for each)",
     OWN_PROCESSES: " (stricter, no target: the consumer's own processes, the SQS server and "
     "the proxy left out on both sides)",
+}
+# The 0.36 ms target is absolute, so it moves with the machine's speed; the same measure
+# against the plain consumer's threads in the same pair does not. Shown beside it for that.
+EXPLAINED_AT = {
+    (16, WORKERS_THREADS): " (no target of its own: the 0.36 ms target was set where the "
+    "plain consumer's threads cost 0.22 ms, a ratio of 1.64)",
 }
 
 
@@ -197,7 +204,8 @@ def cpu_window_lines(rows: list[dict[str, Any]]) -> list[str]:
                 + f"; spread {max(values) - min(values):.2f})"
             )
         lines.append(
-            f"- {receivers} receivers, {what}{EXPLAINED.get(what, '')}: {value:.2f}{each} "
+            f"- {receivers} receivers, {what}"
+            f"{EXPLAINED_AT.get((receivers, what), EXPLAINED.get(what, ''))}: {value:.2f}{each} "
             f"({verdict})"
         )
     return (
