@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -66,17 +66,32 @@ def read(
     """
     # Their ids and metadata only: the bodies stay in the store (the memory bound).
     earlier = journal.entries.read_parts(partition.batch, partition.receiver, ID_COLUMNS)
+    # The parts this attempt saw or created: each must still be there when it seals.
+    known = [k for k, _ in earlier]
     stopped_by = ""
     if not _sealed(earlier):
         stopped_by, received = _receive_parts(
-            journal, client, partition, drops, earlier, clocks, plan
+            journal, client, partition, drops, earlier, clocks, plan, known
         )
         # Each call's messages are in their part: the heap they took goes back (memory.py).
         memory.release(received)
         if journaling.finished(journal, partition) is not None:
             return
     del earlier
-    written, pending = _seal(journal, partition, clocks, stopped_by)
+    sealed = _seal(journal, partition, clocks, stopped_by, known=known)
+    if sealed is None:
+        if journaling.finished(journal, partition) is not None:
+            return
+        raise JournalError(
+            f"batch {partition.batch} receiver {partition.receiver}: a part of its journal "
+            "entry that this attempt created or read is gone from journalLocation "
+            f"{partition.options.journal_location}, so the journal was deleted, moved or "
+            "restored while the task ran; nothing was sealed. The part's messages were "
+            "deleted from SQS and are only in it. Fix: put the journal back as it was and "
+            "restart the query; restore a journal only after every task of the query that "
+            "used it has ended"
+        )
+    written, pending = sealed
     if written and journaling.finished(journal, partition) == REMOVED:
         journal.entries.remove(partition.batch, partition.receiver)
         return
@@ -106,10 +121,11 @@ def _receive_parts(
     earlier: list[tuple[int, pa.Table]],
     clocks: Clocks,
     plan: BatchPlan,
+    made: list[int],
 ) -> tuple[str, int]:
     """Receive, journaling each call's messages as a part and then deleting them. Returns why
     receiving stopped and the bytes received (``ReceiveStats.bytes``); ``("", 0)`` if the loop
-    was stopped."""
+    was stopped. The number of each part it creates is appended to ``made``."""
     journaled: set[str] = {i for _, t in earlier for i in t.column("messageId").to_pylist()}
     next_part = earlier[-1][0] + 1 if earlier else 0
     caller = BatchCaller(client, partition.queue_url, sleep=clocks.sleep)
@@ -160,6 +176,7 @@ def _receive_parts(
             held = set(theirs.column("messageId").to_pylist()) if theirs is not None else set()
             journaling.release(client, partition, journaling.without(table, held), clocks)
             raise _StopReceiving
+        made.append(next_part)
         next_part += 1
         journaled.update(m["MessageId"] for m in kept)
         if (status := journaling.finished(journal, partition)) is not None:
@@ -216,18 +233,27 @@ def _sealed(parts: list[tuple[int, pa.Table]]) -> bool:
 
 
 def _seal(
-    journal: Journal, partition: ReceiverPartition, clocks: Clocks, stopped_by: str = ""
-) -> tuple[bool, set[str]]:
+    journal: Journal,
+    partition: ReceiverPartition,
+    clocks: Clocks,
+    stopped_by: str = "",
+    known: Collection[int] = (),
+) -> tuple[bool, set[str]] | None:
     """Create the seal after the last part (or find the one another attempt created), then
     create the entry from the parts below it, streamed one part at a time. Every message of
     the entry is marked as awaiting deletion: which attempt deleted what is unknown, and a
     repeated delete is harmless. ``stopped_by``: why this attempt stopped receiving, if it
     received (the entry's counters only). Returns whether this call created the entry, and
-    its ids."""
+    its ids; None, writing nothing, if a part in ``known`` (parts this attempt created or
+    read) is gone: the batch was removed, or the journal deleted or moved, meanwhile. A seal
+    below a missing part would leave that part's messages, deleted from SQS, out of the
+    entry; and a journal put back later keeps what tasks wrote in the meantime."""
     empty = messages_to_table([], partition.queue_url, sns=partition.options.sns)
     while True:
         # Ids and metadata (where the seal is marked) only: the bodies are read once, below.
         parts = journal.entries.read_parts(partition.batch, partition.receiver, ID_COLUMNS)
+        if set(known) - {k for k, _ in parts}:
+            return None
         seal = next((k for k, t in parts if SEAL in (t.schema.metadata or {})), None)
         if seal is None:
             seal = parts[-1][0] + 1 if parts else 0
