@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from spark_sqs.driver.planning import ReceiverPartition
+from spark_sqs.errors import JournalError
 from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import BatchPlan, Journal, ReceiverPlan
 from spark_sqs.journal.stores import open_store
@@ -74,3 +76,31 @@ def test_an_attempt_whose_part_is_gone_at_its_seal_writes_nothing_and_the_journa
     assert sorted(retry.column("messageId").to_pylist()) == sorted(
         sqs_message(n)["MessageId"] for n in range(3)
     )
+
+
+def test_an_attempt_whose_part_alone_is_gone_at_its_seal_fails_naming_the_journal(
+    journal_location: str,
+) -> None:
+    """Its batch still planned but its own part gone (the journal moved or put back from an
+    older copy under it): nothing is sealed, and the task fails with a JournalError that names
+    journalLocation, rather than delivering an entry without the part's deleted messages."""
+    opts = make_options(journal_location, region="us-east-1", deleteAfterJournal="true")
+    inner = open_store(journal_location, opts.connection)
+    sqs = FakeSqs(script=[[sqs_message(n) for n in range(3)], []])
+    gone: list[str] = []
+
+    def delete_the_part(method: str, key: str) -> None:
+        deletes = [a for a, _ in sqs.batch_calls if a == "delete"]
+        if method == "read" and key == PART and deletes and not gone:
+            inner.delete(PART)
+            gone.append(PART)
+
+    journal = Journal(journal_location, opts, store=HookedStore(inner, before=delete_the_part))
+    journal.plans.write(BatchPlan(1, (ReceiverPlan(0, 100),), delete_after_journal=True))
+    part = ReceiverPartition(1, 0, 100, QUEUE_URL, opts)
+
+    with pytest.raises(JournalError, match="journalLocation") as raised:
+        collect(read_partition(part, client_factory=lambda: sqs, journal=journal))
+
+    assert "nothing was sealed" in str(raised.value) and gone == [PART]
+    assert [k for k in inner.list("batches") if ".part-" in k or k.endswith("00000.arrow")] == []
