@@ -27,7 +27,7 @@ from sim.spark import UNKIND, run_seed
 from sim.sweep import Variant
 from spark_sqs.acknowledgement import deletes
 from spark_sqs.acknowledgement.acknowledger import Acknowledger
-from spark_sqs.driver import offsets
+from spark_sqs.driver import coordinator, offsets
 from spark_sqs.driver import poison as driver_poison
 from spark_sqs.driver.coordinator import Coordinator
 from spark_sqs.driver.flow_control import FlowControl
@@ -37,9 +37,9 @@ from spark_sqs.executor import poison as executor_poison
 from spark_sqs.journal import window
 from spark_sqs.journal.batches import Batches, batch_dir
 from spark_sqs.journal.entries import _PART, Entries
-from spark_sqs.journal.lease import RECORDS_KEPT, Lease, LeaseRecord
-from spark_sqs.journal.lease import _key as lease_key
+from spark_sqs.journal.lease import RECORDS_KEPT, Lease, LeaseRecord, lease_key
 from spark_sqs.journal.meta import Meta
+from spark_sqs.journal.plans import BatchPlan
 from spark_sqs.journal.poison import PoisonRecords
 from spark_sqs.journal.window import Window
 
@@ -415,6 +415,21 @@ def _plan_identity_ignored() -> contextlib.AbstractContextManager[None]:
     return patched(Coordinator, "_new_plan", same_id)
 
 
+def _pending_plan_identity_ignored() -> contextlib.AbstractContextManager[None]:
+    """A pending batch's plan identity: a receiver takes the plan a deposed driver made again
+    for a pending batch another query had adopted and removed for the batch's first plan, so
+    what a straggler of that first plan wrote there (and then removes) holds a redelivered
+    message, which the receiver drops and deletes: nobody delivers it."""
+    return patched(BatchPlan, "pending_plan", lambda self, batch: None)
+
+
+def _retired_batches_pending() -> contextlib.AbstractContextManager[None]:
+    """A batch that a pending plan retired is pending again at a start (as before): with its
+    adopter committed it is acknowledged, and what a straggler wrote into it after the
+    retirement (and died before removing) is deleted, delivered by nobody."""
+    return patched(coordinator, "retired_by", lambda plans: set())
+
+
 def _step_without_the_lease() -> contextlib.AbstractContextManager[None]:
     """Poison: a driver decides and finishes a narrowing step without confirming that it still
     holds the journal's lease, so one paused while it read a batch's entries, which the new
@@ -448,11 +463,14 @@ class Mutation:
     # With poison: runs with faults are added until the message is quarantined (``python -m
     # sim --poison-faults``), for a rule whose fault needs a crash during narrowing.
     poison_faults: bool = False
+    # Restarts keep deleteAfterJournal (the default, see the module's docstring); False: they
+    # switch it as plain sweeps do, for a fault its found seeds need a switch for.
+    fixed_delete_mode: bool = True
 
     def variant(self) -> Variant:
         """The world its seeds run in."""
         return Variant(
-            fixed_delete_mode=not self.poison,
+            fixed_delete_mode=self.fixed_delete_mode and not self.poison,
             poison=self.poison,
             unkind=self.unkind,
             store_faults=self.store_faults,
@@ -548,6 +566,26 @@ MUTATIONS = [
         "diverge",
         _seal_below_a_missing_part,
         frozenset({*UNKIND, "replans"}),
+    ),
+    # A driver paused at a replay's plan read (replans) plans again a batch the query that
+    # took over adopted and removed; a straggler of its first plan journals there meanwhile.
+    # Its first seed switches deleteAfterJournal between runs (none of 0-5,999 in fixed mode).
+    Mutation(
+        "a pending batch's plan identity ignored",
+        "plan identity",
+        _pending_plan_identity_ignored,
+        frozenset({*UNKIND, "replans"}),
+        fixed_delete_mode=False,
+    ),
+    # A straggler of a retired batch dies after journaling into it; the adopter is committed
+    # and the next start acknowledges the retired batch (replans: a deposed driver planned it
+    # again, so it still has a plan).
+    Mutation(
+        "a retired batch pending at a start",
+        "plan identity",
+        _retired_batches_pending,
+        frozenset({*UNKIND, "replans"}),
+        fixed_delete_mode=False,
     ),
     # Stragglers that delete after their batch was sealed: stalls, waves and races make them.
     Mutation("a seal hides later segments", "7", _seal_hides_later_segments, frozenset(UNKIND)),

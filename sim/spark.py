@@ -68,8 +68,7 @@ from spark_sqs.journal import Journal, JournalState, window
 from spark_sqs.journal import drops as journal_drops
 from spark_sqs.journal import state as journal_state
 from spark_sqs.journal.batches import batch_dir
-from spark_sqs.journal.lease import RECORDS_KEPT, Lease
-from spark_sqs.journal.lease import _key as lease_key
+from spark_sqs.journal.lease import RECORDS_KEPT, Lease, lease_key
 from spark_sqs.journal.plans import BatchPlan
 from spark_sqs.journal.state import ACKED_MARKERS_KEPT, PLANNED_MARKERS_KEPT
 from spark_sqs.options import SqsOptions
@@ -505,6 +504,8 @@ class SparkSim:
         # dead-letter queue (sim/quarantines.py).
         self.quarantines = Quarantines()
         self._journal_ids: dict[tuple[int, str, int], frozenset[str]] = {}
+        # Ids ever journaled in a carry batch (``_carried_ids``).
+        self._carried_seen: set[str] = set()
         self._deletions_seen: dict[str, int] = {}
         self.lease_written: dict[str, float] = {}
         self.lease_released: set[str] = set()  # owners whose released record took effect
@@ -1014,6 +1015,13 @@ class SparkSim:
         if method == "create" and NARROW_KEY.match(key):
             self.quarantines.narrowed(key, store.peek, self._group_epoch.get(run, -1))
             return
+        carry = _ENTRY_ONLY.match(key)
+        if method == "create" and carry is not None:
+            batch = f"batches/{carry.group(1)}/"
+            data = store.peek(key)
+            if data is not None and store.peek(f"{batch}_carry.json") is not None:
+                table = pa.ipc.open_file(pa.BufferReader(data)).read_all()
+                self._carried_seen.update(table.column("messageId").to_pylist())
         sent = _SENT_MARKER.match(key)
         if method == "create" and sent is not None and store.peek(key) is not None:
             self.quarantines.marked(sent.group(1), run)
@@ -1116,10 +1124,14 @@ class SparkSim:
         return any(key in taken for key in self.quarantines.carried_after_sink(message_id))
 
     def _carried_ids(self) -> set[str]:
-        """Ids journaled by carry batches (``batches/<X>/_carry.json``, Config.poison)."""
+        """Ids journaled by carry batches (``batches/<X>/_carry.json``, Config.poison), now or
+        before: a carry batch that another query adopted (and removed) has its messages in
+        the adopting batch's entries, and the narrowed batch's acknowledgement, which a
+        deposed driver may still make, deletes them all the same. Whether each reaches a sink
+        is judged at the end (LOST)."""
         keys = self.store.keys()
         carries = tuple(k[: -len("_carry.json")] for k in keys if k.endswith("/_carry.json"))
-        return self._journaled_ids(carries) if carries else set()
+        return (self._journaled_ids(carries) if carries else set()) | self._carried_seen
 
     def _journaled_ids(self, under: tuple[str, ...] = ("batches/",)) -> set[str]:
         """Ids in journal entries and parts, in every store a run was pointed at."""

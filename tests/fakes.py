@@ -150,6 +150,10 @@ class FakeSqs:
             messages, self.queue = self.queue[:wanted], self.queue[wanted:]
         return {"Messages": messages} if messages else {}
 
+    def deleted(self) -> list[dict[str, Any]]:
+        """The entries of every DeleteMessageBatch call so far, in order."""
+        return [e for action, entries in self.batch_calls if action == "delete" for e in entries]
+
     def _batch(self, action: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
         self.batch_calls.append((action, Entries))
         return {"Successful": [{"Id": e["Id"]} for e in Entries], "Failed": []}

@@ -9,6 +9,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pyarrow as pa
+
+from spark_sqs.schema import arrow_output_schema
 from spark_sqs.sqs.client import queue_counts
 
 # A processing-time trigger under which a query runs one batch, at its start, and no other.
@@ -307,3 +310,8 @@ class CopiesAfterDelete:
     def count(self) -> int:
         with self._lock:
             return len(self.copies)
+
+
+def collect(batches: Iterator[pa.RecordBatch]) -> pa.Table:
+    """What a reader yielded, as one table of the source's schema."""
+    return pa.Table.from_batches(list(batches), schema=arrow_output_schema())

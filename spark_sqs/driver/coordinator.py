@@ -146,6 +146,9 @@ class Coordinator:
             journal.window.range = window_range
         pending, plans = self._find_pending(journal)
         self.acknowledger.start(self.markers.acked, pending, plans)
+        # The identity of each pending batch's plan as this driver read or wrote it: a new plan
+        # names them, so that its receivers trust no plan created after one was removed.
+        self._plan_ids = {b: p.plan_id for b, p in plans.items() if p.plan_id is not None}
         if self.markers.initial is None:
             # Fixed before any batch is numbered: Spark 4.0/4.1 ask for latestOffset first.
             self.markers.advance(initial=self.markers.planned)
@@ -205,6 +208,16 @@ class Coordinator:
             pending[batch] = receivers
             if plan is not None:
                 plans[batch] = plan
+        # A batch that a pending plan retired is delivered by that plan's batch, through the
+        # copies its adoption made (or a replay of it makes). What an attempt of it journaled
+        # after the retirement is delivered by nobody (a straggler that died before removing
+        # it; a driver that lost the journal may even have planned the batch again): it stays
+        # pending, for a plan that adopts it again, with no receivers of its own to
+        # acknowledge (which would delete those messages), to extend or to drop, and no new
+        # plan's receivers count what it holds (``_new_plan``).
+        self._retired = retired_by(plans) & set(pending)
+        for orphan in self._retired:
+            pending[orphan] = ()
         for leftover in [b for b in journal.batches.list() if b not in pending]:
             logger.info("removing leftover journal files of finished batch %d", leftover)
             journal.batches.remove(leftover)
@@ -468,6 +481,10 @@ class Coordinator:
                     # the journal over, which must not find this plan's receivers at work.
                     self.lease.confirm()
             self._adopt(stored)
+            if stored.plan_id is not None:
+                self._plan_ids[batch] = stored.plan_id
+            for done in [b for b in self._plan_ids if b <= self.markers.acked]:
+                del self._plan_ids[done]
             if not replay:
                 self._planned_at.setdefault(batch, self._clock())
                 if self._first_planned is None:
@@ -602,7 +619,7 @@ class Coordinator:
         return replace(
             with_visible(plan, visible, self.default_queue),
             acks=self.acknowledger.assignments(first, fresh),
-            pending=pending,
+            pending=tuple(b for b in pending if b not in self._retired),
             retires=tuple(sorted(orphans)),
             window_from=(
                 window_range.window_from(min((*pending, batch)))
@@ -611,6 +628,9 @@ class Coordinator:
             ),
             window_legacy_until=window_range.legacy_until if window_range is not None else None,
             plan_id=uuid.uuid4().hex,
+            pending_plans=tuple(
+                (b, self._plan_ids[b]) for b in pending if b != batch and b in self._plan_ids
+            ),
         )
 
     def _note_committed(self, committed: int) -> None:
@@ -845,3 +865,8 @@ def _release_on_sigterm(lease: Lease) -> None:
         signal.signal(signal.SIGTERM, handler)
     except ValueError:
         pass
+
+
+def retired_by(plans: Mapping[int, BatchPlan]) -> set[int]:
+    """The batches that the pending batches' plans retired (``Coordinator._find_pending``)."""
+    return {orphan for plan in plans.values() for orphan in plan.retires}

@@ -197,7 +197,10 @@ def _held_elsewhere(
     task of a dead driver wrote there afterwards is delivered by nobody, so dropping (and
     deleting) a redelivery of it would lose the message. A retirement after that status read
     comes after the entries were read, and the adoption, which reads entries after retiring,
-    copies them."""
+    copies them. A batch whose plan has another identity than the one this plan names for it
+    was removed and planned again (by a driver that lost the journal while paused): what an
+    attempt of its first plan wrote there meanwhile, that attempt removes, and nobody
+    delivers."""
     again = [m for m in messages if _receive_count(m) > 1]
     if not again:
         return frozenset()
@@ -212,7 +215,7 @@ def _held_elsewhere(
         held = journal.entries.batch_message_ids(
             batch, receivers, but=partition.receiver if batch == partition.batch else None
         )
-        if held and journal.batches.status(batch) == LIVE:
+        if held and journal.batches.status(batch, plan.pending_plan(batch)) == LIVE:
             ids |= held
     return frozenset(ids)
 

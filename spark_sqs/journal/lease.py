@@ -63,7 +63,8 @@ _CLAIMS = 4
 RECORDS_KEPT = 4
 
 
-def _key(seq: int) -> str:
+def lease_key(seq: int) -> str:
+    """The key of lease record number ``seq``."""
     return f"lease/{seq:012d}.json"
 
 
@@ -108,13 +109,13 @@ class Lease:
             if not seqs:
                 return None
             seq = seqs[-1]
-            data = self._store.read(_key(seq))
+            data = self._store.read(lease_key(seq))
             if data is None:
                 # Deleted since the listing: a newer record exists now (falling back to an
                 # older record, or to "none", would let this query claim a journal in use).
                 continue
             # The listing may lag the newest records: read on by key.
-            while (newer := self._store.read(_key(seq + 1))) is not None:
+            while (newer := self._store.read(lease_key(seq + 1))) is not None:
                 seq, data = seq + 1, newer
             doc = json.loads(data)
             return LeaseRecord(
@@ -249,7 +250,7 @@ class Lease:
         """The records listed now if none is newer than ``seq`` (the next number is also read
         by key: a listing may lag), else None."""
         seqs = self._seqs()
-        if (seqs and seqs[-1] > seq) or self._store.read(_key(seq + 1)) is not None:
+        if (seqs and seqs[-1] > seq) or self._store.read(lease_key(seq + 1)) is not None:
             return None
         return seqs
 
@@ -263,7 +264,7 @@ class Lease:
                 if old > seq - RECORDS_KEPT:
                     break
                 if old not in self._fences:
-                    self._store.delete(_key(old))
+                    self._store.delete(lease_key(old))
         except Exception:
             logger.debug("journal %s: could not delete old lease records", self._location)
 
@@ -287,7 +288,7 @@ class Lease:
             "interval": self._interval,
             "fences": sorted(self._fences),
         }
-        return self._store.create(_key(seq), json.dumps(doc).encode())
+        return self._store.create(lease_key(seq), json.dumps(doc).encode())
 
     def _raise_in_use(self, record: LeaseRecord | None, taken: bool = False) -> None:
         who = f"run {record.owner}" if record is not None else "another run"

@@ -92,6 +92,18 @@ class BatchPlan:
     # batch another query adopted and removed meanwhile: an attempt of the batch's first plan
     # must not journal into that one (``Batches.status``).
     plan_id: str | None = None
+    # The identities of the pending batches' plans when this one was planned (those the
+    # driver knew: none for a carry batch or a plan written before identities): a pending
+    # batch whose plan now has another identity was removed and planned again by a driver
+    # that lost the journal while paused, and what it holds is delivered by nobody.
+    pending_plans: tuple[tuple[int, str], ...] = ()
+
+    def pending_plan(self, batch: int) -> str | None:
+        """The identity ``batch``'s plan had when this one was planned (None: not known)."""
+        for pending, plan_id in self.pending_plans:
+            if pending == batch:
+                return plan_id
+        return None
 
     @property
     def acknowledges(self) -> list[int]:
@@ -138,6 +150,8 @@ class BatchPlan:
             doc["windowLegacyUntil"] = self.window_legacy_until
         if self.plan_id is not None:
             doc["planId"] = self.plan_id
+        if self.pending_plans:
+            doc["pendingPlans"] = {str(b): i for b, i in self.pending_plans}
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
@@ -173,6 +187,9 @@ class BatchPlan:
                 else None
             ),
             plan_id=doc.get("planId"),
+            pending_plans=tuple(
+                sorted((int(b), str(i)) for b, i in (doc.get("pendingPlans") or {}).items())
+            ),
         )
 
 

@@ -164,6 +164,22 @@ def test_an_adoption_finished_by_a_deposed_driver_loses_nothing_in_the_poison_wo
     assert result.ok, f"{result.violations[:3]}\n  replay: {replay}"
 
 
+def test_a_delete_of_messages_carried_into_an_adopted_carry_batch_is_excused() -> None:
+    """Seed 301928 of ``--poison --unkind all,lapses``: run5 narrows batch 4, carrying two
+    messages into carry batch 5, commits the subset, and its acknowledgement of batch 4 (the
+    whole entry, the carried messages with it, as designed: the carry batch's journal holds
+    them) is paused 57.9 s before its delete; meanwhile run5-q4 takes over and adopts the
+    carry batch into a batch of its own, removing its carry record. The judge excused a
+    driver's delete of carried messages only while a carry record named their batch; it now
+    remembers every id a carry batch journaled. Loss is judged at the end as before: both
+    messages reach a sink (one through the dead-letter queue)."""
+    chosen = frozenset({*UNKIND, "lapses"})
+    result = run_seed(301928, configure=Variant(poison=True, unkind=chosen))
+    replay = replay_command(301928, None, poison=True, unkind=chosen)
+    assert result.ok, f"{result.violations[:3]}\n  replay: {replay}"
+    assert result.stats.get("lapse_pauses") and result.stats.get("quarantined")
+
+
 @pytest.mark.parametrize(
     ("name", "seed"),
     [
@@ -368,6 +384,23 @@ def test_the_unkind_world(dimensions: list[str]) -> None:
             202686,
             "LOST",
         ),
+        # A deposed driver planned again a pending batch the new owner had adopted; a
+        # straggler of its first plan journaled a message there, which a receiver of the
+        # new owner took for held by that batch and deleted as a redelivery.
+        pytest.param(
+            6,
+            "clocks,stalls,waves,pauses,lying,lag,query2,diverge,races,replans",
+            204695,
+            "LOST",
+        ),
+        # A straggler journaled into a retired batch (which a deposed driver had planned
+        # again) and died; the next start took the batch for pending and acknowledged it.
+        pytest.param(
+            6,
+            "clocks,stalls,waves,pauses,lying,lag,query2,diverge,races,replans",
+            206321,
+            "LOST",
+        ),
         # A retry of a zombie's attempt that journaled after the adoption and found its batch
         # retired replayed the entry: on FIFO, twice in one batch beside an expired sibling.
         pytest.param(
@@ -437,6 +470,8 @@ def test_byte_limits_stop_receivers_and_replays_keep_them(
         ("a plan's identity ignored", 2141),
         ("a takeover's fence collected", 771),
         ("a seal below a missing part", 202686),
+        ("a pending batch's plan identity ignored", 204695),
+        ("a retired batch pending at a start", 206321),
     ],
 )
 def test_the_unkind_world_finds_each_of_its_fixes_reverted(name: str, seed: int) -> None:

@@ -377,6 +377,49 @@ def test_a_redelivery_held_only_by_an_entry_written_after_its_batch_was_retired_
     assert journal.store.list("window") == [], "no window segment holds it"
 
 
+@pytest.mark.parametrize("batch_1", ["as planned", "planned again"])
+def test_a_redelivery_held_in_a_pending_batch_planned_again_is_kept(
+    location: str, batch_1: str
+) -> None:
+    """Found by the simulation (``python -m sim --seed 204695 --unkind all,replans``, 1 lost):
+    batch 2 was planned with batch 1 pending. Batch 1 was then adopted and removed, and a
+    driver that had lost the journal while paused planned it again. A straggler of batch 1's
+    first plan journaled message 1 there (it removes that entry once it reads the new plan).
+    Message 1 comes back to batch 2's receiver, which must not drop it as held by batch 1: it
+    would delete it, delivered by nobody. The plan of batch 2 names the identity batch 1's
+    plan had, and a plan of another identity is not that one. With batch 1 as planned, the
+    same redelivery is dropped and deleted (the check that is at stake)."""
+    options = options_for(location)
+    journal = Journal(location, options)
+    journal.plans.write(BatchPlan(1, (ReceiverPlan(0, 10),), plan_id="first"))
+    journal.plans.write(
+        BatchPlan(
+            2,
+            (ReceiverPlan(0, 10),),
+            pending=(1, 2),
+            plan_id="b2",
+            pending_plans=((1, "first"),),
+        )
+    )
+    if batch_1 == "planned again":
+        journal.batches.retire(1)
+        journal.batches.remove(1)
+        journal.plans.write(BatchPlan(1, (ReceiverPlan(0, 3),), plan_id="second"))
+    journal.entries.write(1, 0, messages_to_table([sqs_message(1)], QUEUE_URL))
+    again = sqs_message(1, receive_count=2)
+    sqs = FakeSqs(script=[[again], []])
+    part = ReceiverPartition(2, 0, 10, QUEUE_URL, options, plan_id="b2")
+    out = rows(read_partition(part, client_factory=lambda: sqs, journal=Journal(location, options)))
+
+    deleted = [e["ReceiptHandle"] for a, es in sqs.batch_calls for e in es if a == "delete"]
+    if batch_1 == "planned again":
+        assert ids_of(out) == [again["MessageId"]], "batch 2 delivers it"
+        assert deleted == []
+    else:
+        assert out.num_rows == 0, "batch 1 delivers it"
+        assert deleted == [again["ReceiptHandle"]]
+
+
 # -- a journal write whose outcome is unknown ------------------------------------------------------
 
 
@@ -653,6 +696,44 @@ def test_a_driver_paused_before_its_plan_s_create_hands_out_and_adopts_nothing(
     assert journal.entries.read(6, 10000) is None, "nothing adopted"
     orphan = journal.entries.read(5, 0)
     assert orphan is not None and orphan.num_rows == 2, "the orphan's entry is where it was"
+
+
+@pytest.mark.parametrize("marker", ["retirement kept", "removed whole"])
+def test_a_batch_a_pending_plan_retired_is_not_acknowledged_whatever_was_written_into_it(
+    location: str, marker: str
+) -> None:
+    """Found by the simulation (``python -m sim --seed 206321 --unkind all,replans``, 8 lost):
+    a second query's batch 2 retired batch 1 (nothing journaled to adopt yet) and removed it.
+    A driver that had lost the journal while paused then planned batch 1 again, and a
+    straggler of batch 1's first plan journaled 3 messages into it and died before it read
+    that plan and removed its entry. The next start found batch 1 planned, took it for pending
+    and, with batch 2 committed, acknowledged it: its messages deleted, delivered by nobody.
+    A batch a pending plan retired is delivered by that plan's batch: it is not pending, and
+    what was written into it later is never acknowledged (its messages come back)."""
+    options = options_for(location, numPartitions="2")
+    journal = Journal(location, options)
+    journal.state.write(JournalState(planned_batch=2, acked_batch=0))
+    journal.plans.write(BatchPlan(2, (ReceiverPlan(0, 5),), retires=(1,), plan_id="b2"))
+    journal.entries.write(2, 0, messages_to_table([sqs_message(9)], QUEUE_URL))
+    if marker == "retirement kept":
+        journal.batches.retire(1)
+    journal.plans.write(BatchPlan(1, (ReceiverPlan(0, 10),), plan_id="again"))
+    stray = [sqs_message(n) for n in range(3)]
+    journal.entries.write(1, 0, messages_to_table(stray, QUEUE_URL))
+    sqs = FakeSqs(available=4)
+    restarted = Coordinator(options, sqs, QUEUE_URL, journal)
+    try:
+        end = restarted.latest_offset({"batch": 2})
+        parts = restarted.plan({"batch": 2}, end)
+    finally:
+        restarted.close()
+
+    deleted = {e["ReceiptHandle"] for e in sqs.deleted()}
+    assert not deleted & {m["ReceiptHandle"] for m in stray}, "nothing of batch 1 deleted"
+    plan = journal.plans.read(end["batch"])
+    assert plan is not None and parts
+    assert [a.batch for a in plan.acks] == [2], "batch 2 alone is acknowledged"
+    assert 1 not in plan.pending
 
 
 # -- executors that cannot see the driver's journal ------------------------------------------------

@@ -118,3 +118,30 @@ def test_a_replay_after_a_restart_with_new_options_keeps_its_plan_s_identity(
     ]
     assert delivered == [sqs_message(7)["MessageId"]]
     assert journal.entries.read(1, again[0].receiver) is not None
+
+
+def test_a_new_plan_names_the_identities_of_the_pending_batches_plans(tmp_path: Path) -> None:
+    """A receiver trusts what a pending batch holds only while that batch's plan is the one its
+    own plan names (executor/filtering.py): a plan made again by a deposed driver, after
+    another query adopted and removed the batch, holds what nobody delivers. The driver names
+    the plans it found at its start and those it planned since."""
+    options = make_options(str(tmp_path / "journal"), numPartitions="2")
+    journal = Journal(options.journal_location, options)
+    StateMarkers(journal).advance(planned=3)
+    died = Coordinator(options, FakeSqs(), QUEUE_URL, journal)
+    died.plan({"batch": 0}, {"batch": 1})
+    died.close()
+
+    restarted = Coordinator(options, FakeSqs(), QUEUE_URL, journal)
+    restarted.plan({"batch": 1}, {"batch": 2})
+    restarted.plan({"batch": 2}, {"batch": 3})
+    restarted.close()
+
+    first, second, third = (journal.plans.read(b) for b in (1, 2, 3))
+    assert first is not None and second is not None and third is not None
+    assert second.pending_plans == ((1, first.plan_id),)
+    assert third.pending == (1, 2, 3)
+    assert third.pending_plans == ((1, first.plan_id), (2, second.plan_id))
+    assert third.pending_plan(2) == second.plan_id and third.pending_plan(3) is None
+    # As stored: what the receivers read.
+    assert BatchPlan.from_json(third.to_json()) == third

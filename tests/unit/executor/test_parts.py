@@ -3,9 +3,6 @@ moto's S3 server."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import pyarrow as pa
 import pytest
 
 from spark_sqs.driver.planning import ReceiverPartition
@@ -13,17 +10,13 @@ from spark_sqs.errors import JournalError
 from spark_sqs.executor.receiver import read_partition
 from spark_sqs.journal import BatchPlan, Journal, ReceiverPlan
 from spark_sqs.journal.stores import open_store
-from spark_sqs.schema import arrow_output_schema
 from tests.factories import QUEUE_URL, make_options, sqs_message
 from tests.fakes import FakeSqs, HookedStore
+from tests.helpers import collect
 
 PART = "batches/000000000001/00000.part-00000.arrow"
 # What a receiver writes: its batch's parts, seal and entry, and its window segments.
 WRITTEN_UNDER = ("batches", "window")
-
-
-def collect(batches: Any) -> pa.Table:
-    return pa.Table.from_batches(list(batches), schema=arrow_output_schema())
 
 
 def test_an_attempt_whose_part_is_gone_at_its_seal_writes_nothing_and_the_journal_put_back_keeps_it(
@@ -40,12 +33,9 @@ def test_an_attempt_whose_part_is_gone_at_its_seal_writes_nothing_and_the_journa
     saved: dict[str, bytes] = {}
     sqs = FakeSqs(script=[[sqs_message(n) for n in range(3)], []])
 
-    def deleted() -> list[Any]:
-        return [e for action, entries in sqs.batch_calls if action == "delete" for e in entries]
-
     def delete_the_journal(method: str, key: str) -> None:
         # Once the part's messages are deleted, and before the seal reads the part.
-        if method == "read" and key == PART and deleted() and not saved:
+        if method == "read" and key == PART and sqs.deleted() and not saved:
             for k in [k for prefix in WRITTEN_UNDER for k in inner.list(prefix)]:
                 data = inner.read(k)
                 assert data is not None
@@ -60,7 +50,7 @@ def test_an_attempt_whose_part_is_gone_at_its_seal_writes_nothing_and_the_journa
     out = collect(read_partition(part, client_factory=lambda: sqs, journal=journal))
 
     assert out.num_rows == 0
-    assert PART in saved and len(deleted()) == 3
+    assert PART in saved and len(sqs.deleted()) == 3
     # No seal, no entry: nothing written to the emptied journal.
     assert [k for prefix in WRITTEN_UNDER for k in inner.list(prefix)] == []
 
@@ -90,8 +80,7 @@ def test_an_attempt_whose_part_alone_is_gone_at_its_seal_fails_naming_the_journa
     gone: list[str] = []
 
     def delete_the_part(method: str, key: str) -> None:
-        deletes = [a for a, _ in sqs.batch_calls if a == "delete"]
-        if method == "read" and key == PART and deletes and not gone:
+        if method == "read" and key == PART and sqs.deleted() and not gone:
             inner.delete(PART)
             gone.append(PART)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ from spark_sqs.journal.entries import Entries
 from spark_sqs.schema import arrow_output_schema, messages_to_table
 from tests.factories import QUEUE_URL, make_options, partition, sqs_message
 from tests.fakes import Clock, FakeSqs, client_error
+from tests.helpers import collect
 
 # -- receive_messages --------------------------------------------------------------------------
 
@@ -428,10 +428,6 @@ def journal_dir(tmp_path: Path) -> str:
 
 def forbidden_client() -> Any:
     raise AssertionError("the client must not be created")
-
-
-def collect(batches: Iterator[pa.RecordBatch]) -> pa.Table:
-    return pa.Table.from_batches(list(batches), schema=arrow_output_schema())
 
 
 def test_first_read_receives_journals_and_yields(journal_dir: str) -> None:
