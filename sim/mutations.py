@@ -570,11 +570,14 @@ MUTATIONS = [
     # A driver paused at a replay's plan read (replans) plans again a batch the query that
     # took over adopted and removed; a straggler of its first plan journals there meanwhile.
     # Its first seed switches deleteAfterJournal between runs (none of 0-5,999 in fixed mode).
+    # A retired batch's receivers are not checked for held messages either, once it is
+    # found at a start (``_retired_batches_pending``): that check is off with it.
     Mutation(
-        "a pending batch's plan identity ignored",
+        "a pending batch's plan identity ignored, a retired batch pending at a start",
         "plan identity",
-        _pending_plan_identity_ignored,
+        _both(_pending_plan_identity_ignored, _retired_batches_pending),
         frozenset({*UNKIND, "replans"}),
+        _retired_batches_pending,
         fixed_delete_mode=False,
     ),
     # A straggler of a retired batch dies after journaling into it; the adopter is committed
