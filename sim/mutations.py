@@ -570,8 +570,8 @@ MUTATIONS = [
     # A driver paused at a replay's plan read (replans) plans again a batch the query that
     # took over adopted and removed; a straggler of its first plan journals there meanwhile.
     # Its first seed switches deleteAfterJournal between runs (none of 0-5,999 in fixed mode).
-    # A retired batch's receivers are not checked for held messages either, once it is
-    # found at a start (``_retired_batches_pending``): that check is off with it.
+    # The rule for retired batches found at a start (``_retired_batches_pending``) masks it
+    # in that seed (not traced further): that rule is off with it.
     Mutation(
         "a pending batch's plan identity ignored, a retired batch pending at a start",
         "plan identity",

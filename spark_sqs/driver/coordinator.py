@@ -615,11 +615,13 @@ class Coordinator:
         # batches' messages first: acknowledgement runs on the executors, spread over them.
         fresh = [r.receiver for r in plan.receivers if r.adopt_from is None]
         pending = tuple(b for b in self.acknowledger.pending if b <= batch)
+        # What its receivers check for messages held elsewhere (a retired batch: _find_pending).
+        checked = tuple(b for b in pending if b not in self._retired)
         window_range = self.journal.window.range
         return replace(
             with_visible(plan, visible, self.default_queue),
             acks=self.acknowledger.assignments(first, fresh),
-            pending=tuple(b for b in pending if b not in self._retired),
+            pending=checked,
             retires=tuple(sorted(orphans)),
             window_from=(
                 window_range.window_from(min((*pending, batch)))
@@ -629,7 +631,7 @@ class Coordinator:
             window_legacy_until=window_range.legacy_until if window_range is not None else None,
             plan_id=uuid.uuid4().hex,
             pending_plans=tuple(
-                (b, self._plan_ids[b]) for b in pending if b != batch and b in self._plan_ids
+                (b, self._plan_ids[b]) for b in checked if b != batch and b in self._plan_ids
             ),
         )
 

@@ -411,7 +411,7 @@ def test_a_redelivery_held_in_a_pending_batch_planned_again_is_kept(
     part = ReceiverPartition(2, 0, 10, QUEUE_URL, options, plan_id="b2")
     out = rows(read_partition(part, client_factory=lambda: sqs, journal=Journal(location, options)))
 
-    deleted = [e["ReceiptHandle"] for a, es in sqs.batch_calls for e in es if a == "delete"]
+    deleted = [e["ReceiptHandle"] for e in sqs.deleted()]
     if batch_1 == "planned again":
         assert ids_of(out) == [again["MessageId"]], "batch 2 delivers it"
         assert deleted == []
