@@ -144,8 +144,10 @@ class Coordinator:
             )
             window_range.legacy_until = journal.window.legacy_until(wall_clock())
             journal.window.range = window_range
-        pending, plans = self._find_pending(journal)
+        pending, plans, retired = self._find_pending(journal)
         self.acknowledger.start(self.markers.acked, pending, plans)
+        # Pending batches that a pending plan retired: no new plan's receivers check them.
+        self._retired = retired
         # The identity of each pending batch's plan as this driver read or wrote it: a new plan
         # names them, so that its receivers trust no plan created after one was removed.
         self._plan_ids = {b: p.plan_id for b, p in plans.items() if p.plan_id is not None}
@@ -186,9 +188,10 @@ class Coordinator:
 
     def _find_pending(
         self, journal: Journal
-    ) -> tuple[dict[int, tuple[int, ...]], dict[int, BatchPlan]]:
+    ) -> tuple[dict[int, tuple[int, ...]], dict[int, BatchPlan], frozenset[int]]:
         """The batches still pending, by key: every number after the newest acknowledged one
-        up to the newest planned whose plan (or carry record) exists, with its receivers. A
+        up to the newest planned whose plan (or carry record) exists, with its receivers; their
+        plans; and those of them that a pending plan retired. A
         LIST finds the rest only to remove it: files of acknowledged or adopted batches whose
         removal a crash cut short, and entries that attempts of such batches wrote afterwards
         (see executor/journaling.py and parts.py). None of them holds a message that must still be
@@ -215,14 +218,14 @@ class Coordinator:
         # pending, for a plan that adopts it again, with no receivers of its own to
         # acknowledge (which would delete those messages), to extend or to drop, and no new
         # plan's receivers count what it holds (``_new_plan``).
-        self._retired = retired_by(plans) & set(pending)
-        for orphan in self._retired:
+        retired = frozenset(retired_by(plans) & set(pending))
+        for orphan in retired:
             pending[orphan] = ()
         for leftover in [b for b in journal.batches.list() if b not in pending]:
             logger.info("removing leftover journal files of finished batch %d", leftover)
             journal.batches.remove(leftover)
         journal.aliases.collect(self.markers.acked)
-        return pending, plans
+        return pending, plans, retired
 
     @classmethod
     def start(cls, options: SqsOptions) -> Coordinator:
