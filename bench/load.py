@@ -151,6 +151,91 @@ class BaselineConsumer:
                 time.sleep(0.05)
 
 
+def _consume(
+    endpoint: str, queue_url: str, wait: int, flags: tuple[Any, Any, Any], counts: Any
+) -> None:
+    """One process of ``ProcessConsumer``: the plain consumer's loop, on one thread, from when
+    every process has its client (its imports and client are start-up, not per message)."""
+    go, stop, ready = flags
+    sqs = client(endpoint, pool=2)
+    with ready.get_lock():
+        ready.value += 1
+    go.wait()
+    deleted = counts
+    while not stop.is_set():
+        try:
+            messages = sqs.receive_message(
+                QueueUrl=queue_url,
+                MaxNumberOfMessages=10,
+                WaitTimeSeconds=wait,
+                MessageSystemAttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            ).get("Messages", [])
+            if not messages:
+                continue
+            response = sqs.delete_message_batch(
+                QueueUrl=queue_url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                    for i, m in enumerate(messages)
+                ],
+            )
+            with deleted.get_lock():
+                deleted.value += len(response.get("Successful", []))
+        except Exception:  # noqa: BLE001 - a benchmark keeps going
+            time.sleep(0.05)
+
+
+class ProcessConsumer:
+    """The plain consumer's loop in ``processes`` processes of one thread each, as Spark runs
+    its receivers (one Python worker each) where ``BaselineConsumer`` runs threads of one
+    process: the same SQS calls, so what the source's workers spend above it is their own work
+    and Spark's, not the cost of many processes. Spawned: ``multiprocessing`` in their command
+    lines (and their resource tracker's) tells them apart in ``bench.run.cpu_snapshot``."""
+
+    def __init__(
+        self, endpoint: str, queue_url: str, processes: int, wait_seconds: int = 1
+    ) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        self._go, self._stop = context.Event(), context.Event()
+        self._ready = context.Value("q", 0)
+        self._deleted = context.Value("q", 0)
+        flags = (self._go, self._stop, self._ready)
+        self._processes = [
+            context.Process(
+                target=_consume,
+                args=(endpoint, queue_url, wait_seconds, flags, self._deleted),
+                daemon=True,
+            )
+            for _ in range(processes)
+        ]
+
+    def start(self, timeout: float = 300.0) -> None:
+        """Start the processes and let them consume once all have their clients."""
+        for process in self._processes:
+            process.start()
+        deadline = time.monotonic() + timeout
+        while self._ready.value < len(self._processes):
+            if time.monotonic() > deadline or not all(p.is_alive() for p in self._processes):
+                self.stop()
+                raise RuntimeError("the plain consumer's processes did not start")
+            time.sleep(0.05)
+        self._go.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for process in self._processes:
+            process.join(60)
+            if process.is_alive():
+                process.kill()
+
+    def deleted(self) -> int:
+        with self._deleted.get_lock():
+            return int(self._deleted.value)
+
+
 class DepthKeeper:
     """Keeps about ``depth`` messages visible while a consumer runs (moto steady state)."""
 

@@ -345,6 +345,10 @@ def cpu_point(spark: Any, wd: Any, eps: Any, receivers: int, args: Any) -> dict[
         base = _cpu_baseline(eps, receivers, backlog, args)
         source = _cpu_source(spark, wd, eps, receivers, backlog, warmup, args)
         pairs.append({"baseline": base, "source": source, "load_average": load_before})
+        if getattr(args, "cpu_plain_processes", False):
+            pairs[-1]["plain_processes"] = _cpu_baseline(
+                eps, receivers, backlog, args, processes=True
+            )
         logger.info(
             "   pair %d of %d: all processes source / plain %.2f, workers %.3f ms a message",
             n + 1,
@@ -377,8 +381,11 @@ def median_pair(ratios: list[float | None]) -> int:
     return measured[(len(measured) - 1) // 2]
 
 
-def _cpu_baseline(eps: Any, receivers: int, backlog: int, args: Any) -> dict[str, Any]:
-    """The plain consumer's CPU by process from a tenth of ``backlog`` to four fifths of it."""
+def _cpu_baseline(
+    eps: Any, receivers: int, backlog: int, args: Any, processes: bool = False
+) -> dict[str, Any]:
+    """The plain consumer's CPU by process from a tenth of ``backlog`` to four fifths of it:
+    ``receivers`` threads of the bench process, or with ``processes`` as many processes."""
     from bench import run
 
     server = "localstack" if eps.localstack is not None else "moto"
@@ -386,7 +393,11 @@ def _cpu_baseline(eps: Any, receivers: int, backlog: int, args: Any) -> dict[str
     counters = Counters(consumer_ep.rsplit(":", 1)[1])
     url = run.new_queue(setup_ep, "cpu-base")
     load.fill(setup_ep, url, backlog, args.body_bytes)
-    consumer = load.BaselineConsumer(consumer_ep, url, receivers)
+    consumer: Any = (
+        load.ProcessConsumer(consumer_ep, url, receivers)
+        if processes
+        else load.BaselineConsumer(consumer_ep, url, receivers)
+    )
     consumer.start()
     _wait(lambda: consumer.deleted() >= backlog // 10, 300)
     counters.reset()

@@ -212,6 +212,7 @@ def cpu_window_lines(rows: list[dict[str, Any]]) -> list[str]:
         out
         + ([""] + lines if lines else [])
         + cpu_pairs_lines(rows)
+        + cpu_processes_lines(rows)
         + sqs_calls_lines(rows)
         + cpu_inside_lines(rows)
     )
@@ -251,6 +252,48 @@ def cpu_pairs_lines(rows: list[dict[str, Any]]) -> list[str]:
                 f"| {_f((pair.get('load_average') or [None])[0], 2)} |"
             )
     return out
+
+
+def cpu_processes_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """With ``--cpu-plain-processes``: the plain consumer's loop in as many processes as
+    receivers, beside the source's Python workers of the same pair."""
+    measured = [r for r in rows if any("plain_processes" in p for p in r.get("pairs") or [])]
+    if not measured:
+        return []
+    out = [
+        "",
+        "The plain consumer's loop in as many processes as receivers, one thread each (as Spark "
+        "runs a receiver in a Python worker), run after each pair; ms of CPU a message:",
+        "",
+        "| receivers | pair | its processes | the same loop's threads | source's Python workers "
+        "| workers / processes |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    summary = []
+    for r in measured:
+        ratios = []
+        for n, pair in enumerate(r["pairs"]):
+            if "plain_processes" not in pair:
+                continue
+            procs = (pair["plain_processes"].get("cpu_ms_per_message") or {}).get(
+                "plain consumer's processes"
+            )
+            threads = (pair["baseline"].get("cpu_ms_per_message") or {}).get("bench process")
+            workers = (pair["source"].get("cpu_ms_per_message") or {}).get("Python workers")
+            ratio = workers / procs if workers is not None and procs else None
+            if ratio is not None:
+                ratios.append(ratio)
+            out.append(
+                f"| {r['receivers']} | {n + 1} | {_f(procs, 3)} | {_f(threads, 3)} "
+                f"| {_f(workers, 3)} | {_f(ratio, 2)} |"
+            )
+        if ratios:
+            summary.append(
+                f"- {r['receivers']} receivers, Python workers / the plain consumer's processes "
+                f"(no target): median {median(ratios):.2f} of "
+                + ", ".join(f"{v:.2f}" for v in ratios)
+            )
+    return out + ([""] + summary if summary else [])
 
 
 def cpu_inside_lines(rows: list[dict[str, Any]]) -> list[str]:

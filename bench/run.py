@@ -89,6 +89,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         help="CPU: the source's batches before the window (the second is the first that deletes)",
     )
     p.add_argument(
+        "--cpu-plain-processes",
+        action="store_true",
+        help="CPU: each pair also runs the plain consumer's loop in processes, one a receiver",
+    )
+    p.add_argument(
         "--cpu-repeats",
         type=int,
         default=3,
@@ -198,7 +203,15 @@ def versions() -> dict[str, str]:
 # Which process does what, for CPU accounting: this process runs the baseline's threads and
 # PySpark's driver; the JVM's Python children are the driver's source runner (planning,
 # acknowledgement bookkeeping, heartbeat) and the executors' Python workers (the receivers).
-CPU_ROLES = ("sqs server", "delay proxy", "bench process", "JVM", "source runner", "Python workers")
+CPU_ROLES = (
+    "sqs server",
+    "delay proxy",
+    "bench process",
+    "JVM",
+    "source runner",
+    "Python workers",
+    "plain consumer's processes",
+)
 
 
 def _cmdline(pid: int) -> str:
@@ -228,6 +241,8 @@ def cpu_snapshot(server_pid: int, proxy_pid: int) -> dict[str, dict[int, float]]
             role = "source runner"
         elif "java" in cmd.split(" ", 1)[0]:
             role = "JVM"
+        elif "multiprocessing" in cmd:
+            role = "plain consumer's processes"  # bench.load.ProcessConsumer and its tracker
         else:
             role = "Python workers"
         out[role][pid] = seconds

@@ -60,7 +60,51 @@ def test_a_process_that_exits_before_the_end_still_counts_and_servers_are_kept_a
         "JVM",
         "source runner",
         "Python workers",
+        "plain consumer's processes",
     }
+
+
+def _burn(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def test_the_plain_consumers_processes_are_counted_apart_from_sparks_workers() -> None:
+    import multiprocessing
+
+    server, proxy = _idle_child(), _idle_child()
+    try:
+        sampler = CpuSampler(server.pid, proxy.pid, interval=0.05)
+        child = multiprocessing.get_context("spawn").Process(target=_burn, args=(0.5,))
+        child.start()
+        child.join(60)
+        cpu = sampler.stop(messages=1000)
+    finally:
+        for idle in (server, proxy):
+            idle.communicate(b"\n", timeout=30)
+    assert child.exitcode == 0
+    assert cpu["plain consumer's processes"] >= 0.4
+    assert cpu["Python workers"] < 0.1
+
+
+def test_the_report_sets_the_workers_beside_the_plain_consumers_processes() -> None:
+    from bench.report import cpu_processes_lines
+
+    def pair(workers: float, processes: float | None) -> dict:
+        out = _pair(0.5, workers)
+        if processes is not None:
+            role = {"plain consumer's processes": processes}
+            out["plain_processes"] = {"cpu_ms_per_message": role}
+        return out
+
+    row = {"receivers": 16, "pairs": [pair(0.33, 0.3), pair(0.4, None), pair(0.36, 0.24)]}
+    lines = cpu_processes_lines([row])
+    assert "| 16 | 1 | 0.300 | 0.200 | 0.330 | 1.10 |" in lines
+    assert "| 16 | 3 | 0.240 | 0.200 | 0.360 | 1.50 |" in lines
+    assert not any(line.startswith("| 16 | 2 ") for line in lines)
+    assert lines[-1].endswith("median 1.30 of 1.10, 1.50")
+    assert cpu_processes_lines([{"receivers": 4, "pairs": [pair(0.3, None)]}]) == []
 
 
 def test_the_table_sums_every_process_and_the_consumer_side_apart() -> None:
