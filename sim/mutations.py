@@ -46,12 +46,19 @@ from spark_sqs.journal.window import Window
 
 @contextlib.contextmanager
 def patched(target: Any, name: str, value: Any) -> Iterator[None]:
-    original = getattr(target, name)
+    # The attribute as stored, not as looked up: a staticmethod or classmethod read through
+    # getattr would come back unwrapped, and an inherited one would stay on ``target``.
+    own = vars(target)
+    missing = object()
+    original = own.get(name, missing)
     setattr(target, name, value)
     try:
         yield
     finally:
-        setattr(target, name, original)
+        if original is missing:
+            delattr(target, name)
+        else:
+            setattr(target, name, original)
 
 
 def _replan_every_time() -> contextlib.AbstractContextManager[None]:

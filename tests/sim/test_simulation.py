@@ -490,3 +490,26 @@ def test_the_unkind_world_finds_each_of_its_fixes_reverted(name: str, seed: int)
         with mutation.masked_by():
             assert run_seed(seed, configure=variant).ok
     assert run_seed(seed, configure=variant).ok
+
+
+def test_a_mutation_restores_what_it_replaced_as_it_was_stored() -> None:
+    """sim/mutations.py's ``patched`` puts back a static method as a static method, and takes an
+    inherited attribute off the class it was set on: later seeds run the code as it was."""
+    from sim.mutations import patched
+
+    class Base:
+        def inherited(self) -> str:
+            return "base"
+
+    class Target(Base):
+        @staticmethod
+        def double(n: int) -> int:
+            return 2 * n
+
+    with (
+        patched(Target, "double", staticmethod(lambda n: n)),
+        patched(Target, "inherited", lambda self: "patched"),
+    ):
+        assert Target().double(3) == 3 and Target().inherited() == "patched"
+    assert Target().double(3) == 6, "still a static method"
+    assert "inherited" not in vars(Target) and Target().inherited() == "base"
