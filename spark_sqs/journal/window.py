@@ -27,22 +27,22 @@ No lookup lists: every key is found by key. A writer creates ``<who>-<k>`` at th
 that is free (create-if-absent; a concurrent attempt that lost takes the next number; a create
 whose outcome is unknown is read back). A batch is *sealed* once ``merged.arrow`` exists; its
 plan is removed only after that (``Batches.remove``). A reader reads a sealed batch's merged
-segment once, and an unsealed batch's segments by probing each writer's numbers until the
-first absent one (its receivers are its plan's). A segment created after its batch's merged
-segment is hidden from readers that read the merged one: its writer checks for the seal after
-creating it and, if sealed, writes the same segment again into the next batch (``forward``,
-until a batch not sealed); the sealer probes once more after sealing and forwards what appeared
-in between. The seal records each writer's end as its sealer read it, so whoever finds the seal
-made by another (a retry of the sealer's task, a concurrent sealer, the driver before the
-removal unless the sealer is known to have finished) probes from those ends too: a sealer
-killed between its create and its probe hides nothing. A writer that finds no seal reads the
-plan too: a batch without one was sealed and removed, its seal maybe swept after the writer
-stalled past the window, so the segment goes on (to the newest numbered batch, by the planned
-markers of state.py, if the batch is older). A batch after a sealed one that has neither plan
-nor seal is taken for one not numbered yet only if the batch before it is the newest number:
-else it was numbered (its marker gone since) and never planned or removed, and the segment
-goes on likewise. Which batches may hold live ids is the driver's to say (``WindowRange``,
-carried by each plan as ``windowFrom``), judged on its monotonic clock.
+segment once, and an unsealed batch's segments by probing each writer's numbers until the first
+absent one (its receivers are its plan's). A segment created after its batch's merged segment
+is hidden from readers that read the merged one: its writer checks for the seal after creating
+it and, if sealed, writes the same segment again into the next batch not sealed (``forward``,
+which passes sealed batches by without a copy); the sealer probes once more after sealing and
+forwards what appeared in between. The seal records each writer's end as its sealer read it, so
+whoever finds the seal made by another (a retry of the sealer's task, a concurrent sealer, the
+driver before the removal unless the sealer is known to have finished) probes from those ends
+too: a sealer killed between its create and its probe hides nothing. A writer that finds no
+seal reads the plan too: a batch without one was sealed and removed, its seal maybe swept after
+the writer stalled past the window, so the segment goes on (to the newest numbered batch, by
+the planned markers of state.py, if the batch is older). A batch after a sealed one that has
+neither plan nor seal is taken for one not numbered yet only if the batch before it is the
+newest number: else it was numbered (its marker gone since) and never planned or removed, and
+the segment goes on likewise. Which batches may hold live ids is the driver's to say
+(``WindowRange``, carried by each plan as ``windowFrom``), judged on its monotonic clock.
 
 A segment stores no id itself: two unsigned 64-bit columns ``h1``/``h2`` hold each id's 128-bit
 BLAKE2b digest, sorted by ``h1``, so a lookup is a binary search and two different ids match
@@ -235,8 +235,9 @@ def read_run(
 def forward(store: JournalStore, data: bytes, batch: int, numbered: bool = True) -> int:
     """A segment created in ``batch``: if the batch is sealed (its merged segment exists now)
     or removed (its plan is gone: sealed first, and the seal maybe swept since), create it
-    again in a later batch, and so on, until one that is live and not sealed, or not numbered
-    yet (its receivers read it once it is planned). A segment created before the seal was read
+    again in a later batch (the first after a sealed one whose seal it does not find first),
+    and so on, until one that is live and not sealed, or not numbered yet (its receivers read
+    it once it is planned). A segment created before the seal was read
     by the sealer or by its probe after sealing; one created after finds the seal here, or,
     if its writer stalled past the window and the seal was swept, no plan. ``numbered``:
     ``batch`` is known to have been numbered (the writer's own); else (it follows a sealed
@@ -246,6 +247,13 @@ def forward(store: JournalStore, data: bytes, batch: int, numbered: bool = True)
     while True:
         if store.read(merged_key(batch)) is not None:
             after, numbered = batch + 1, False
+            while store.read(merged_key(after)) is not None:
+                # Sealed already: passed by without a copy. A copy there would be forwarded
+                # again by every reader that probes the seal (``probe_sealed``), and each of
+                # those forwards would leave copies in the sealed batches after it: along a
+                # run of sealed batches probed one after the other, the copies would double
+                # per batch.
+                after += 1
         elif store.read(plan_key(batch)) is not None:
             return batch
         elif not numbered and _not_numbered_yet(store, batch):
@@ -357,8 +365,7 @@ def _top(store: JournalStore, batch: int) -> int:
 def forward_late(store: JournalStore, batch: int, data: bytes) -> None:
     """A segment of ``batch`` its sealer found after sealing: created while the sealer read,
     its writer may have seen no seal. It goes on to the next batch not sealed."""
-    create_dense(store, batch + 1, DRIVER, data)
-    forward(store, data, batch + 1, numbered=False)
+    forward(store, data, batch)
 
 
 def seal_batch(
@@ -408,7 +415,8 @@ def probe_sealed(store: JournalStore, batch: int, sealed: pa.Table) -> None:
     concurrent sealer, the driver before the removal): the sealer may have died between its
     seal's create and its probe, so each writer's next number from the ends the seal records
     is probed here, and what is found forwarded. A segment its writer forwarded itself (it saw
-    the seal) goes on a second time: harmless, the ids are the same. A seal of an earlier
+    the seal) goes on a second time: harmless, the ids are the same, and one copy more each
+    time (``forward`` leaves none in the sealed batches it passes). A seal of an earlier
     version records no ends: nothing is probed (as that version did)."""
     ends = sealed_ends(sealed)
     if ends is not None:

@@ -269,6 +269,38 @@ def test_a_segment_created_while_a_sealer_that_then_died_sealed_is_still_forward
     assert cache.seen(ids(1, 2)) == set(ids(1, 2))
 
 
+def test_a_forward_along_sealed_batches_leaves_no_copies_for_their_removals_to_multiply(
+    location: str,
+) -> None:
+    """Found by the simulation (``python -m sim --seed 50474 --unkind all,lapses --queues 2``,
+    a livelock): a forward used to leave a copy in every sealed batch it passed, and the
+    removal of a sealed batch probes its seal and forwards what lies past it, again leaving a
+    copy in every sealed batch after it. Along a run of sealed batches removed one after
+    another the copies doubled per batch (the driver's start created thousands of segments
+    and never ended). A straggler's late segment of batch 2 goes to batch 10, the first not
+    sealed, past seven sealed batches: only the removal of batch 2 finds it again."""
+    journal, store = journal_at(location)
+    journal.window.range = window.WindowRange(600)
+    for batch in range(2, 11):
+        journal.plans.write(BatchPlan(batch, (ReceiverPlan(0, 10),)))
+    for batch in range(2, 10):
+        window.seal_batch(store, batch, (0,), window.segment_table(ids(batch)))
+    journal.window.write(ids(99), batch=2, who="r000000")
+    store.calls.clear()
+    for batch in range(2, 10):
+        journal.batches.remove(batch)
+    created = [k for m, k in store.calls if m == "create" and k.startswith("window/")]
+    # The removal of batch 2 forwards it once more: x-00000 (the straggler's forward) is
+    # taken, so it lands as x-00001. Nothing else is created.
+    assert created == [window.part_key(10, "x", 0), window.part_key(10, "x", 1)]
+    assert store.inner.read(window.part_key(10, "x", 1)) is not None
+    for batch in range(3, 10):
+        assert store.inner.read(window.part_key(batch, "x", 0)) is None, f"a copy in {batch}"
+    cache = duplicates.DuplicateWindow(600)
+    cache.refresh(store, NOW, lookup(11, start=10))
+    assert cache.seen(ids(99)) == set(ids(99))
+
+
 def test_a_seal_of_an_earlier_version_or_a_finished_sealer_s_is_not_probed_again(
     location: str,
 ) -> None:
@@ -705,8 +737,11 @@ def test_a_segment_forwarded_into_a_batch_numbered_long_ago_and_never_planned_go
         journal.window.write(ids(2), batch=4, who="r000000")
         # Batch 5's marker and batch 4's are absent: 5 was numbered, and every 16th marker
         # from it is read until one exists, then the following ones (the newest number).
+        # Batch 4 is sealed: batch 5's seal is read before the copy (a sealed batch is
+        # passed by), and again after it.
         assert [(m, k) for m, k in store.calls if m != "create"] == [
             ("read", window.merged_key(4)),
+            ("read", window.merged_key(5)),
             ("read", window.merged_key(5)),
             ("read", plan_key(5)),
             *(("read", f"state/planned-{n:012d}") for n in (5, 4, 5, *range(21, 32))),
@@ -739,6 +774,7 @@ def test_a_segment_forwarded_past_the_newest_number_waits_there_for_its_receiver
     journal.window.write(ids(2), batch=20, who="r000000")
     assert [(m, k) for m, k in store.calls if m != "create"] == [
         ("read", window.merged_key(20)),
+        ("read", window.merged_key(21)),
         ("read", window.merged_key(21)),
         ("read", plan_key(21)),
         *(("read", f"state/planned-{n:012d}") for n in (21, *range(20, 4, -1))),
