@@ -233,17 +233,17 @@ def read_run(
 
 
 def forward(store: JournalStore, data: bytes, batch: int, numbered: bool = True) -> int:
-    """A segment created in ``batch``: if the batch is sealed (its merged segment exists now)
-    or removed (its plan is gone: sealed first, and the seal maybe swept since), create it
-    again in a later batch (the first after a sealed one whose seal it does not find first),
-    and so on, until one that is live and not sealed, or not numbered yet (its receivers read
-    it once it is planned). A segment created before the seal was read
-    by the sealer or by its probe after sealing; one created after finds the seal here, or,
-    if its writer stalled past the window and the seal was swept, no plan. ``numbered``:
-    ``batch`` is known to have been numbered (the writer's own); else (it follows a sealed
-    batch) the planned markers say (``_not_numbered_yet``): a batch numbered long ago without
-    plan or seal (removed, or never planned) is treated as removed. Returns the batch that
-    holds it."""
+    """A segment created in ``batch``: if the batch is sealed (its merged segment exists
+    now) or removed (its plan is gone: sealed first, and the seal maybe swept since),
+    create it again in a later batch (passing by, with no copy, the batches after a sealed
+    one that it finds sealed too), and so on, until one that is live and not sealed, or not
+    numbered yet (its receivers read it once it is planned). A segment created before the
+    seal was read by the sealer or by its probe after sealing; one created after finds the
+    seal here, or, if its writer stalled past the window and the seal was swept, no plan.
+    ``numbered``: ``batch`` is known to have been numbered (the writer's own); else (it
+    follows a sealed batch) the planned markers say (``_not_numbered_yet``): a batch
+    numbered long ago without plan or seal (removed, or never planned) is treated as
+    removed. Returns the batch that holds it."""
     while True:
         if store.read(merged_key(batch)) is not None:
             after, numbered = batch + 1, False
