@@ -90,6 +90,27 @@ class ConsumerResult:
     errors: int = 0
 
 
+def receive_and_delete(sqs: Any, queue_url: str, wait: int) -> tuple[int, int]:
+    """The plain consumer's step: one ``ReceiveMessage`` of up to 10 (every attribute), then
+    one ``DeleteMessageBatch`` of what it returned. Returns (received, deleted)."""
+    messages = sqs.receive_message(
+        QueueUrl=queue_url,
+        MaxNumberOfMessages=10,
+        WaitTimeSeconds=wait,
+        MessageSystemAttributeNames=["All"],
+        MessageAttributeNames=["All"],
+    ).get("Messages", [])
+    if not messages:
+        return 0, 0
+    response = sqs.delete_message_batch(
+        QueueUrl=queue_url,
+        Entries=[
+            {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)
+        ],
+    )
+    return len(messages), len(response.get("Successful", []))
+
+
 class BaselineConsumer:
     """Threads of receive-10-then-delete-batch, with one client per thread."""
 
@@ -123,26 +144,12 @@ class BaselineConsumer:
         sqs = client(self._endpoint, pool=2)
         while not self._stop.is_set():
             try:
-                messages = sqs.receive_message(
-                    QueueUrl=self._queue_url,
-                    MaxNumberOfMessages=10,
-                    WaitTimeSeconds=self._wait,
-                    MessageSystemAttributeNames=["All"],
-                    MessageAttributeNames=["All"],
-                ).get("Messages", [])
-                if not messages:
+                received, done = receive_and_delete(sqs, self._queue_url, self._wait)
+                if not received:
                     continue
-                response = sqs.delete_message_batch(
-                    QueueUrl=self._queue_url,
-                    Entries=[
-                        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
-                        for i, m in enumerate(messages)
-                    ],
-                )
-                done = len(response.get("Successful", []))
                 now = time.monotonic()
                 with self._guard:
-                    self.result.received += len(messages)
+                    self.result.received += received
                     self.result.deleted += done
                     self.result.events.append((now, done))
             except Exception:  # noqa: BLE001 - counted; a benchmark keeps going
@@ -152,7 +159,7 @@ class BaselineConsumer:
 
 
 def _consume(
-    endpoint: str, queue_url: str, wait: int, flags: tuple[Any, Any, Any], counts: Any
+    endpoint: str, queue_url: str, wait: int, flags: tuple[Any, Any, Any], deleted: Any
 ) -> None:
     """One process of ``ProcessConsumer``: the plain consumer's loop, on one thread, from when
     every process has its client (its imports and client are start-up, not per message)."""
@@ -161,27 +168,11 @@ def _consume(
     with ready.get_lock():
         ready.value += 1
     go.wait()
-    deleted = counts
     while not stop.is_set():
         try:
-            messages = sqs.receive_message(
-                QueueUrl=queue_url,
-                MaxNumberOfMessages=10,
-                WaitTimeSeconds=wait,
-                MessageSystemAttributeNames=["All"],
-                MessageAttributeNames=["All"],
-            ).get("Messages", [])
-            if not messages:
-                continue
-            response = sqs.delete_message_batch(
-                QueueUrl=queue_url,
-                Entries=[
-                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
-                    for i, m in enumerate(messages)
-                ],
-            )
+            _, done = receive_and_delete(sqs, queue_url, wait)
             with deleted.get_lock():
-                deleted.value += len(response.get("Successful", []))
+                deleted.value += done
         except Exception:  # noqa: BLE001 - a benchmark keeps going
             time.sleep(0.05)
 
