@@ -430,11 +430,11 @@ def test_the_holes_the_unkind_world_found_stay_closed(
     assert not found, f"hole {hole}: {found[0]}\n  replay: {replay}"
 
 
-def test_a_start_that_removes_a_run_of_sealed_batches_ends() -> None:
-    """Seed 50474 of ``--unkind all,lapses --queues 2``: a start found twenty finished
-    batches, sealed by a second query, to remove. A forward used to leave a copy of a late
+def test_a_sweep_that_removes_a_run_of_sealed_batches_ends() -> None:
+    """Seed 50474 of ``--unkind all,lapses --queues 2``: the driver's sweep removed the leftover
+    files of some twenty acknowledged and sealed batches. A forward used to leave a copy of a late
     segment in each sealed batch it passed, and each removal forwarded the copies past its
-    seal again: the copies doubled per batch and the start never ended (a livelock, nothing
+    seal again: the copies doubled per batch and the sweep never ended (a livelock, nothing
     lost). ``test_duplicate_window`` counts the creates."""
     chosen = frozenset(
         "clocks,stalls,waves,pauses,lying,lag,query2,diverge,races,lapses".split(",")

@@ -276,7 +276,7 @@ def test_a_forward_along_sealed_batches_leaves_no_copies_for_their_removals_to_m
     a livelock): a forward used to leave a copy in every sealed batch it passed, and the
     removal of a sealed batch probes its seal and forwards what lies past it, again leaving a
     copy in every sealed batch after it. Along a run of sealed batches removed one after
-    another the copies doubled per batch (the driver's start created thousands of segments
+    another the copies doubled per batch (the driver's sweep created thousands of segments
     and never ended). A straggler's late segment of batch 2 goes to batch 10, the first not
     sealed, past seven sealed batches: only the removal of batch 2 finds it again."""
     journal, store = journal_at(location)
