@@ -154,6 +154,10 @@ class Acknowledger:
         # heartbeated them, so SQS may hand their messages out again until they are settled.
         self._inherited: set[int] = set()
         self._inherited_ids: dict[int, frozenset[str]] = {}
+        # Pending batches found at start that a pending plan retired (no receivers of their
+        # own), with their plan's receivers: only the in-flight count reads them.
+        self._retired: dict[int, tuple[int, ...]] = {}
+        self._retired_ids: dict[int, frozenset[str]] = {}
         # Committed batch -> the batch whose receivers acknowledge it, and which of them.
         self._assigned: dict[int, int] = {}
         self._reporters: dict[int, set[int]] = {}
@@ -193,6 +197,11 @@ class Acknowledger:
         self._pending = set(pending)
         self._receivers.update(pending)
         self._inherited = set(pending)
+        self._retired = {
+            b: tuple(r.receiver for r in plans[b].receivers)
+            for b, receivers in pending.items()
+            if not receivers and plans and b in plans
+        }
         self.dedupe = self._journal.dedupe.read(self._clock(), self._window)
         for plan in (plans or {}).values():
             self.assign(plan)
@@ -467,6 +476,7 @@ class Acknowledger:
         batches that adopted orphaned entries. A committed deleteAfterJournal batch of this run
         counts nothing: its receivers deleted its messages as they journaled them."""
         total = 0
+        counted: set[str] = set()
         for batch in self._pending:
             # Only batches planned in this run are in _deleting (inherited ones stay counted).
             committed = self._committed is not None and batch <= self._committed
@@ -476,7 +486,20 @@ class Acknowledger:
             # Inherited batches, and batches of this run that adopted orphaned entries (their
             # plan gives the adopting receivers no limit), hold what is journaled.
             if batch in self._inherited or batch not in self._limits:
-                total += len(self._journaled_ids(batch))
+                ids = self._journaled_ids(batch)
+                total += len(ids)
+                counted.update(ids)
+        # A retired batch has no receivers of its own, but until its adopter's copies are all
+        # made (an adoption cut short by a crash), a message may be journaled only there: in
+        # flight all the same. Counted once, beside the copies already counted.
+        for batch in sorted(self._retired.keys() & self._pending):
+            if batch not in self._retired_ids:
+                self._retired_ids[batch] = self._journal.entries.batch_message_ids(
+                    batch, self._retired[batch]
+                )
+            fresh = self._retired_ids[batch] - counted
+            total += len(fresh)
+            counted.update(fresh)
         return total
 
     def _settle(self, batch: int, by: int, stats: AckStats) -> bool:

@@ -443,6 +443,16 @@ def test_a_sweep_that_removes_a_run_of_sealed_batches_ends() -> None:
     assert result.ok, result.violations[:2]
 
 
+def test_an_adoption_cut_short_keeps_the_in_flight_bound() -> None:
+    """Seed 70004 of ``--poison-faults --unkind pauses``: a run died in the middle of a carry
+    batch's adoption of two retired orphans, and the next counted nothing for the message only
+    an orphan's entry held: 5 in flight with ``maxInFlightMessages=4``.
+    ``test_acknowledger`` counts it."""
+    result = run_seed(70004, configure=Variant(poison_faults=True, unkind=frozenset({"pauses"})))
+    assert result.ok, result.violations[:2]
+    assert result.config.max_in_flight == 4
+
+
 @pytest.mark.parametrize("fifo", [False, True], ids=["standard", "fifo"])
 def test_byte_limits_stop_receivers_and_replays_keep_them(
     fifo: bool, caplog: pytest.LogCaptureFixture

@@ -1088,3 +1088,31 @@ def test_driver_parallelism_grows_with_receivers_within_bounds() -> None:
     assert driver_parallelism(4) == 16
     assert driver_parallelism(8) == 32
     assert driver_parallelism(1000) == 64
+
+
+def test_the_in_flight_count_holds_what_only_a_retired_batch_journaled(
+    journal_location: str,
+) -> None:
+    """Found by the simulation (``python -m sim --seed 70004 --poison-faults --unkind pauses``,
+    5 messages in flight with ``maxInFlightMessages=4``): batch 12 retired batch 10 and adopts
+    its two entries, but a crash cut the adoption short after the first copy. Batch 10 stays
+    pending with no receivers of its own (``Coordinator._find_pending``), so the message only
+    its second entry holds was counted nowhere, and the next batch received one too many.
+    It counts once, and the copy already made is not counted twice."""
+    options = make_options(journal_location, region="us-east-1")
+    journal = Journal(journal_location, options)
+    journal.entries.write(10, 0, messages_to_table([sqs_message(1)], QUEUE_URL))
+    journal.entries.write(10, 1, messages_to_table([sqs_message(2)], QUEUE_URL))
+    orphan = BatchPlan(10, (ReceiverPlan(0, 5), ReceiverPlan(1, 5)))
+    adopter = BatchPlan(
+        12,
+        (ReceiverPlan(10000, 0, adopt_from=(10, 0)), ReceiverPlan(10001, 0, adopt_from=(10, 1))),
+        retires=(10,),
+    )
+    journal.entries.write(12, 10000, messages_to_table([sqs_message(1)], QUEUE_URL))
+    ack, _ = make_acknowledger(journal, FakeCaller())  # type: ignore[arg-type]
+    ack.start(9, {10: (), 12: (10000, 10001)}, {10: orphan, 12: adopter})
+    assert ack.pending_messages() == 2
+    assert ack.drop_ids(12, 30.0) == frozenset([sqs_message(1)["MessageId"]]), (
+        "nobody drops what only the retired batch holds"
+    )
