@@ -476,6 +476,9 @@ class Acknowledger:
         batches that adopted orphaned entries. A committed deleteAfterJournal batch of this run
         counts nothing: its receivers deleted its messages as they journaled them."""
         total = 0
+        retired = sorted(self._retired.keys() & self._pending)
+        # Only while a retired batch is pending (rare): the ids counted, so that none of its
+        # copies counts twice.
         counted: set[str] = set()
         for batch in self._pending:
             # Only batches planned in this run are in _deleting (inherited ones stay counted).
@@ -488,11 +491,12 @@ class Acknowledger:
             if batch in self._inherited or batch not in self._limits:
                 ids = self._journaled_ids(batch)
                 total += len(ids)
-                counted.update(ids)
+                if retired:
+                    counted.update(ids)
         # A retired batch has no receivers of its own, but until its adopter's copies are all
         # made (an adoption cut short by a crash), a message may be journaled only there: in
         # flight all the same. Counted once, beside the copies already counted.
-        for batch in sorted(self._retired.keys() & self._pending):
+        for batch in retired:
             if batch not in self._retired_ids:
                 self._retired_ids[batch] = self._journal.entries.batch_message_ids(
                     batch, self._retired[batch]
