@@ -202,7 +202,8 @@ def versions() -> dict[str, str]:
 
 # Which process does what, for CPU accounting: this process runs the baseline's threads and
 # PySpark's driver; the JVM's Python children are the driver's source runner (planning,
-# acknowledgement bookkeeping, heartbeat) and the executors' Python workers (the receivers).
+# acknowledgement bookkeeping, heartbeat) and the executors' Python workers (the receivers);
+# with --cpu-plain-processes, the plain consumer's loop in processes of its own.
 CPU_ROLES = (
     "sqs server",
     "delay proxy",
