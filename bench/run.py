@@ -236,6 +236,10 @@ def cpu_snapshot(server_pid: int, proxy_pid: int) -> dict[str, dict[int, float]]
         if pid in server or pid in proxy:
             continue
         cmd = _cmdline(pid)
+        if not cmd and pid != os.getpid():
+            # Exiting (a zombie has no command line): its role is unknown now, and the
+            # sampler keeps its last sample.
+            continue
         if pid == os.getpid():
             role = "bench process"
         elif "python_streaming_source_runner" in cmd:
