@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -190,20 +190,24 @@ class Acknowledger:
         acked_batch: int,
         pending: Mapping[int, tuple[int, ...]],
         plans: Mapping[int, BatchPlan] | None = None,
+        retired: Iterable[int] = (),
     ) -> None:
         """``pending``: the live batches found at start, with their receivers (read by key);
-        ``plans``: their stored plans, whose acknowledgement assignments still hold."""
+        ``plans``: their stored plans, whose acknowledgement assignments still hold;
+        ``retired``: those of them that a pending plan retired (``Coordinator._find_pending``
+        decides which), each with no receivers of its own in ``pending``; the in-flight count
+        reads what their own plans' receivers journaled."""
         self._acked = acked_batch
         self._pending = set(pending)
         self._receivers.update(pending)
         self._inherited = set(pending)
+        # A retired batch without a plan of its own (its carry record only) names no receivers.
+        plans = plans or {}
         self._retired = {
-            b: tuple(r.receiver for r in plans[b].receivers)
-            for b, receivers in pending.items()
-            if not receivers and plans and b in plans
+            b: tuple(r.receiver for r in plans[b].receivers) for b in retired if b in plans
         }
         self.dedupe = self._journal.dedupe.read(self._clock(), self._window)
-        for plan in (plans or {}).values():
+        for plan in plans.values():
             self.assign(plan)
         if self._heartbeat is not None:
             for batch, receivers in pending.items():
@@ -295,15 +299,21 @@ class Acknowledger:
     def forget(self, batch: int) -> None:
         """The batch's entries moved elsewhere (adopted into a later batch)."""
         self._pending.discard(batch)
+        self._forget_batch(batch)
+        if self._heartbeat is not None:
+            self._heartbeat.forget(batch)
+
+    def _forget_batch(self, batch: int) -> None:
+        """Every per-batch record but ``_pending``, once ``batch`` is acknowledged or moved."""
         self._limits.pop(batch, None)
         self._deleting.discard(batch)
         self._inherited.discard(batch)
         self._inherited_ids.pop(batch, None)
+        self._retired.pop(batch, None)
+        self._retired_ids.pop(batch, None)
         self._receivers.pop(batch, None)
         self._extend_by.pop(batch, None)
         self._forget_assignment(batch)
-        if self._heartbeat is not None:
-            self._heartbeat.forget(batch)
 
     def _forget_assignment(self, batch: int) -> None:
         """What the driver kept of ``batch``'s acknowledgement assignment, once the batch is
@@ -618,13 +628,7 @@ class Acknowledger:
         self._journal.batches.remove(batch, also=reports, files=files, probed=probed)
         self._pending.discard(batch)
         self._collect()
-        self._limits.pop(batch, None)
-        self._deleting.discard(batch)
-        self._inherited.discard(batch)
-        self._inherited_ids.pop(batch, None)
-        self._receivers.pop(batch, None)
-        self._extend_by.pop(batch, None)
-        self._forget_assignment(batch)
+        self._forget_batch(batch)
         stats.batches += 1
         stats.messages += rows
 

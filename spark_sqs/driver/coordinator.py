@@ -145,7 +145,7 @@ class Coordinator:
             window_range.legacy_until = journal.window.legacy_until(wall_clock())
             journal.window.range = window_range
         pending, plans, retired = self._find_pending(journal)
-        self.acknowledger.start(self.markers.acked, pending, plans)
+        self.acknowledger.start(self.markers.acked, pending, plans, retired)
         # Pending batches that a pending plan retired: no new plan's receivers check them.
         self._retired = retired
         # The identity of each pending batch's plan as this driver read or wrote it: a new plan

@@ -1111,8 +1111,28 @@ def test_the_in_flight_count_holds_what_only_a_retired_batch_journaled(
     )
     journal.entries.write(12, 10000, messages_to_table([sqs_message(1)], QUEUE_URL))
     ack, _ = make_acknowledger(journal, FakeCaller())  # type: ignore[arg-type]
-    ack.start(9, {10: (), 12: (10000, 10001)}, {10: orphan, 12: adopter})
+    ack.start(9, {10: (), 12: (10000, 10001)}, {10: orphan, 12: adopter}, retired={10})
     assert ack.pending_messages() == 2
     assert ack.drop_ids(12, 30.0) == frozenset([sqs_message(1)["MessageId"]]), (
         "nobody drops what only the retired batch holds"
     )
+    ack.forget(10)  # a new plan adopted it again
+    assert ack.pending_messages() == 1, "a forgotten retired batch counts nothing any more"
+    assert not ack._retired_ids, "nor keeps its ids"
+
+
+def test_a_retired_batch_with_only_its_carry_record_counts_nothing_of_its_own(
+    journal_location: str,
+) -> None:
+    """Found by the simulation (``--poison-faults --unkind pauses``, seeds 70002-70006, when the
+    coordinator first named the retired batches): a retired batch whose own plan is gone (its
+    carry record keeps it pending) names no receivers, so nothing of its own is counted; its
+    adopter's copies are."""
+    options = make_options(journal_location, region="us-east-1")
+    journal = Journal(journal_location, options)
+    adopter = BatchPlan(12, (ReceiverPlan(10000, 0, adopt_from=(10, 0)),), retires=(10,))
+    journal.entries.write(10, 0, messages_to_table([sqs_message(1)], QUEUE_URL))
+    journal.entries.write(12, 10000, messages_to_table([sqs_message(2)], QUEUE_URL))
+    ack, _ = make_acknowledger(journal, FakeCaller())  # type: ignore[arg-type]
+    ack.start(9, {10: (), 12: (10000,)}, {12: adopter}, retired={10})
+    assert ack.pending_messages() == 1
