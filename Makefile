@@ -76,7 +76,7 @@ test-oldest:
 	PYSPARK_PYTHON=$(abspath .venv-spark4.0/bin/python) PYSPARK_DRIVER_PYTHON=$(abspath .venv-spark4.0/bin/python) \
 		.venv-spark4.0/bin/python -m pytest $(XDIST) $(OLDEST_TESTS) $(PYTEST_ARGS)
 
-# Benchmarks against a plain boto3 consumer (15-25 min); results in bench/results/README.md.
+# Benchmarks against a plain boto3 consumer (15-30 min); results in bench/results/README.md.
 # BENCH_ARGS="--quick" is a smoke test of a few minutes. matplotlib and psutil are bench-only.
 bench: venv
 	$(PY) -m pip install -q -r requirements/bench.txt

@@ -140,12 +140,20 @@ def cost_lines(rows: list[dict[str, Any]]) -> list[str]:
 # of the consumer's own processes is shown beside it, without a target.
 ALL_PROCESSES = "all processes, SQS server and proxy included / plain consumer's"
 OWN_PROCESSES = "source's processes / plain consumer's"
+WORKERS_MS = "Python workers, ms per message"
 WORKERS_THREADS = "Python workers / plain consumer's threads"
+WORKERS_PROCESSES = "Python workers / the plain consumer's loop in as many processes"
+# The workers' target at 16 receivers was set as 0.36 ms where the plain consumer's loop cost
+# 0.22 ms in 16 threads and 0.25 in 16 processes. An absolute figure moves with the machine
+# (the same loop costs 0.33 in processes on the 2-core VM of bench/results), so it is checked
+# as those two ratios, measured in the same pair; the milliseconds are shown without a verdict.
+WORKERS_MS_TARGET = 0.36
 CPU_TARGETS = (
-    (16, "Python workers, ms per message", 0.36),
+    (16, WORKERS_MS, None),
+    (16, WORKERS_PROCESSES, round(WORKERS_MS_TARGET / 0.25, 2)),
+    (16, WORKERS_THREADS, round(WORKERS_MS_TARGET / 0.22, 2)),
     (16, ALL_PROCESSES, 1.3),
     (16, OWN_PROCESSES, None),
-    (16, WORKERS_THREADS, None),
     (4, WORKERS_THREADS, 1.6),
 )
 SOURCE_ROLES = ("bench process", "JVM", "source runner", "Python workers")
@@ -155,11 +163,12 @@ EXPLAINED = {
     OWN_PROCESSES: " (stricter, no target: the consumer's own processes, the SQS server and "
     "the proxy left out on both sides)",
 }
-# The 0.36 ms target is absolute, so it moves with the machine's speed; the same measure
-# against the plain consumer's threads in the same pair does not. Shown beside it for that.
 EXPLAINED_AT = {
-    (16, WORKERS_THREADS): " (no target of its own: the 0.36 ms target was set where the "
-    "plain consumer's threads cost 0.22 ms, a ratio of 1.64)",
+    (16, WORKERS_MS): f" (set as {WORKERS_MS_TARGET:g} ms where the plain consumer's loop cost "
+    "0.25 in 16 processes and 0.22 in 16 threads; checked as those ratios, below)",
+    (16, WORKERS_PROCESSES): f" (the {WORKERS_MS_TARGET:g} ms target over 0.25; needs "
+    "`--cpu-plain-processes`, on by default)",
+    (16, WORKERS_THREADS): f" (the {WORKERS_MS_TARGET:g} ms target over 0.22)",
 }
 
 
@@ -289,9 +298,8 @@ def cpu_processes_lines(rows: list[dict[str, Any]]) -> list[str]:
             )
         if ratios:
             summary.append(
-                f"- {r['receivers']} receivers, Python workers / the plain consumer's processes "
-                f"(no target): median {median(ratios):.2f} of "
-                + ", ".join(f"{v:.2f}" for v in ratios)
+                f"- {r['receivers']} receivers, Python workers / the plain consumer's processes: "
+                f"median {median(ratios):.2f} of " + ", ".join(f"{v:.2f}" for v in ratios)
             )
     return out + ([""] + summary if summary else [])
 
@@ -392,18 +400,32 @@ def cpu_measures(rows: list[dict[str, Any]], receivers: int, what: str) -> list[
     if row is None:
         return []
     pairs = row.get("pairs") or [{"baseline": row["baseline"], "source": row["source"]}]
-    values = [pair_measure(p["baseline"], p["source"], what) for p in pairs]
+    values = [
+        pair_measure(p["baseline"], p["source"], what, p.get("plain_processes")) for p in pairs
+    ]
     return [v for v in values if v is not None]
 
 
-def pair_measure(baseline: dict[str, Any], source: dict[str, Any], what: str) -> float | None:
-    """``what`` (one of ``CPU_TARGETS``' measures) of one pair of windows."""
+def pair_measure(
+    baseline: dict[str, Any],
+    source: dict[str, Any],
+    what: str,
+    plain_processes: dict[str, Any] | None = None,
+) -> float | None:
+    """``what`` (one of ``CPU_TARGETS``' measures) of one pair of windows; ``plain_processes``
+    is the window of the plain consumer's loop in processes run after it, if any."""
     src = source.get("cpu_ms_per_message") or {}
     base = baseline.get("cpu_ms_per_message") or {}
     if not src or not base:
         return None
-    if what.startswith("Python workers, ms"):
+    if what == WORKERS_MS:
         return src.get("Python workers")
+    if what == WORKERS_PROCESSES:
+        procs = ((plain_processes or {}).get("cpu_ms_per_message") or {}).get(
+            "plain consumer's processes"
+        )
+        workers = src.get("Python workers")
+        return workers / procs if workers is not None and procs else None
     if what == ALL_PROCESSES:
         every = sum(base.values())
         return sum(src.values()) / every if every else None

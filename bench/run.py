@@ -90,8 +90,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--cpu-plain-processes",
-        action="store_true",
-        help="CPU: each pair also runs the plain consumer's loop in processes, one a receiver",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="CPU: each pair also runs the plain consumer's loop in processes, one a receiver "
+        "(the 16-receiver workers' target is checked against it)",
     )
     p.add_argument(
         "--cpu-repeats",

@@ -218,8 +218,21 @@ def test_the_cpu_section_checks_the_target_on_all_processes_and_shows_the_strict
     assert "the definition the target uses" in text
     assert "counted for each): 1.33 (at most 1.3: **not met**)" in text
     assert "out on both sides): 2.00 (no target)" in text
-    # The workers against the plain consumer's threads in the same pair: 0.3 / 0.2.
-    assert "threads cost 0.22 ms, a ratio of 1.64): 1.50 (no target)" in text
+    # The workers' 0.36 ms target as the issue's ratios in the same pair: 0.3 / 0.2 against
+    # the threads; the milliseconds shown without a verdict; no loop in processes, no ratio.
+    assert "(the 0.36 ms target over 0.22): 1.50 (at most 1.64: met)" in text
+    assert "checked as those ratios, below): 0.30 (no target)" in text
+    assert "as many processes (" not in text
+    row["pairs"] = [
+        {
+            "baseline": row["baseline"],
+            "source": {**row["source"], "cpu_ms_per_message": {**src_cpu, "Python workers": 0.4}},
+            "plain_processes": {"cpu_ms_per_message": {"plain consumer's processes": 0.25}},
+        }
+    ]
+    text = "\n".join(cpu_window_lines([row]))
+    assert "on by default): 1.60 (at most 1.44: **not met**)" in text
+    assert "(the 0.36 ms target over 0.22): 2.00 (at most 1.64: **not met**)" in text
     # Requests per 1,000 messages, messages a call, empty receives; S3 is not SQS's.
     assert "| 16 | plain consumer | 100.0 (10.00) | 100.0 (10.00; empty 0.0) | 200.0 | - |" in text
     assert "| 16 | source | 100.0 (10.00) | 110.0 (9.09; empty 10.0) | 210.0 | 3, 2 |" in text
