@@ -145,8 +145,9 @@ WORKERS_THREADS = "Python workers / plain consumer's threads"
 WORKERS_PROCESSES = "Python workers / the plain consumer's loop in as many processes"
 # The workers' target at 16 receivers was set as 0.36 ms where the plain consumer's loop cost
 # 0.22 ms in 16 threads and 0.25 in 16 processes. An absolute figure moves with the machine
-# (the same loop costs 0.33 in processes on the 2-core VM of bench/results), so it is checked
-# as those two ratios, measured in the same pair; the milliseconds are shown without a verdict.
+# (the same loop costs 0.33-0.40 in processes on the 2-core VM of bench/results), so it is
+# checked as those two ratios, measured in the same pair; the milliseconds are shown without a
+# verdict.
 WORKERS_MS_TARGET = 0.36
 CPU_TARGETS = (
     (16, WORKERS_MS, None),
