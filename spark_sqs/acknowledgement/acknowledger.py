@@ -486,9 +486,9 @@ class Acknowledger:
         batches that adopted orphaned entries. A committed deleteAfterJournal batch of this run
         counts nothing: its receivers deleted its messages as they journaled them."""
         total = 0
-        retired = sorted(self._retired.keys() & self._pending)
-        # Only while a retired batch is pending (rare): the ids counted, so that none of its
-        # copies counts twice.
+        # Pending retired batches (each leaves _retired with _pending: _forget_batch). Only
+        # while one is pending (rare): the ids counted, so that none of its copies counts twice.
+        retired = list(self._retired)
         counted: set[str] = set()
         for batch in self._pending:
             # Only batches planned in this run are in _deleting (inherited ones stay counted).
